@@ -1,0 +1,1854 @@
+//! Checker: form shapes, names and types of a cell; builds the `TypedCell` codegen accepts.
+//!
+//! Every error in the cell is collected (at most `MAX_ERRORS`) and reported in source order.
+//! Nothing here touches LLVM: the typed tree is plain data.
+
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::reader::{Sexp, SexpKind, Span};
+use crate::types::{parse_addrspace, parse_type, scalar_type_name, Signature, Ty, INT, INT64};
+
+const MAX_ERRORS: usize = 20;
+
+// ---------------------------------------------------------------------------------------------
+// The typed tree.
+
+#[derive(Clone, Debug)]
+pub(crate) struct Expr {
+    pub kind: ExprKind,
+    pub ty: Ty,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BinOp {
+    Add, Sub, Mul, Div, Rem, UDiv, URem, Shl, LShr, AShr, Xor, And, Or,
+    FAdd, FSub, FMul, FDiv,
+    /// Integer, bool or pointer comparison: `eq ne slt sgt sle sge ult ugt ule uge`.
+    ICmp(IntCmp),
+    FCmp(FloatCmp),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IntCmp { Eq, Ne, Slt, Sgt, Sle, Sge, Ult, Ugt, Ule, Uge }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatCmp { Oeq, One, Olt, Ogt, Ole, Oge }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CastOp { Sext, Zext, Trunc, FpExt, FpTrunc, SiToFp, UiToFp, FpToSi, FpToUi, PtrToInt, IntToPtr, Bitcast, AddrSpaceCast }
+
+/// A variable that can be assigned and addressed.
+#[derive(Clone, Debug)]
+pub(crate) enum Place {
+    Local(usize),
+    Global(String),
+}
+
+/// How a call reaches its callee.
+#[derive(Clone, Debug)]
+pub(crate) enum Callee {
+    /// A session function, through its indirection slot.
+    Slot(String),
+    /// The function calling itself: the running body is always the newest, so a direct call is exact.
+    SelfCall,
+    /// A `define-inline` function: its body is emitted into the caller's module.
+    Inline(Rc<FunctionDef>),
+    /// A C function resolved in the process (or the built-in runtime) under this link name.
+    Direct(String),
+    /// An LLVM intrinsic, under its (opaque-pointer) name.
+    Intrinsic(String),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum ExprKind {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(Vec<u8>),
+    Read(Place),
+    Set(Place, Box<Expr>),
+    /// The set value needs an address-space cast first (C-Lisp's generic/global pointer mix).
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    FNeg(Box<Expr>),
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    Load(Box<Expr>),
+    Store(Box<Expr>, Box<Expr>),
+    PtrAdd(Box<Expr>, Box<Expr>),
+    /// `sptradd`: field index into the pointee struct.
+    FieldPtr(Box<Expr>, u32),
+    /// `aptradd`: the operand is a pointer to the array.
+    ElemPtr(Box<Expr>, Box<Expr>),
+    AddressOf(Place),
+    Alloc(Ty, Box<Expr>),
+    /// Session memory for `alloc` in top-level code: freed at `:reset`.
+    SessionAlloc(Ty, Box<Expr>),
+    Extract(Box<Expr>, u32),
+    Insert(Box<Expr>, Box<Expr>, u32),
+    Call { callee: Callee, name: String, signature: Signature, args: Vec<Expr> },
+    Cast(CastOp, Box<Expr>),
+    Asm { template: String, constraints: String, args: Vec<Expr> },
+    /// The zero of the expression's type (default results).
+    Zero,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Stmt {
+    Expr(Expr),
+    /// Zero the local whenever the declaration runs.
+    Declare(usize),
+    If(Expr, Box<Stmt>, Option<Box<Stmt>>),
+    While(Expr, Vec<Stmt>),
+    For(Option<Expr>, Expr, Option<Expr>, Vec<Stmt>),
+    Ret(Option<Expr>),
+    Break,
+    Continue,
+    Block(Vec<Stmt>),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Local {
+    pub name: String,
+    pub ty: Ty,
+}
+
+/// A compiled function: a definition, or a top-level item's entry.
+#[derive(Clone, Debug)]
+pub(crate) struct FunctionDef {
+    pub name: String,
+    pub signature: Signature,
+    /// Parameters are the first locals.
+    pub locals: Vec<Local>,
+    pub body: Vec<Stmt>,
+    pub inline: bool,
+    pub span: Span,
+    /// The definition form as expanded, kept to re-check it when what it uses changes.
+    pub source: Sexp,
+    /// Session names it depends on: `fn:NAME`, `global:NAME`, `struct:NAME`.
+    pub uses: BTreeSet<String>,
+}
+
+/// A constant initializer, typed by its global.
+#[derive(Clone, Debug)]
+pub(crate) enum Constant {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Aggregate(Vec<Constant>),
+    /// The address of another global.
+    AddressOf(String),
+    Zero,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct GlobalDef {
+    pub name: String,
+    pub ty: Ty,
+    /// `None`: a repeated `declare` of the same type keeps its value.
+    pub init: Option<Constant>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct StructDef {
+    pub name: String,
+    /// `None` for an opaque struct.
+    pub fields: Option<Vec<(String, Ty)>>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ExternDef {
+    pub name: String,
+    pub signature: Signature,
+    pub span: Span,
+}
+
+/// One top-level statement or expression, compiled as an entry function `void (ptr out)`.
+#[derive(Clone, Debug)]
+pub(crate) struct TopItem {
+    pub function: FunctionDef,
+    /// The value's type when the item is an expression with a value.
+    pub value: Option<Ty>,
+}
+
+/// A function invalidated by a change in this cell.
+#[derive(Clone, Debug)]
+pub(crate) struct Invalidation {
+    pub name: String,
+    pub message: String,
+}
+
+/// A checked cell: only `check` builds it, and `codegen` takes nothing else.
+#[derive(Debug, Default)]
+pub(crate) struct TypedCell {
+    pub structs: Vec<StructDef>,
+    pub globals: Vec<GlobalDef>,
+    pub externs: Vec<ExternDef>,
+    /// Functions defined by the cell, in source order.
+    pub functions: Vec<FunctionDef>,
+    /// Earlier functions recompiled because something they use changed.
+    pub recompiled: Vec<FunctionDef>,
+    pub invalidated: Vec<Invalidation>,
+    pub top: Vec<TopItem>,
+    pub warnings: Vec<Diagnostic>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The session environment the checker reads.
+
+#[derive(Clone, Debug)]
+pub(crate) struct FunctionEntry {
+    pub signature: Signature,
+    pub param_names: Vec<String>,
+    pub kind: FunctionKind,
+    /// Set when a redefinition made this function ill-typed; calling it is an error.
+    pub invalidated: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum FunctionKind {
+    Defined(Rc<FunctionDef>),
+    /// A declaration resolved to a process or runtime symbol of this name.
+    External(String),
+    /// A declaration nothing provides yet; calls go through its slot.
+    Unresolved,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct GlobalEntry {
+    pub ty: Ty,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct StructEntry {
+    pub fields: Option<Vec<(String, Ty)>>,
+}
+
+/// The committed definitions of a session.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Env {
+    pub functions: HashMap<String, FunctionEntry>,
+    pub globals: HashMap<String, GlobalEntry>,
+    pub structs: HashMap<String, StructEntry>,
+}
+
+/// Finds where a bodiless declaration's symbol lives (process, runtime), if anywhere.
+pub(crate) type ResolveExtern<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+// ---------------------------------------------------------------------------------------------
+// Cell checking.
+
+/// Checks a cell's top-level forms against the session environment.
+pub(crate) fn check(env: &Env, forms: &[Sexp], resolve: ResolveExtern<'_>, top_level_name: &str) -> Result<TypedCell, Vec<Diagnostic>> {
+    let mut checker = CellChecker { env, resolve, errors: Vec::new(), cell: TypedCell::default(), overlay: Overlay::default() };
+    let mut flat = Vec::new();
+    checker.flatten(forms, &mut flat);
+    checker.collect_declarations(&flat);
+    checker.check_bodies(&flat, top_level_name);
+    checker.recheck_dependents();
+    if checker.errors.is_empty() {
+        Ok(checker.cell)
+    } else {
+        let mut errors = checker.errors;
+        errors.sort_by_key(Diagnostic::sort_key);
+        errors.truncate(MAX_ERRORS);
+        Err(errors)
+    }
+}
+
+/// Names the cell defines, seen before the session's.
+#[derive(Default)]
+struct Overlay {
+    functions: HashMap<String, FunctionEntry>,
+    globals: HashMap<String, GlobalEntry>,
+    structs: HashMap<String, StructEntry>,
+    /// Defined (with a body) in this cell, with the span of the definition.
+    defined_here: HashMap<String, Span>,
+}
+
+struct CellChecker<'a> {
+    env: &'a Env,
+    resolve: ResolveExtern<'a>,
+    errors: Vec<Diagnostic>,
+    cell: TypedCell,
+    overlay: Overlay,
+}
+
+fn syntax(span: Span, message: impl Into<String>) -> Diagnostic {
+    Diagnostic::error(Kind::Syntax, message).with_label(span, "")
+}
+
+fn type_error(span: Span, message: impl Into<String>) -> Diagnostic {
+    Diagnostic::error(Kind::Type, message).with_label(span, "")
+}
+
+fn arity(span: Span, message: impl Into<String>) -> Diagnostic {
+    Diagnostic::error(Kind::Arity, message).with_label(span, "")
+}
+
+const CAST_NOTE: &str = "C-Lisp converts only with explicit casts, e.g. (fptosi e int)";
+
+/// The parts of a function head `((NAME RET) (P T)… [...])`.
+struct Prototype<'f> {
+    name: String,
+    name_span: Span,
+    ret: &'f Sexp,
+    params: Vec<(String, Span, &'f Sexp)>,
+    variadic: bool,
+}
+
+fn parse_prototype(form: &Sexp) -> Result<Prototype<'_>, Diagnostic> {
+    let shape = || syntax(form.span, "a prototype is `((NAME RESULT-TYPE) (PARAM TYPE)…)`");
+    let items = form.list().ok_or_else(shape)?;
+    let (first, rest) = items.split_first().ok_or_else(shape)?;
+    let [name, ret] = first.list().ok_or_else(shape)? else { return Err(shape()) };
+    let name_text = name.symbol().ok_or_else(|| syntax(name.span, "a function name must be a symbol"))?;
+    let mut params = Vec::new();
+    let mut variadic = false;
+    for (index, param) in rest.iter().enumerate() {
+        if param.symbol() == Some("...") {
+            if index + 1 != rest.len() {
+                return Err(syntax(param.span, "`...` must come last in a prototype"));
+            }
+            variadic = true;
+            continue;
+        }
+        let pair = param.list().unwrap_or(&[]);
+        // Lapis annotations `(P T in N)` and `(P T handle)` only inform GPU launches.
+        let valid = match pair.len() {
+            2 => true,
+            3 => pair[2].symbol() == Some("handle"),
+            4 => matches!(pair[2].symbol(), Some("in" | "out" | "inout")),
+            _ => false,
+        };
+        let param_name = pair.first().and_then(Sexp::symbol);
+        match (valid, param_name) {
+            (true, Some(param_name)) => params.push((param_name.to_string(), pair[0].span, &pair[1])),
+            _ => return Err(syntax(param.span, "a parameter is `(NAME TYPE)`")),
+        }
+    }
+    Ok(Prototype { name: name_text.to_string(), name_span: name.span, ret, params, variadic })
+}
+
+/// Splits a `define…` head into its attributes.
+fn define_attributes(head: &str) -> Option<(bool, bool)> {
+    let mut parts = head.split('-');
+    if parts.next() != Some("define") {
+        return None;
+    }
+    let (mut inline, mut brilisp) = (false, false);
+    for part in parts {
+        match part {
+            "inline" if !inline => inline = true,
+            "brilisp" if !brilisp => brilisp = true,
+            _ => return None,
+        }
+    }
+    Some((inline, brilisp))
+}
+
+impl<'a> CellChecker<'a> {
+    fn error(&mut self, diagnostic: Diagnostic) {
+        self.errors.push(diagnostic);
+    }
+
+    fn struct_known(&self, name: &str) -> bool {
+        self.overlay.structs.contains_key(name) || self.env.structs.contains_key(name)
+    }
+
+    fn parse_ty(&mut self, form: &Sexp) -> Option<Ty> {
+        let overlay = &self.overlay.structs;
+        let env = &self.env.structs;
+        match parse_type(form, &|name| overlay.contains_key(name) || env.contains_key(name)) {
+            Ok(ty) => Some(ty),
+            Err(diagnostic) => {
+                self.error(diagnostic);
+                None
+            }
+        }
+    }
+
+    fn lookup_function(&self, name: &str) -> Option<&FunctionEntry> {
+        self.overlay.functions.get(name).or_else(|| self.env.functions.get(name))
+    }
+
+    fn lookup_global(&self, name: &str) -> Option<&GlobalEntry> {
+        self.overlay.globals.get(name).or_else(|| self.env.globals.get(name))
+    }
+
+    fn lookup_struct(&self, name: &str) -> Option<&StructEntry> {
+        self.overlay.structs.get(name).or_else(|| self.env.structs.get(name))
+    }
+
+    /// Unwraps `(c-lisp …)` and `(cuda-lisp …)`.
+    fn flatten<'f>(&mut self, forms: &'f [Sexp], out: &mut Vec<&'f Sexp>) {
+        for form in forms {
+            match form.head() {
+                Some("c-lisp" | "cuda-lisp") => self.flatten(&form.list().unwrap_or(&[])[1..], out),
+                _ => out.push(form),
+            }
+        }
+    }
+
+    /// First pass: structs, globals and prototypes, so order inside a cell is free.
+    fn collect_declarations(&mut self, forms: &[&Sexp]) {
+        // Struct names first, so fields and prototypes may name any struct of the cell.
+        for form in forms {
+            if form.head() == Some("define-struct") {
+                let items = form.list().unwrap_or(&[]);
+                match items.get(1).and_then(Sexp::symbol) {
+                    Some(name) if self.overlay.structs.contains_key(name) => {
+                        let error = Diagnostic::error(Kind::DuplicateName, format!("struct `{name}` is defined twice in this cell")).with_label(items[1].span, "");
+                        self.error(error);
+                    }
+                    Some(name) => {
+                        self.overlay.structs.insert(name.to_string(), StructEntry { fields: None });
+                    }
+                    None => self.error(syntax(form.span, "a struct definition is `(define-struct NAME (FIELD TYPE)…)`")),
+                }
+            }
+        }
+        for form in forms {
+            if form.head() == Some("define-struct") {
+                self.collect_struct(form);
+            }
+        }
+        let mut declared: HashMap<String, (Signature, Span)> = HashMap::new();
+        for form in forms {
+            match form.head() {
+                Some("define-global") => self.collect_global(form),
+                Some("declare") => self.collect_top_declare(form),
+                Some(head) if define_attributes(head).is_some() => self.collect_function(form, &mut declared),
+                Some("define-kernel" | "define-shared") => {}
+                _ => {}
+            }
+        }
+    }
+
+    fn collect_struct(&mut self, form: &Sexp) {
+        let items = form.list().unwrap_or(&[]);
+        let Some(name) = items.get(1).and_then(Sexp::symbol) else { return };
+        let mut fields = Vec::new();
+        let mut ok = true;
+        for field in &items[2..] {
+            match field.list() {
+                Some([field_name, field_type]) if field_name.symbol().is_some() => {
+                    let field_name_text = field_name.symbol().unwrap_or_default().to_string();
+                    if fields.iter().any(|(existing, _)| *existing == field_name_text) {
+                        self.error(Diagnostic::error(Kind::DuplicateName, format!("field `{field_name_text}` appears twice in struct `{name}`")).with_label(field_name.span, ""));
+                        ok = false;
+                    }
+                    match self.parse_ty(field_type) {
+                        Some(ty) if ty == Ty::Struct(name.into()) => {
+                            self.error(type_error(field_type.span, format!("struct `{name}` cannot contain itself by value")).with_note("use a pointer: (ptr (struct NAME))"));
+                            ok = false;
+                        }
+                        Some(Ty::Void) => {
+                            self.error(type_error(field_type.span, "a field cannot be `void`"));
+                            ok = false;
+                        }
+                        Some(ty) => fields.push((field_name_text, ty)),
+                        None => ok = false,
+                    }
+                }
+                _ => {
+                    self.error(syntax(field.span, "a struct field is `(NAME TYPE)`"));
+                    ok = false;
+                }
+            }
+        }
+        let fields = if items.len() == 2 { None } else { Some(fields) };
+        if ok {
+            self.overlay.structs.insert(name.to_string(), StructEntry { fields: fields.clone() });
+            self.cell.structs.push(StructDef { name: name.to_string(), fields, span: form.span });
+        }
+    }
+
+    fn define_global_name(&mut self, name: &str, span: Span) -> bool {
+        if self.overlay.globals.contains_key(name) {
+            self.error(Diagnostic::error(Kind::DuplicateName, format!("global `{name}` is defined twice in this cell")).with_label(span, ""));
+            return false;
+        }
+        true
+    }
+
+    fn collect_global(&mut self, form: &Sexp) {
+        let items = form.list().unwrap_or(&[]);
+        let shape = "a global is `(define-global (NAME TYPE) [INIT])`";
+        let (Some(Some([name, ty])), 2..=3) = (items.get(1).map(Sexp::list), items.len()) else {
+            self.error(syntax(form.span, shape));
+            return;
+        };
+        let Some(name_text) = name.symbol() else {
+            self.error(syntax(name.span, shape));
+            return;
+        };
+        if !self.define_global_name(name_text, name.span) {
+            return;
+        }
+        let Some(mut ty) = self.parse_ty(ty) else { return };
+        if !ty.is_value() {
+            self.error(type_error(items[1].span, "a global cannot be `void`"));
+            return;
+        }
+        let init = match items.get(2) {
+            None => Some(Constant::Zero),
+            Some(init) => self.global_initializer(init, &mut ty),
+        };
+        let Some(init) = init else { return };
+        self.overlay.globals.insert(name_text.to_string(), GlobalEntry { ty: ty.clone() });
+        self.cell.globals.push(GlobalDef { name: name_text.to_string(), ty, init: Some(init), span: form.span });
+    }
+
+    fn global_initializer(&mut self, init: &Sexp, ty: &mut Ty) -> Option<Constant> {
+        let items = init.list().unwrap_or(&[]);
+        match (items.first().and_then(Sexp::symbol), items.len()) {
+            (Some("const"), 2) => match self.constant(&items[1], ty) {
+                Ok(constant) => Some(constant),
+                Err(diagnostic) => {
+                    self.error(diagnostic);
+                    None
+                }
+            },
+            (Some("ptr-to"), 2) => {
+                let Some(target) = items[1].symbol() else {
+                    self.error(syntax(items[1].span, "`ptr-to` takes a global's name"));
+                    return None;
+                };
+                let Some(global) = self.lookup_global(target) else {
+                    self.error(Diagnostic::error(Kind::UnknownName, format!("no global named `{target}`")).with_label(items[1].span, ""));
+                    return None;
+                };
+                let expected = Ty::ptr(global.ty.clone());
+                if !matches!(ty, Ty::Ptr(..)) || ty.pointee() != expected.pointee() {
+                    self.error(type_error(init.span, format!("`(ptr-to {target})` has type `{expected}`, but the global is `{ty}`")));
+                    return None;
+                }
+                Some(Constant::AddressOf(target.to_string()))
+            }
+            (Some("addrspace"), 2) => match parse_addrspace(init) {
+                // Address spaces are ignored on the CPU; the value is zero.
+                Ok(_) => Some(Constant::Zero),
+                Err(diagnostic) => {
+                    self.error(diagnostic);
+                    None
+                }
+            },
+            _ => {
+                self.error(syntax(init.span, "an initializer is `(const LITERAL)`, `(const (LITERAL…))`, `(ptr-to GLOBAL)` or `(addrspace N)`"));
+                None
+            }
+        }
+    }
+
+    /// A literal (or nested list of literals) converted to `ty` as a typed literal.
+    fn constant(&self, literal: &Sexp, ty: &Ty) -> Result<Constant, Diagnostic> {
+        match (ty, &literal.kind) {
+            (Ty::Arr(length, element), SexpKind::List(items)) => {
+                if items.len() as u64 != *length {
+                    return Err(type_error(literal.span, format!("`{ty}` needs {length} elements, found {}", items.len())));
+                }
+                items.iter().map(|item| self.constant(item, element)).collect::<Result<_, _>>().map(Constant::Aggregate)
+            }
+            (Ty::Struct(name), SexpKind::List(items)) => {
+                let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+                if items.len() != fields.len() {
+                    return Err(type_error(literal.span, format!("struct `{name}` has {} fields, found {} values", fields.len(), items.len())));
+                }
+                items.iter().zip(&fields).map(|(item, (_, field_ty))| self.constant(item, field_ty)).collect::<Result<_, _>>().map(Constant::Aggregate)
+            }
+            _ => typed_literal(literal, ty).map(|expr| match expr.kind {
+                ExprKind::Int(value) => Constant::Int(value),
+                ExprKind::Float(value) => Constant::Float(value),
+                ExprKind::Bool(value) => Constant::Bool(value),
+                _ => Constant::Zero,
+            }),
+        }
+    }
+
+    fn collect_top_declare(&mut self, form: &Sexp) {
+        let items = form.list().unwrap_or(&[]);
+        let (Some(name), 3) = (items.get(1).and_then(Sexp::symbol), items.len()) else {
+            self.error(syntax(form.span, "a declaration is `(declare NAME TYPE)`"));
+            return;
+        };
+        if !self.define_global_name(name, items[1].span) {
+            return;
+        }
+        let Some(ty) = self.parse_ty(&items[2]) else { return };
+        if !ty.is_value() {
+            self.error(type_error(items[2].span, "a variable cannot be `void`"));
+            return;
+        }
+        // The same type again keeps the value; another type replaces the global.
+        let keep = self.env.globals.get(name).is_some_and(|existing| existing.ty == ty);
+        self.overlay.globals.insert(name.to_string(), GlobalEntry { ty: ty.clone() });
+        self.cell.globals.push(GlobalDef { name: name.to_string(), ty, init: if keep { None } else { Some(Constant::Zero) }, span: form.span });
+    }
+
+    fn signature_of(&mut self, prototype: &Prototype<'_>) -> Option<Signature> {
+        let ret = self.parse_ty(prototype.ret);
+        let mut params = Vec::new();
+        let mut ok = ret.is_some();
+        let mut seen = BTreeSet::new();
+        for (name, span, ty_form) in &prototype.params {
+            if !seen.insert(name.clone()) {
+                self.error(Diagnostic::error(Kind::DuplicateName, format!("parameter `{name}` appears twice")).with_label(*span, ""));
+                ok = false;
+            }
+            match self.parse_ty(ty_form) {
+                Some(Ty::Void) => {
+                    self.error(type_error(ty_form.span, "a parameter cannot be `void`"));
+                    ok = false;
+                }
+                Some(ty) => params.push(ty),
+                None => ok = false,
+            }
+        }
+        ok.then(|| Signature { params, ret: ret.unwrap_or(Ty::Void), variadic: prototype.variadic })
+    }
+
+    fn collect_function(&mut self, form: &Sexp, declared: &mut HashMap<String, (Signature, Span)>) {
+        let items = form.list().unwrap_or(&[]);
+        let Some(head) = items.first().and_then(Sexp::symbol) else { return };
+        let Some((inline, _brilisp)) = define_attributes(head) else { return };
+        let Some(proto_form) = items.get(1) else {
+            self.error(syntax(form.span, "a definition is `(define ((NAME TYPE) (PARAM TYPE)…) BODY…)`"));
+            return;
+        };
+        let prototype = match parse_prototype(proto_form) {
+            Ok(prototype) => prototype,
+            Err(diagnostic) => {
+                self.error(diagnostic);
+                return;
+            }
+        };
+        let Some(signature) = self.signature_of(&prototype) else { return };
+        let name = prototype.name.clone();
+        let has_body = items.len() > 2;
+        let param_names = prototype.params.iter().map(|(name, _, _)| name.clone()).collect();
+        if name.starts_with("llvm.") {
+            if has_body {
+                self.error(syntax(prototype.name_span, "`llvm.` names are LLVM intrinsics and cannot be defined"));
+                return;
+            }
+            let link = intrinsic_name(&name);
+            self.overlay.functions.insert(name.clone(), FunctionEntry { signature: signature.clone(), param_names, kind: FunctionKind::External(link), invalidated: None });
+            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span });
+            return;
+        }
+        if !has_body {
+            if signature.params.iter().chain([&signature.ret]).any(|ty| matches!(ty, Ty::Struct(_) | Ty::Arr(..))) {
+                self.error(type_error(proto_form.span, "external functions cannot take or return structs or arrays by value").with_note("pass a pointer instead"));
+                return;
+            }
+            // A forward declaration of a function defined in this cell or the session must agree.
+            if let Some((existing, _)) = declared.get(&name) {
+                if *existing != signature {
+                    self.error(type_error(proto_form.span, format!("this declaration of `{name}` does not match its definition: `{signature}` vs `{existing}`")));
+                }
+                return;
+            }
+            if let Some(FunctionEntry { signature: existing, kind: FunctionKind::Defined(_), .. }) = self.env.functions.get(&name) {
+                if *existing != signature {
+                    self.error(type_error(proto_form.span, format!("this declaration of `{name}` does not match the session's definition `{name} : {existing}`")).with_note("redefine the function to change its type"));
+                }
+                return;
+            }
+            if signature.variadic && signature.params.is_empty() {
+                self.error(type_error(proto_form.span, "a variadic declaration needs at least one fixed parameter"));
+                return;
+            }
+            let kind = match (self.resolve)(&name) {
+                Some(link) => FunctionKind::External(link),
+                None => FunctionKind::Unresolved,
+            };
+            self.overlay.functions.insert(name.clone(), FunctionEntry { signature: signature.clone(), param_names, kind, invalidated: None });
+            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span });
+            return;
+        }
+        if signature.variadic {
+            self.error(syntax(proto_form.span, "only declarations (without a body) can be variadic"));
+            return;
+        }
+        if let Some(previous) = self.overlay.defined_here.get(&name) {
+            let previous = *previous;
+            self.error(Diagnostic::error(Kind::DuplicateName, format!("`{name}` is defined twice in this cell"))
+                .with_label(prototype.name_span, "")
+                .with_secondary(previous, "first defined here"));
+            return;
+        }
+        // A forward declaration earlier in the cell must match.
+        if let Some(existing) = self.overlay.functions.get(&name) {
+            if existing.signature != signature {
+                self.error(type_error(proto_form.span, format!("this definition of `{name}` does not match its declaration: `{signature}` vs `{}`", existing.signature)));
+                return;
+            }
+        }
+        self.overlay.defined_here.insert(name.clone(), prototype.name_span);
+        declared.insert(name.clone(), (signature.clone(), proto_form.span));
+        // The body is filled in by the second pass; `Unresolved` stands in until then.
+        let placeholder = Rc::new(FunctionDef {
+            name: name.clone(),
+            signature: signature.clone(),
+            locals: Vec::new(),
+            body: Vec::new(),
+            inline,
+            span: form.span,
+            source: form.clone(),
+            uses: BTreeSet::new(),
+        });
+        self.overlay.functions.insert(name, FunctionEntry { signature, param_names, kind: FunctionKind::Defined(placeholder), invalidated: None });
+    }
+
+    /// Second pass: function bodies and top-level code.
+    fn check_bodies(&mut self, forms: &[&Sexp], top_level_name: &str) {
+        for form in forms {
+            match form.head() {
+                Some("define-struct" | "define-global" | "declare") => {}
+                Some(head) if define_attributes(head).is_some() => {
+                    let items = form.list().unwrap_or(&[]);
+                    if items.len() > 2 {
+                        if let Some(function) = self.check_function(form) {
+                            self.cell.functions.push(function);
+                        }
+                    }
+                }
+                Some("define-kernel" | "define-shared") => {
+                    self.error(Diagnostic::error(Kind::Gpu, format!("`{}` needs Quasi's GPU support, which this build does not have yet", form.head().unwrap_or_default())).with_label(form.span, ""));
+                }
+                Some(_) | None => {
+                    let index = self.cell.top.len();
+                    if let Some(item) = self.check_top_item(form, &format!("{top_level_name}.{index}")) {
+                        self.cell.top.push(item);
+                    }
+                }
+            }
+        }
+        // Inline functions called by others in this cell need their finished bodies.
+        let finished: HashMap<String, Rc<FunctionDef>> = self.cell.functions.iter().filter(|function| function.inline).map(|function| (function.name.clone(), Rc::new(function.clone()))).collect();
+        if !finished.is_empty() {
+            for function in &mut self.cell.functions {
+                patch_inline_callees(&mut function.body, &finished);
+            }
+            for item in &mut self.cell.top {
+                patch_inline_callees(&mut item.function.body, &finished);
+            }
+        }
+    }
+
+    fn check_function(&mut self, form: &Sexp) -> Option<FunctionDef> {
+        let items = form.list()?;
+        let prototype = parse_prototype(items.get(1)?).ok()?;
+        let entry = self.overlay.functions.get(&prototype.name)?.clone();
+        let FunctionKind::Defined(placeholder) = &entry.kind else { return None };
+        let inline = placeholder.inline;
+        let (_, brilisp) = define_attributes(items[0].symbol()?)?;
+        let mut body_checker = BodyChecker::new(self, prototype.name.clone(), entry.signature.ret.clone(), false);
+        for ((name, span, _), ty) in prototype.params.iter().zip(&entry.signature.params) {
+            body_checker.declare_local(name, ty.clone(), *span);
+        }
+        let body = if brilisp {
+            crate::brilisp::check_body(&mut body_checker, &items[2..])
+        } else {
+            body_checker.check_block_items(&items[2..])
+        };
+        let falls_through = !always_returns(&body);
+        let BodyChecker { locals, uses, mut warnings, ret, .. } = body_checker;
+        if falls_through && ret != Ty::Void && !brilisp {
+            warnings.push(Diagnostic::warning(Kind::Type, format!("`{}` can reach its end without `(ret …)`; it then returns 0", prototype.name)).with_label(prototype.name_span, ""));
+        }
+        self.cell.warnings.extend(warnings);
+        Some(FunctionDef { name: prototype.name, signature: entry.signature, locals, body, inline, span: form.span, source: form.clone(), uses })
+    }
+
+    fn check_top_item(&mut self, form: &Sexp, entry_name: &str) -> Option<TopItem> {
+        if let Some(head @ ("ret" | "break" | "continue")) = form.head() {
+            self.error(syntax(form.span, format!("`{head}` is only allowed inside a function{}", if head == "ret" { "" } else { "'s loop" })));
+            return None;
+        }
+        let mut body_checker = BodyChecker::new(self, entry_name.to_string(), Ty::Void, true);
+        let errors_before = body_checker.cell.errors.len();
+        let (body, value) = if is_statement_form(form) {
+            (vec![body_checker.check_stmt(form)?], None)
+        } else {
+            let expr = body_checker.check_expr(form)?;
+            let value = expr.ty.is_value().then(|| expr.ty.clone());
+            (vec![Stmt::Expr(expr)], value)
+        };
+        let BodyChecker { locals, uses, warnings, .. } = body_checker;
+        self.cell.warnings.extend(warnings);
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        let function = FunctionDef {
+            name: entry_name.to_string(),
+            signature: Signature { params: Vec::new(), ret: Ty::Void, variadic: false },
+            locals,
+            body,
+            inline: false,
+            span: form.span,
+            source: form.clone(),
+            uses,
+        };
+        Some(TopItem { function, value })
+    }
+
+    /// Re-checks session functions that use a name whose type changed in this cell (or an
+    /// inline function that was redefined); the ones that fail are invalidated.
+    fn recheck_dependents(&mut self) {
+        if !self.errors.is_empty() {
+            return;
+        }
+        let mut changed: BTreeSet<String> = BTreeSet::new();
+        for function in &self.cell.functions {
+            match self.env.functions.get(&function.name) {
+                Some(old) if old.signature != function.signature => {
+                    changed.insert(format!("fn:{}", function.name));
+                }
+                Some(FunctionEntry { kind: FunctionKind::Defined(old), .. }) if old.inline || function.inline => {
+                    changed.insert(format!("fn:{}", function.name));
+                }
+                _ => {}
+            }
+        }
+        for global in &self.cell.globals {
+            if self.env.globals.get(&global.name).is_some_and(|old| old.ty != global.ty) {
+                changed.insert(format!("global:{}", global.name));
+            }
+        }
+        for structure in &self.cell.structs {
+            if self.env.structs.get(&structure.name).is_some_and(|old| old.fields != structure.fields) {
+                changed.insert(format!("struct:{}", structure.name));
+            }
+        }
+        if changed.is_empty() {
+            return;
+        }
+        let mut dependents: Vec<(String, Rc<FunctionDef>)> = self
+            .env
+            .functions
+            .iter()
+            .filter(|(name, _)| !self.overlay.defined_here.contains_key(*name))
+            .filter_map(|(name, entry)| match &entry.kind {
+                FunctionKind::Defined(def) if entry.invalidated.is_none() && def.uses.iter().any(|used| changed.contains(used)) => Some((name.clone(), def.clone())),
+                _ => None,
+            })
+            .collect();
+        dependents.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, def) in dependents {
+            let errors_before = self.errors.len();
+            let rechecked = self.check_function(&def.source);
+            let new_errors: Vec<Diagnostic> = self.errors.drain(errors_before..).collect();
+            match rechecked {
+                Some(function) if new_errors.is_empty() => self.cell.recompiled.push(function),
+                _ => {
+                    let cause = changed.iter().find(|used| def.uses.contains(*used)).map(|used| used.split_once(':').map_or(used.as_str(), |(_, name)| name)).unwrap_or("a definition").to_string();
+                    let mut warning = Diagnostic::warning(Kind::Type, format!("`{name}` no longer type-checks after the redefinition of `{cause}` and is invalidated")).with_note(format!("redefine `{name}` to use it again"));
+                    for error in new_errors.iter().take(3) {
+                        if let Some(label) = error.labels.first() {
+                            warning = warning.with_secondary(label.span, error.message.clone());
+                        }
+                    }
+                    self.cell.warnings.push(warning);
+                    self.cell.invalidated.push(Invalidation { name, message: cause });
+                }
+            }
+        }
+    }
+}
+
+fn patch_inline_callees(body: &mut [Stmt], finished: &HashMap<String, Rc<FunctionDef>>) {
+    fn patch_expr(expr: &mut Expr, finished: &HashMap<String, Rc<FunctionDef>>) {
+        if let ExprKind::Call { callee: callee @ Callee::Inline(_), name, args, .. } = &mut expr.kind {
+            if let Some(def) = finished.get(name) {
+                *callee = Callee::Inline(def.clone());
+            }
+            for arg in args {
+                patch_expr(arg, finished);
+            }
+            return;
+        }
+        for child in expr_children_mut(expr) {
+            patch_expr(child, finished);
+        }
+    }
+    for stmt in body {
+        match stmt {
+            Stmt::Expr(expr) => patch_expr(expr, finished),
+            Stmt::Ret(Some(expr)) => patch_expr(expr, finished),
+            Stmt::If(cond, then, otherwise) => {
+                patch_expr(cond, finished);
+                patch_inline_callees(std::slice::from_mut(then.as_mut()), finished);
+                if let Some(otherwise) = otherwise {
+                    patch_inline_callees(std::slice::from_mut(otherwise.as_mut()), finished);
+                }
+            }
+            Stmt::While(cond, body) => {
+                patch_expr(cond, finished);
+                patch_inline_callees(body, finished);
+            }
+            Stmt::For(init, cond, step, body) => {
+                for expr in [init.as_mut(), Some(cond), step.as_mut()].into_iter().flatten() {
+                    patch_expr(expr, finished);
+                }
+                patch_inline_callees(body, finished);
+            }
+            Stmt::Block(body) => patch_inline_callees(body, finished),
+            Stmt::Declare(_) | Stmt::Ret(None) | Stmt::Break | Stmt::Continue => {}
+        }
+    }
+}
+
+fn expr_children_mut(expr: &mut Expr) -> Vec<&mut Expr> {
+    match &mut expr.kind {
+        ExprKind::Set(_, a) | ExprKind::Not(a) | ExprKind::FNeg(a) | ExprKind::Load(a) | ExprKind::FieldPtr(a, _) | ExprKind::Alloc(_, a) | ExprKind::SessionAlloc(_, a) | ExprKind::Extract(a, _) | ExprKind::Cast(_, a) => vec![a.as_mut()],
+        ExprKind::Binary(_, a, b) | ExprKind::Store(a, b) | ExprKind::PtrAdd(a, b) | ExprKind::ElemPtr(a, b) | ExprKind::Insert(a, b, _) => vec![a.as_mut(), b.as_mut()],
+        ExprKind::Select(a, b, c) => vec![a.as_mut(), b.as_mut(), c.as_mut()],
+        ExprKind::Call { args, .. } | ExprKind::Asm { args, .. } => args.iter_mut().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether every path through the statements ends in `ret`.
+fn always_returns(body: &[Stmt]) -> bool {
+    body.iter().any(|stmt| match stmt {
+        Stmt::Ret(_) => true,
+        Stmt::Block(inner) => always_returns(inner),
+        Stmt::If(_, then, Some(otherwise)) => always_returns(std::slice::from_ref(then)) && always_returns(std::slice::from_ref(otherwise)),
+        // `(while #t …)` without `break` never falls through.
+        Stmt::While(Expr { kind: ExprKind::Bool(true), .. }, body) => !contains_break(body),
+        _ => false,
+    })
+}
+
+fn contains_break(body: &[Stmt]) -> bool {
+    body.iter().any(|stmt| match stmt {
+        Stmt::Break => true,
+        Stmt::Block(inner) => contains_break(inner),
+        Stmt::If(_, then, otherwise) => contains_break(std::slice::from_ref(then)) || otherwise.as_ref().is_some_and(|otherwise| contains_break(std::slice::from_ref(otherwise))),
+        _ => false,
+    })
+}
+
+/// The LLVM name of an intrinsic: typed-pointer manglings become opaque (`p0i8` → `p0`).
+fn intrinsic_name(name: &str) -> String {
+    name.split('.')
+        .map(|part| {
+            let bytes = part.as_bytes();
+            if bytes.len() > 2 && bytes[0] == b'p' && bytes[1].is_ascii_digit() {
+                let digits = part[1..].chars().take_while(char::is_ascii_digit).count();
+                format!("p{}", &part[1..1 + digits])
+            } else {
+                part.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Statement forms (as opposed to expressions) at the top of a cell or in a body.
+fn is_statement_form(form: &Sexp) -> bool {
+    match form.list() {
+        Some([]) => true,
+        Some([first, ..]) if first.list().is_some() => true,
+        _ => matches!(form.head(), Some("declare" | "declare-global" | "if" | "while" | "for" | "ret" | "break" | "continue")),
+    }
+}
+
+/// A literal checked against a wanted type: the typed-literal rule `(T LIT)`.
+fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic> {
+    let span = literal.span;
+    let make = |kind| Ok(Expr { kind, ty: ty.clone(), span });
+    match (&literal.kind, ty) {
+        (SexpKind::Int(value), Ty::Int(bits)) => {
+            let (min, max) = (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1);
+            if *value < min || *value > max {
+                return Err(type_error(span, format!("{value} does not fit in `{ty}` ({min} to {max})")));
+            }
+            make(ExprKind::Int(*value as i64))
+        }
+        (SexpKind::Int(value), Ty::Bool) if *value == 0 || *value == 1 => make(ExprKind::Bool(*value == 1)),
+        (SexpKind::Bool(value), Ty::Bool) => make(ExprKind::Bool(*value)),
+        (SexpKind::Int(value), Ty::Float) => make(ExprKind::Float(*value as f32 as f64)),
+        (SexpKind::Int(value), Ty::Double) => make(ExprKind::Float(*value as f64)),
+        (SexpKind::Float(value), Ty::Float) => {
+            if value.is_finite() && (*value as f32).is_infinite() {
+                return Err(type_error(span, format!("{value} is out of range for `float`")));
+            }
+            make(ExprKind::Float(*value as f32 as f64))
+        }
+        (SexpKind::Float(value), Ty::Double) => make(ExprKind::Float(*value)),
+        (SexpKind::Float(_), Ty::Int(_)) => Err(type_error(span, format!("a float literal cannot be `{ty}`")).with_note("convert with (fptosi e TYPE)")),
+        _ => Err(type_error(span, format!("`{literal}` is not a literal of type `{ty}`"))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Function bodies.
+
+pub(crate) struct BodyChecker<'c, 'a> {
+    cell: &'c mut CellChecker<'a>,
+    pub name: String,
+    pub ret: Ty,
+    pub top_level: bool,
+    pub locals: Vec<Local>,
+    scopes: Vec<HashMap<String, usize>>,
+    loop_depth: usize,
+    pub uses: BTreeSet<String>,
+    pub warnings: Vec<Diagnostic>,
+    reported_unknown: BTreeSet<String>,
+}
+
+impl<'c, 'a> BodyChecker<'c, 'a> {
+    fn new(cell: &'c mut CellChecker<'a>, name: String, ret: Ty, top_level: bool) -> Self {
+        BodyChecker { cell, name, ret, top_level, locals: Vec::new(), scopes: vec![HashMap::new()], loop_depth: 0, uses: BTreeSet::new(), warnings: Vec::new(), reported_unknown: BTreeSet::new() }
+    }
+
+    pub fn error(&mut self, diagnostic: Diagnostic) {
+        self.cell.error(diagnostic);
+    }
+
+    pub fn declare_local(&mut self, name: &str, ty: Ty, span: Span) -> Option<usize> {
+        let scope = self.scopes.last_mut().expect("a body always has its outermost scope");
+        if scope.contains_key(name) {
+            self.cell.error(Diagnostic::error(Kind::DuplicateName, format!("`{name}` is already declared in this scope")).with_label(span, "").with_note("an inner block may shadow it: wrap the code in a compound statement ((…))"));
+            return None;
+        }
+        let index = self.locals.len();
+        self.locals.push(Local { name: name.to_string(), ty });
+        scope.insert(name.to_string(), index);
+        Some(index)
+    }
+
+    /// Finds a variable: locals from the innermost scope outwards, then globals.
+    pub fn lookup_variable(&mut self, name: &str) -> Option<(Place, Ty)> {
+        for scope in self.scopes.iter().rev() {
+            if let Some(&index) = scope.get(name) {
+                return Some((Place::Local(index), self.locals[index].ty.clone()));
+            }
+        }
+        let global = self.cell.lookup_global(name)?.ty.clone();
+        self.uses.insert(format!("global:{name}"));
+        Some((Place::Global(name.to_string()), global))
+    }
+
+    fn variable(&mut self, name: &str, span: Span) -> Option<(Place, Ty)> {
+        let found = self.lookup_variable(name);
+        // One report per unknown name and body is enough.
+        if found.is_none() && self.reported_unknown.insert(name.to_string()) {
+            let mut error = Diagnostic::error(Kind::UnknownName, format!("no variable named `{name}`")).with_label(span, "");
+            if self.cell.lookup_function(name).is_some() {
+                error = error.with_note(format!("`{name}` is a function: call it with (call {name} …)"));
+            }
+            self.error(error);
+        }
+        found
+    }
+
+    fn with_scope<T>(&mut self, body: impl FnOnce(&mut Self) -> T) -> T {
+        self.scopes.push(HashMap::new());
+        let result = body(self);
+        self.scopes.pop();
+        result
+    }
+
+    fn ty(&mut self, form: &Sexp) -> Option<Ty> {
+        let ty = self.cell.parse_ty(form)?;
+        if let Ty::Struct(name) = &ty {
+            self.uses.insert(format!("struct:{name}"));
+        }
+        Some(ty)
+    }
+
+    /// The statements of a block (function body, loop body), sharing the current scope.
+    pub fn check_block_items(&mut self, items: &[Sexp]) -> Vec<Stmt> {
+        items.iter().filter_map(|item| self.check_stmt(item)).collect()
+    }
+
+    pub fn check_stmt(&mut self, form: &Sexp) -> Option<Stmt> {
+        match form.list() {
+            Some([]) => return Some(Stmt::Block(Vec::new())),
+            Some(items @ [first, ..]) if first.list().is_some() => {
+                return Some(Stmt::Block(self.with_scope(|this| this.check_block_items(items))));
+            }
+            _ => {}
+        }
+        let items = form.list().unwrap_or(&[]);
+        match form.head() {
+            Some("declare") => self.check_declare(form, items, false),
+            Some("declare-global") => self.check_declare(form, items, true),
+            Some("if") => self.check_if(form, items),
+            Some("while") => {
+                let Some(cond_form) = items.get(1) else {
+                    self.error(syntax(form.span, "a loop is `(while COND STATEMENT…)`"));
+                    return None;
+                };
+                let cond = self.check_condition(cond_form);
+                self.loop_depth += 1;
+                let body = self.with_scope(|this| this.check_block_items(&items[2..]));
+                self.loop_depth -= 1;
+                Some(Stmt::While(cond?, body))
+            }
+            Some("for") => self.check_for(form, items),
+            Some("ret") => self.check_ret(form, items),
+            Some(word @ ("break" | "continue")) => {
+                if items.len() != 1 {
+                    self.error(arity(form.span, format!("`{word}` takes no operands")));
+                    return None;
+                }
+                if self.loop_depth == 0 {
+                    self.error(syntax(form.span, format!("`{word}` is only allowed inside a loop")));
+                    return None;
+                }
+                Some(if word == "break" { Stmt::Break } else { Stmt::Continue })
+            }
+            _ => self.check_expr(form).map(Stmt::Expr),
+        }
+    }
+
+    fn check_declare(&mut self, form: &Sexp, items: &[Sexp], global_pointer: bool) -> Option<Stmt> {
+        let (Some(name), 3) = (items.get(1).and_then(Sexp::symbol), items.len()) else {
+            self.error(syntax(form.span, "a declaration is `(declare NAME TYPE)`"));
+            return None;
+        };
+        let mut ty = self.ty(&items[2])?;
+        if global_pointer {
+            // cuda-lisp's `declare-global`: a local holding a pointer into global memory.
+            match ty {
+                Ty::Ptr(pointee, _) => ty = Ty::Ptr(pointee, 1),
+                _ => {
+                    self.error(type_error(items[2].span, "`declare-global` declares a pointer"));
+                    return None;
+                }
+            }
+        }
+        if !ty.is_value() {
+            self.error(type_error(items[2].span, "a variable cannot be `void`"));
+            return None;
+        }
+        self.declare_local(name, ty, items[1].span).map(Stmt::Declare)
+    }
+
+    fn check_condition(&mut self, form: &Sexp) -> Option<Expr> {
+        let cond = self.check_expr(form)?;
+        if cond.ty != Ty::Bool {
+            self.error(type_error(form.span, format!("a condition must be `bool`, found `{}`", cond.ty)).with_note("compare explicitly, e.g. (ne x 0); write #t for an endless loop"));
+            return None;
+        }
+        Some(cond)
+    }
+
+    fn check_if(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Stmt> {
+        if !(3..=4).contains(&items.len()) {
+            self.error(arity(form.span, "`if` is `(if COND THEN [ELSE])`, one statement per branch").with_note("several statements need a compound: (if c ((call f) (call g)))"));
+            return None;
+        }
+        let cond = self.check_condition(&items[1]);
+        let then = self.with_scope(|this| this.check_stmt(&items[2]));
+        let otherwise = items.get(3).map(|form| self.with_scope(|this| this.check_stmt(form)));
+        let otherwise = match otherwise {
+            Some(None) => return None,
+            Some(Some(stmt)) => Some(Box::new(stmt)),
+            None => None,
+        };
+        Some(Stmt::If(cond?, Box::new(then?), otherwise))
+    }
+
+    fn check_for(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Stmt> {
+        let header = items.get(1).and_then(Sexp::list);
+        let Some([init, cond, step]) = header else {
+            self.error(syntax(items.get(1).map_or(form.span, |header| header.span), "a `for` header is `(INIT COND STEP)`: exactly three expressions").with_note("for example (for ((set i 0) (lt i n) (set i (add i 1))) …)"));
+            return None;
+        };
+        let optional = |this: &mut Self, form: &Sexp| -> Option<Option<Expr>> {
+            if matches!(form.list(), Some([])) { Some(None) } else { this.check_expr(form).map(Some) }
+        };
+        let init = optional(self, init);
+        let cond = self.check_condition(cond);
+        let step = optional(self, step);
+        self.loop_depth += 1;
+        let body = self.with_scope(|this| this.check_block_items(&items[2..]));
+        self.loop_depth -= 1;
+        Some(Stmt::For(init?, cond?, step?, body))
+    }
+
+    fn check_ret(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Stmt> {
+        if self.top_level {
+            self.error(syntax(form.span, "`ret` is only allowed inside a function"));
+            return None;
+        }
+        match items {
+            [_] => {
+                if self.ret != Ty::Void {
+                    let name = self.name.clone();
+                    let ret = self.ret.clone();
+                    self.warnings.push(Diagnostic::warning(Kind::Type, format!("`(ret)` in `{name}`, which returns `{ret}`: it returns 0")).with_label(form.span, ""));
+                    return Some(Stmt::Ret(Some(Expr { kind: ExprKind::Zero, ty: ret, span: form.span })));
+                }
+                Some(Stmt::Ret(None))
+            }
+            [_, value] => {
+                let value = self.check_expr(value)?;
+                if self.ret == Ty::Void {
+                    self.error(type_error(form.span, format!("`{}` returns `void`, so `ret` takes no value", self.name)));
+                    return None;
+                }
+                if value.ty != self.ret {
+                    self.error(type_error(value.span, format!("`{}` returns `{}`, found `{}`", self.name, self.ret, value.ty)).with_note(CAST_NOTE));
+                    return None;
+                }
+                Some(Stmt::Ret(Some(value)))
+            }
+            _ => {
+                self.error(arity(form.span, "`ret` takes at most one value"));
+                None
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Expressions.
+
+    pub fn check_expr(&mut self, form: &Sexp) -> Option<Expr> {
+        let span = form.span;
+        match &form.kind {
+            SexpKind::Int(value) => {
+                let ty = if i32::try_from(*value).is_ok() { INT } else { INT64 };
+                match typed_literal(form, &ty) {
+                    Ok(expr) => Some(expr),
+                    Err(_) => {
+                        self.error(type_error(span, format!("integer literal {value} does not fit in `int64`")));
+                        None
+                    }
+                }
+            }
+            SexpKind::Float(_) => typed_literal(form, &Ty::Float).map_err(|error| self.error(error)).ok(),
+            SexpKind::Bool(value) => Some(Expr { kind: ExprKind::Bool(*value), ty: Ty::Bool, span }),
+            SexpKind::Str(bytes) => Some(Expr { kind: ExprKind::Str(bytes.clone()), ty: Ty::ptr(Ty::Int(8)), span }),
+            SexpKind::Symbol(name) => {
+                let (place, ty) = self.variable(name, span)?;
+                Some(Expr { kind: ExprKind::Read(place), ty, span })
+            }
+            SexpKind::Keyword(name) => {
+                self.error(syntax(span, format!("the keyword `#:{name}` is only allowed in Rhai call arguments")));
+                None
+            }
+            SexpKind::Quasiquote(_) => {
+                self.error(syntax(span, "a backquote left in C-Lisp code").with_note("C-Lisp code is already quasiquoted; backquotes pass templates to Rhai"));
+                None
+            }
+            SexpKind::Unquote(_) | SexpKind::UnquoteSplicing(_) => {
+                self.error(Diagnostic::error(Kind::Macro, "unquotes need the Rhai staging support, which this build does not have yet").with_label(span, ""));
+                None
+            }
+            SexpKind::List(items) => self.check_list(form, items),
+        }
+    }
+
+    fn check_list(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Expr> {
+        let span = form.span;
+        let Some(head) = items.first() else {
+            self.error(syntax(span, "`()` is a statement and has no value"));
+            return None;
+        };
+        let Some(name) = head.symbol() else {
+            if head.list().is_some() {
+                self.error(syntax(span, "a compound statement has no value"));
+            } else {
+                self.error(syntax(head.span, format!("`{head}` cannot start a form")));
+            }
+            return None;
+        };
+        let operands = &items[1..];
+        if let Some(op) = binary_op(name) {
+            return self.check_binary(form, name, op, operands);
+        }
+        if let Some(ty) = scalar_type_name(name) {
+            return self.check_typed_literal(form, name, ty, operands);
+        }
+        if let Some(op) = cast_op(name) {
+            return self.check_cast(form, name, op, operands);
+        }
+        match name {
+            "set" => self.check_set(form, operands),
+            "not" | "fneg" => self.check_unary(form, name, operands),
+            "select" => self.check_select(form, operands),
+            "load" => self.check_load(form, operands),
+            "store" => self.check_store(form, operands),
+            "ptradd" => self.check_ptradd(form, operands),
+            "sptradd" => self.check_sptradd(form, operands),
+            "aptradd" => self.check_aptradd(form, operands),
+            "ptr-to" => self.check_ptr_to(form, operands),
+            "alloc" => self.check_alloc(form, operands),
+            "extractvalue" => self.check_extract(form, operands),
+            "insertvalue" => self.check_insert(form, operands),
+            "call" => self.check_call(form, operands),
+            "asm" => self.check_asm(form, operands),
+            "declare" | "declare-global" | "if" | "while" | "for" | "ret" | "break" | "continue" => {
+                self.error(syntax(span, format!("`{name}` is a statement and has no value")));
+                None
+            }
+            "tid.x" | "tid.y" | "tid.z" | "bid.x" | "bid.y" | "bid.z" | "bdim.x" | "bdim.y" | "bdim.z" | "gdim.x" | "gdim.y" | "gdim.z" | "__syncthreads" | "syncthreads" => {
+                self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is only available in device code (kernels)")).with_label(span, ""));
+                None
+            }
+            "gpu-alloc" | "gpu-free" | "gpu-len" | "gpu-copy" | "launch" => {
+                self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` needs Quasi's GPU support, which this build does not have yet")).with_label(span, ""));
+                None
+            }
+            _ if define_attributes(name).is_some() || matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared" | "c-lisp" | "cuda-lisp") => {
+                self.error(syntax(span, format!("`{name}` is only allowed at the top level of a cell")));
+                None
+            }
+            _ => {
+                let mut error = Diagnostic::error(Kind::UnknownName, format!("`{name}` is not a form, an opcode or a type")).with_label(head.span, "");
+                if self.cell.lookup_function(name).is_some() {
+                    error = error.with_note(format!("calls are written (call {name} …)"));
+                } else {
+                    error = error.with_note("calls are written (call NAME ARG…)");
+                }
+                self.error(error);
+                None
+            }
+        }
+    }
+
+    fn operands(&mut self, form: &Sexp, name: &str, operands: &[Sexp], count: usize) -> Option<Vec<Expr>> {
+        if operands.len() != count {
+            let noun = if count == 1 { "operand" } else { "operands" };
+            self.error(arity(form.span, format!("`{name}` takes {count} {noun}, found {}", operands.len())));
+            // Still check the operands to report their errors too.
+            for operand in operands {
+                self.check_expr(operand);
+            }
+            return None;
+        }
+        let checked: Vec<Option<Expr>> = operands.iter().map(|operand| self.check_expr(operand)).collect();
+        checked.into_iter().collect()
+    }
+
+    fn check_binary(&mut self, form: &Sexp, name: &str, op: BinOp, operands: &[Sexp]) -> Option<Expr> {
+        let mut values = self.operands(form, name, operands, 2)?;
+        let right = values.pop()?;
+        let left = values.pop()?;
+        let (lt, rt) = (&left.ty, &right.ty);
+        let same = lt == rt;
+        let result = match op {
+            BinOp::And | BinOp::Or if same && (lt.is_int() || *lt == Ty::Bool) => Some(lt.clone()),
+            BinOp::And | BinOp::Or => None,
+            BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv if same && lt.is_float() => Some(lt.clone()),
+            BinOp::FCmp(_) if same && lt.is_float() => Some(Ty::Bool),
+            BinOp::ICmp(IntCmp::Eq | IntCmp::Ne) if same && (lt.is_int() || *lt == Ty::Bool || lt.is_ptr()) => Some(Ty::Bool),
+            BinOp::ICmp(_) if same && (lt.is_int() || lt.is_ptr()) => Some(Ty::Bool),
+            BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_) | BinOp::ICmp(_) => None,
+            _ if same && lt.is_int() => Some(lt.clone()),
+            _ => None,
+        };
+        let Some(ty) = result else {
+            let wanted = match op {
+                BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_) => "one float type",
+                BinOp::And | BinOp::Or => "one integer type, or be `bool`",
+                BinOp::ICmp(IntCmp::Eq | IntCmp::Ne) => "one integer, bool or pointer type",
+                BinOp::ICmp(_) => "one integer or pointer type",
+                _ => "one integer type",
+            };
+            let mut error = type_error(form.span, format!("operands of `{name}` must have {wanted}, found `{lt}` and `{rt}`"));
+            if lt.is_float() && rt.is_float() && !matches!(op, BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_)) {
+                let float_name = match name { "add" | "sub" | "mul" | "div" => format!("f{name}"), "eq" | "ne" | "lt" | "gt" | "le" | "ge" => format!("f{name}"), _ => String::new() };
+                if !float_name.is_empty() && same {
+                    error = error.with_note(format!("for floats use `{float_name}`"));
+                }
+            } else if lt.is_int() && rt.is_int() && matches!(op, BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_)) && same {
+                error = error.with_note(format!("for integers use `{}`", &name[1..]));
+            } else if same {
+            } else {
+                error = error.with_note(CAST_NOTE);
+            }
+            self.error(error);
+            return None;
+        };
+        Some(Expr { kind: ExprKind::Binary(op, Box::new(left), Box::new(right)), ty, span: form.span })
+    }
+
+    fn check_unary(&mut self, form: &Sexp, name: &str, operands: &[Sexp]) -> Option<Expr> {
+        let value = self.operands(form, name, operands, 1)?.pop()?;
+        let ty = value.ty.clone();
+        let (ok, kind) = if name == "not" {
+            (ty == Ty::Bool || ty.is_int(), ExprKind::Not(Box::new(value)))
+        } else {
+            (ty.is_float(), ExprKind::FNeg(Box::new(value)))
+        };
+        if !ok {
+            let wanted = if name == "not" { "`bool` or an integer type" } else { "a float type" };
+            self.error(type_error(form.span, format!("the operand of `{name}` must be {wanted}, found `{ty}`")));
+            return None;
+        }
+        Some(Expr { kind, ty, span: form.span })
+    }
+
+    fn check_typed_literal(&mut self, form: &Sexp, name: &str, ty: Ty, operands: &[Sexp]) -> Option<Expr> {
+        let [literal] = operands else {
+            self.error(arity(form.span, format!("a typed literal is `({name} LITERAL)`")));
+            return None;
+        };
+        if !matches!(literal.kind, SexpKind::Int(_) | SexpKind::Float(_) | SexpKind::Bool(_)) {
+            self.error(type_error(literal.span, format!("`({name} …)` takes a literal, not an expression")).with_note("convert expressions with casts such as (sext e int64) or (sitofp e double)"));
+            return None;
+        }
+        match typed_literal(literal, &ty) {
+            Ok(mut expr) => {
+                expr.span = form.span;
+                Some(expr)
+            }
+            Err(error) => {
+                self.error(error);
+                None
+            }
+        }
+    }
+
+    fn check_cast(&mut self, form: &Sexp, name: &str, op: CastOp, operands: &[Sexp]) -> Option<Expr> {
+        let [value_form, type_form] = operands else {
+            self.error(arity(form.span, format!("a cast is `({name} EXPR TYPE)`")));
+            return None;
+        };
+        let value = self.check_expr(value_form);
+        let target = self.ty(type_form)?;
+        let value = value?;
+        let from = &value.ty;
+        let ok = match op {
+            CastOp::Sext | CastOp::Zext => from.is_int_or_bool() && target.is_int() && target.bits() >= from.bits(),
+            CastOp::Trunc => from.is_int_or_bool() && target.is_int_or_bool() && target.bits() <= from.bits(),
+            CastOp::FpExt => (*from == Ty::Float || *from == Ty::Double) && target == Ty::Double,
+            CastOp::FpTrunc => (*from == Ty::Double || *from == Ty::Float) && target == Ty::Float,
+            CastOp::SiToFp | CastOp::UiToFp => from.is_int_or_bool() && target.is_float(),
+            CastOp::FpToSi | CastOp::FpToUi => from.is_float() && target.is_int(),
+            CastOp::PtrToInt => from.is_ptr() && target.is_int(),
+            CastOp::IntToPtr => from.is_int() && target.is_ptr(),
+            CastOp::Bitcast => match (from, &target) {
+                (Ty::Ptr(_, a), Ty::Ptr(_, b)) => a == b,
+                (from, to) => from.is_scalar() && to.is_scalar() && !from.is_ptr() && !to.is_ptr() && from.bits() == to.bits() && *from != Ty::Bool,
+            },
+            CastOp::AddrSpaceCast => matches!((from, &target), (Ty::Ptr(_, a), Ty::Ptr(_, b)) if a != b),
+        };
+        if !ok {
+            self.error(type_error(form.span, format!("`{name}` cannot convert `{from}` to `{target}`")).with_note(cast_rule(op)));
+            return None;
+        }
+        Some(Expr { kind: ExprKind::Cast(op, Box::new(value)), ty: target, span: form.span })
+    }
+
+    fn check_set(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [target, value_form] = operands else {
+            self.error(arity(form.span, format!("`set` is `(set NAME EXPR)`, found {} operands", operands.len())));
+            return None;
+        };
+        let Some(name) = target.symbol() else {
+            self.error(syntax(target.span, "`set` assigns to a variable name").with_note("store through pointers with (store PTR VALUE)"));
+            self.check_expr(value_form);
+            return None;
+        };
+        let variable = self.variable(name, target.span);
+        let value = self.check_expr(value_form)?;
+        let (place, ty) = variable?;
+        let value = match (&ty, &value.ty) {
+            (a, b) if a == b => value,
+            (Ty::Ptr(wanted, a), Ty::Ptr(found, b)) if wanted == found && a != b => {
+                self.warnings.push(Diagnostic::warning(Kind::Type, format!("`{name}` is `{ty}`; the assigned pointer is cast from address space {b} to {a}")).with_label(value.span, ""));
+                let span = value.span;
+                Expr { kind: ExprKind::Cast(CastOp::AddrSpaceCast, Box::new(value)), ty: ty.clone(), span }
+            }
+            _ => {
+                self.error(type_error(value.span, format!("`{name}` is `{ty}`, but the value is `{}`", value.ty)).with_note(CAST_NOTE));
+                return None;
+            }
+        };
+        Some(Expr { kind: ExprKind::Set(place, Box::new(value)), ty, span: form.span })
+    }
+
+    fn check_select(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let mut values = self.operands(form, "select", operands, 3)?;
+        let otherwise = values.pop()?;
+        let then = values.pop()?;
+        let cond = values.pop()?;
+        if cond.ty != Ty::Bool {
+            self.error(type_error(cond.span, format!("the condition of `select` must be `bool`, found `{}`", cond.ty)));
+            return None;
+        }
+        if then.ty != otherwise.ty || !then.ty.is_value() {
+            self.error(type_error(form.span, format!("both values of `select` must have one type, found `{}` and `{}`", then.ty, otherwise.ty)));
+            return None;
+        }
+        let ty = then.ty.clone();
+        Some(Expr { kind: ExprKind::Select(Box::new(cond), Box::new(then), Box::new(otherwise)), ty, span: form.span })
+    }
+
+    fn pointer_operand(&mut self, name: &str, value: &Expr) -> Option<Ty> {
+        match &value.ty {
+            Ty::Ptr(pointee, _) => Some((**pointee).clone()),
+            other => {
+                self.error(type_error(value.span, format!("`{name}` needs a pointer, found `{other}`")));
+                None
+            }
+        }
+    }
+
+    fn check_load(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let pointer = self.operands(form, "load", operands, 1)?.pop()?;
+        let ty = self.pointer_operand("load", &pointer)?;
+        if !ty.is_value() {
+            self.error(type_error(form.span, "cannot load through a `(ptr void)`"));
+            return None;
+        }
+        Some(Expr { kind: ExprKind::Load(Box::new(pointer)), ty, span: form.span })
+    }
+
+    fn check_store(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let mut values = self.operands(form, "store", operands, 2)?;
+        let value = values.pop()?;
+        let pointer = values.pop()?;
+        let ty = self.pointer_operand("store", &pointer)?;
+        if ty != value.ty {
+            self.error(type_error(value.span, format!("`store` through `{}` needs a `{ty}` value, found `{}`", pointer.ty, value.ty)).with_note(CAST_NOTE));
+            return None;
+        }
+        Some(Expr { kind: ExprKind::Store(Box::new(pointer), Box::new(value)), ty, span: form.span })
+    }
+
+    fn check_index(&mut self, name: &str, index: &Expr) -> bool {
+        if !index.ty.is_int() {
+            self.error(type_error(index.span, format!("the offset of `{name}` must be an integer, found `{}`", index.ty)));
+            return false;
+        }
+        true
+    }
+
+    fn check_ptradd(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let mut values = self.operands(form, "ptradd", operands, 2)?;
+        let index = values.pop()?;
+        let pointer = values.pop()?;
+        let pointee = self.pointer_operand("ptradd", &pointer)?;
+        if !pointee.is_value() {
+            self.error(type_error(pointer.span, "cannot offset a `(ptr void)`"));
+            return None;
+        }
+        if !self.check_index("ptradd", &index) {
+            return None;
+        }
+        let ty = pointer.ty.clone();
+        Some(Expr { kind: ExprKind::PtrAdd(Box::new(pointer), Box::new(index)), ty, span: form.span })
+    }
+
+    fn check_sptradd(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [pointer_form, field] = operands else {
+            self.error(arity(form.span, "`sptradd` is `(sptradd POINTER FIELD)`"));
+            return None;
+        };
+        let pointer = self.check_expr(pointer_form)?;
+        let Ty::Ptr(pointee, space) = &pointer.ty else {
+            self.error(type_error(pointer.span, format!("`sptradd` needs a pointer to a struct, found `{}`", pointer.ty)));
+            return None;
+        };
+        let Ty::Struct(struct_name) = &**pointee else {
+            self.error(type_error(pointer.span, format!("`sptradd` needs a pointer to a struct, found `{}`", pointer.ty)));
+            return None;
+        };
+        let Some(field_name) = field.symbol() else {
+            self.error(syntax(field.span, "`sptradd` takes a field name"));
+            return None;
+        };
+        let fields = self.cell.lookup_struct(struct_name).and_then(|entry| entry.fields.clone());
+        let Some(fields) = fields else {
+            self.error(type_error(pointer.span, format!("struct `{struct_name}` is opaque: it has no fields")));
+            return None;
+        };
+        let Some(index) = fields.iter().position(|(name, _)| name == field_name) else {
+            let names: Vec<&str> = fields.iter().map(|(name, _)| name.as_str()).collect();
+            self.error(Diagnostic::error(Kind::UnknownName, format!("struct `{struct_name}` has no field `{field_name}`")).with_label(field.span, "").with_note(format!("its fields are: {}", names.join(", "))));
+            return None;
+        };
+        let ty = Ty::Ptr(Rc::new(fields[index].1.clone()), *space);
+        self.uses.insert(format!("struct:{struct_name}"));
+        Some(Expr { kind: ExprKind::FieldPtr(Box::new(pointer), index as u32), ty, span: form.span })
+    }
+
+    fn check_aptradd(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [array_form, index_form] = operands else {
+            self.error(arity(form.span, format!("`aptradd` takes 2 operands, found {}", operands.len())));
+            return None;
+        };
+        // An array variable is used by address; any other operand must be a pointer to an array.
+        let array = match array_form.symbol().and_then(|name| self.lookup_variable(name)) {
+            Some((place, ty @ Ty::Arr(..))) => Expr { kind: ExprKind::AddressOf(place), ty: Ty::ptr(ty), span: array_form.span },
+            _ => self.check_expr(array_form)?,
+        };
+        let index = self.check_expr(index_form)?;
+        let element = match &array.ty {
+            Ty::Ptr(pointee, _) => match &**pointee {
+                Ty::Arr(_, element) => Some((**element).clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(element) = element else {
+            self.error(type_error(array.span, format!("`aptradd` needs an array variable or a pointer to an array, found `{}`", array.ty)));
+            return None;
+        };
+        if !self.check_index("aptradd", &index) {
+            return None;
+        }
+        Some(Expr { kind: ExprKind::ElemPtr(Box::new(array), Box::new(index)), ty: Ty::ptr(element), span: form.span })
+    }
+
+    fn check_ptr_to(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [target] = operands else {
+            self.error(arity(form.span, "`ptr-to` is `(ptr-to NAME)`"));
+            return None;
+        };
+        let Some(name) = target.symbol() else {
+            self.error(syntax(target.span, "`ptr-to` takes a variable name"));
+            return None;
+        };
+        let (place, ty) = self.variable(name, target.span)?;
+        Some(Expr { kind: ExprKind::AddressOf(place), ty: Ty::ptr(ty), span: form.span })
+    }
+
+    fn check_alloc(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [type_form, count_form] = operands else {
+            self.error(arity(form.span, "`alloc` is `(alloc TYPE COUNT)`"));
+            return None;
+        };
+        let ty = self.ty(type_form)?;
+        let count = self.check_expr(count_form)?;
+        if !ty.is_value() {
+            self.error(type_error(type_form.span, "cannot allocate `void`"));
+            return None;
+        }
+        if !self.check_index("alloc", &count) {
+            return None;
+        }
+        let kind = if self.top_level { ExprKind::SessionAlloc(ty.clone(), Box::new(count)) } else { ExprKind::Alloc(ty.clone(), Box::new(count)) };
+        Some(Expr { kind, ty: Ty::ptr(ty), span: form.span })
+    }
+
+    fn field_index(&mut self, form: &Sexp, aggregate: &Ty, index_form: &Sexp) -> Option<(u32, Ty)> {
+        let SexpKind::Int(index) = index_form.kind else {
+            self.error(type_error(index_form.span, "the index must be an integer literal"));
+            return None;
+        };
+        let element = match aggregate {
+            Ty::Struct(name) => {
+                let fields = self.cell.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+                usize::try_from(index).ok().and_then(|index| fields.get(index)).map(|(_, ty)| ty.clone())
+            }
+            Ty::Arr(length, element) => (index >= 0 && (index as u64) < *length).then(|| (**element).clone()),
+            other => {
+                self.error(type_error(form.span, format!("needs a struct or array value, found `{other}`")));
+                return None;
+            }
+        };
+        match element {
+            Some(ty) => Some((index as u32, ty)),
+            None => {
+                self.error(type_error(index_form.span, format!("index {index} is out of range for `{aggregate}`")));
+                None
+            }
+        }
+    }
+
+    fn check_extract(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [aggregate_form, index_form] = operands else {
+            self.error(arity(form.span, "`extractvalue` is `(extractvalue VALUE INDEX)`"));
+            return None;
+        };
+        let aggregate = self.check_expr(aggregate_form)?;
+        let (index, ty) = self.field_index(form, &aggregate.ty.clone(), index_form)?;
+        Some(Expr { kind: ExprKind::Extract(Box::new(aggregate), index), ty, span: form.span })
+    }
+
+    fn check_insert(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [aggregate_form, value_form, index_form] = operands else {
+            self.error(arity(form.span, "`insertvalue` is `(insertvalue VALUE FIELD-VALUE INDEX)`"));
+            return None;
+        };
+        let aggregate = self.check_expr(aggregate_form)?;
+        let value = self.check_expr(value_form)?;
+        let (index, field_ty) = self.field_index(form, &aggregate.ty.clone(), index_form)?;
+        if value.ty != field_ty {
+            self.error(type_error(value.span, format!("field {index} is `{field_ty}`, found `{}`", value.ty)));
+            return None;
+        }
+        let ty = aggregate.ty.clone();
+        Some(Expr { kind: ExprKind::Insert(Box::new(aggregate), Box::new(value), index), ty, span: form.span })
+    }
+
+    fn check_call(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let Some((name_form, arg_forms)) = operands.split_first() else {
+            self.error(arity(form.span, "`call` needs a function name: (call NAME ARG…)"));
+            return None;
+        };
+        let Some(name) = name_form.symbol() else {
+            self.error(syntax(name_form.span, "`call` takes a function name"));
+            return None;
+        };
+        let args: Vec<Option<Expr>> = arg_forms.iter().map(|arg| self.check_expr(arg)).collect();
+        let Some(entry) = self.cell.lookup_function(name).cloned() else {
+            let mut error = Diagnostic::error(Kind::UnknownName, format!("no function named `{name}`")).with_label(name_form.span, "");
+            error = error.with_note(format!("declare C functions first, e.g. (define (({name} int) (x int)))"));
+            self.error(error);
+            return None;
+        };
+        if let Some(cause) = &entry.invalidated {
+            self.error(type_error(name_form.span, format!("`{name}` was invalidated by the redefinition of `{cause}`; redefine `{name}`")));
+            return None;
+        }
+        let args: Vec<Expr> = args.into_iter().collect::<Option<_>>()?;
+        let signature = entry.signature.clone();
+        let fixed = signature.params.len();
+        if args.len() < fixed || (!signature.variadic && args.len() != fixed) {
+            let expected = if signature.variadic { format!("at least {fixed}") } else { fixed.to_string() };
+            self.error(arity(form.span, format!("`{name}` takes {expected} argument{}, found {}", if fixed == 1 && !signature.variadic { "" } else { "s" }, args.len())).with_note(format!("{name} : {signature}")));
+            return None;
+        }
+        let mut ok = true;
+        for (index, arg) in args.iter().enumerate() {
+            match signature.params.get(index) {
+                Some(param) if *param != arg.ty => {
+                    let param_name = entry.param_names.get(index).cloned().unwrap_or_default();
+                    self.error(type_error(arg.span, format!("argument {} of `{name}` (`{param_name}`) must be `{param}`, found `{}`", index + 1, arg.ty)).with_note(CAST_NOTE));
+                    ok = false;
+                }
+                Some(_) => {}
+                None => {
+                    let allowed = matches!(arg.ty, Ty::Int(32) | Ty::Int(64) | Ty::Double | Ty::Ptr(..));
+                    if !allowed {
+                        let hint = match arg.ty { Ty::Float => " (widen with (fpext x double))", Ty::Int(_) | Ty::Bool => " (widen with (sext x int))", _ => "" };
+                        self.error(type_error(arg.span, format!("a variadic argument must be `int`, `int64`, `double` or a pointer, found `{}`{hint}", arg.ty)));
+                        ok = false;
+                    }
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let callee = match &entry.kind {
+            FunctionKind::Defined(def) if def.inline => Callee::Inline(def.clone()),
+            FunctionKind::Defined(_) if name == self.name => Callee::SelfCall,
+            FunctionKind::Defined(_) | FunctionKind::Unresolved => Callee::Slot(name.to_string()),
+            FunctionKind::External(link) if name.starts_with("llvm.") => Callee::Intrinsic(link.clone()),
+            FunctionKind::External(link) => Callee::Direct(link.clone()),
+        };
+        self.uses.insert(format!("fn:{name}"));
+        let ty = signature.ret.clone();
+        Some(Expr { kind: ExprKind::Call { callee, name: name.to_string(), signature, args }, ty, span: form.span })
+    }
+
+    fn check_asm(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let shape = "inline assembly is `(asm TYPE \"TEMPLATE\" \"CONSTRAINTS\" ARG…)`";
+        let [type_form, template, constraints, arg_forms @ ..] = operands else {
+            self.error(arity(form.span, shape));
+            return None;
+        };
+        let ty = self.ty(type_form)?;
+        let (SexpKind::Str(template), SexpKind::Str(constraints_bytes)) = (&template.kind, &constraints.kind) else {
+            self.error(syntax(form.span, shape));
+            return None;
+        };
+        let constraints_text = String::from_utf8_lossy(constraints_bytes).to_string();
+        if constraints_text.split(',').any(|part| part.starts_with('+')) {
+            self.error(syntax(constraints.span, "`+` (read-write) constraints are not supported").with_note("use an output `=r` and a tied input `0`"));
+            return None;
+        }
+        let outputs = constraints_text.split(',').filter(|part| part.starts_with('=')).count();
+        let expected_outputs = match &ty {
+            Ty::Void => 0,
+            Ty::Struct(name) => self.cell.lookup_struct(name).and_then(|entry| entry.fields.as_ref().map(Vec::len)).unwrap_or(0),
+            _ => 1,
+        };
+        if outputs != expected_outputs {
+            self.error(type_error(constraints.span, format!("`{ty}` needs {expected_outputs} output constraint(s), found {outputs}")));
+            return None;
+        }
+        let args: Vec<Expr> = arg_forms.iter().map(|arg| self.check_expr(arg)).collect::<Vec<_>>().into_iter().collect::<Option<_>>()?;
+        Some(Expr { kind: ExprKind::Asm { template: String::from_utf8_lossy(template).to_string(), constraints: constraints_text, args }, ty, span: form.span })
+    }
+}
+
+fn binary_op(name: &str) -> Option<BinOp> {
+    Some(match name {
+        "add" => BinOp::Add,
+        "sub" => BinOp::Sub,
+        "mul" => BinOp::Mul,
+        "div" => BinOp::Div,
+        "rem" => BinOp::Rem,
+        "udiv" => BinOp::UDiv,
+        "urem" => BinOp::URem,
+        "shl" => BinOp::Shl,
+        "lshr" => BinOp::LShr,
+        "ashr" => BinOp::AShr,
+        "xor" => BinOp::Xor,
+        "and" => BinOp::And,
+        "or" => BinOp::Or,
+        "fadd" => BinOp::FAdd,
+        "fsub" => BinOp::FSub,
+        "fmul" => BinOp::FMul,
+        "fdiv" => BinOp::FDiv,
+        "eq" => BinOp::ICmp(IntCmp::Eq),
+        "ne" => BinOp::ICmp(IntCmp::Ne),
+        "lt" => BinOp::ICmp(IntCmp::Slt),
+        "gt" => BinOp::ICmp(IntCmp::Sgt),
+        "le" => BinOp::ICmp(IntCmp::Sle),
+        "ge" => BinOp::ICmp(IntCmp::Sge),
+        "ult" => BinOp::ICmp(IntCmp::Ult),
+        "ugt" => BinOp::ICmp(IntCmp::Ugt),
+        "ule" => BinOp::ICmp(IntCmp::Ule),
+        "uge" => BinOp::ICmp(IntCmp::Uge),
+        "feq" => BinOp::FCmp(FloatCmp::Oeq),
+        "fne" => BinOp::FCmp(FloatCmp::One),
+        "flt" => BinOp::FCmp(FloatCmp::Olt),
+        "fgt" => BinOp::FCmp(FloatCmp::Ogt),
+        "fle" => BinOp::FCmp(FloatCmp::Ole),
+        "fge" => BinOp::FCmp(FloatCmp::Oge),
+        _ => return None,
+    })
+}
+
+pub(crate) fn cast_op(name: &str) -> Option<CastOp> {
+    Some(match name {
+        "sext" => CastOp::Sext,
+        "zext" => CastOp::Zext,
+        "trunc" => CastOp::Trunc,
+        "fpext" => CastOp::FpExt,
+        "fptrunc" => CastOp::FpTrunc,
+        "sitofp" => CastOp::SiToFp,
+        "uitofp" => CastOp::UiToFp,
+        "fptosi" => CastOp::FpToSi,
+        "fptoui" => CastOp::FpToUi,
+        "ptrtoint" => CastOp::PtrToInt,
+        "inttoptr" => CastOp::IntToPtr,
+        "bitcast" => CastOp::Bitcast,
+        "addrspacecast" => CastOp::AddrSpaceCast,
+        _ => return None,
+    })
+}
+
+fn cast_rule(op: CastOp) -> &'static str {
+    match op {
+        CastOp::Sext | CastOp::Zext => "sext/zext widen an integer (or bool) to a wider or equal integer type",
+        CastOp::Trunc => "trunc narrows an integer to a narrower or equal integer type (or bool)",
+        CastOp::FpExt => "fpext converts float to double",
+        CastOp::FpTrunc => "fptrunc converts double to float",
+        CastOp::SiToFp | CastOp::UiToFp => "sitofp/uitofp convert an integer to float or double",
+        CastOp::FpToSi | CastOp::FpToUi => "fptosi/fptoui convert float or double to an integer",
+        CastOp::PtrToInt => "ptrtoint converts a pointer to an integer",
+        CastOp::IntToPtr => "inttoptr converts an integer to a pointer",
+        CastOp::Bitcast => "bitcast reinterprets a value of the same size: integer <-> float, or pointer <-> pointer in one address space",
+        CastOp::AddrSpaceCast => "addrspacecast converts a pointer to another address space",
+    }
+}

@@ -1,0 +1,756 @@
+//! Codegen: the typed tree to LLVM IR with inkwell, one module per cell; calls through slots.
+//!
+//! Names in a module that users cannot write contain `#` (the reader rejects it in symbols):
+//! `f#slot` is `f`'s indirection slot, `x#g2` a global's storage, `cell#3.0` an entry. So no
+//! user name can collide with the machinery's.
+
+use std::collections::HashMap;
+
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::basic_block::BasicBlock;
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::{Linkage, Module};
+use inkwell::targets::TargetData;
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionType, StructType};
+use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
+
+use crate::check::{BinOp, Callee, CastOp, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt, TypedCell};
+use crate::reader::Span;
+use crate::types::{Signature, Ty};
+
+/// A failure of the code generator itself (never of the user's program).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CodegenError {
+    #[error("LLVM builder: {0}")]
+    Builder(#[from] inkwell::builder::BuilderError),
+    #[error("the generated module does not verify: {0}")]
+    Verify(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+type Result<T> = std::result::Result<T, CodegenError>;
+
+/// The slot symbol of a function name.
+pub(crate) fn slot_symbol(name: &str) -> String {
+    format!("{name}#slot")
+}
+
+/// Where a runtime fault happened: reported with a caret when compiled code faults.
+#[derive(Clone, Debug)]
+pub(crate) struct FaultSite {
+    pub span: Span,
+    pub function: String,
+}
+
+/// What the session decided about symbol names before codegen.
+pub(crate) struct Naming<'n> {
+    /// Storage symbol of every global the cell may reference.
+    pub global_symbols: &'n HashMap<String, String>,
+    /// LLVM struct type name of every struct the cell may reference.
+    pub struct_names: &'n HashMap<String, String>,
+    /// Body symbols for the functions this cell defines or recompiles.
+    pub body_symbols: &'n HashMap<String, String>,
+    /// The first id for this cell's fault sites.
+    pub first_site: u32,
+}
+
+/// A cell's module, verified, with what the session needs to link and run it.
+pub(crate) struct CellModule<'ctx> {
+    pub module: Module<'ctx>,
+    /// Entry symbols of the top-level items, in order.
+    pub entries: Vec<String>,
+    pub fault_sites: Vec<FaultSite>,
+}
+
+/// Runtime functions that compiled code calls; `run` provides them.
+pub(crate) const RT_FAULT: &str = "quasi#fault";
+pub(crate) const RT_SESSION_ALLOC: &str = "quasi#session_alloc";
+
+/// Fault codes passed to `RT_FAULT`.
+pub(crate) const FAULT_DIVIDE_BY_ZERO: u64 = 1;
+pub(crate) const FAULT_DIVIDE_OVERFLOW: u64 = 2;
+
+pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, triple: &inkwell::targets::TargetTriple, cell: &TypedCell, module_name: &str, naming: &Naming<'_>) -> Result<CellModule<'ctx>> {
+    let module = context.create_module(module_name);
+    module.set_triple(triple);
+    module.set_data_layout(&target_data.get_data_layout());
+    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming, fault_sites: Vec::new(), inline_copies: HashMap::new() };
+    lowering.define_struct_bodies(cell)?;
+    let mut to_emit: Vec<(&FunctionDef, FunctionValue<'ctx>)> = Vec::new();
+    for function in cell.functions.iter().chain(&cell.recompiled) {
+        let symbol = naming.body_symbols.get(&function.name).cloned().unwrap_or_else(|| function.name.clone());
+        let value = lowering.module.add_function(&symbol, lowering.function_type(&function.signature, false), Some(Linkage::External));
+        if function.inline {
+            lowering.mark_inline(value);
+        }
+        to_emit.push((function, value));
+    }
+    for (function, value) in to_emit {
+        lowering.emit_function(function, value, None)?;
+    }
+    let mut entries = Vec::new();
+    for (index, item) in cell.top.iter().enumerate() {
+        let symbol = format!("{module_name}.{index}");
+        let ptr = lowering.context.ptr_type(AddressSpace::default());
+        let value = lowering.module.add_function(&symbol, context.void_type().fn_type(&[ptr.into()], false), Some(Linkage::External));
+        lowering.emit_function(&item.function, value, item.value.as_ref())?;
+        entries.push(symbol);
+    }
+    lowering.module.verify().map_err(|message| CodegenError::Verify(message.to_string()))?;
+    Ok(CellModule { module: lowering.module, entries, fault_sites: lowering.fault_sites })
+}
+
+struct Lowering<'ctx, 'n> {
+    context: &'ctx Context,
+    module: Module<'ctx>,
+    builder: Builder<'ctx>,
+    naming: &'n Naming<'n>,
+    fault_sites: Vec<FaultSite>,
+    /// Private copies of `define-inline` callees emitted into this module.
+    inline_copies: HashMap<String, FunctionValue<'ctx>>,
+}
+
+/// Per-function state while emitting a body.
+struct FunctionState<'ctx> {
+    function: FunctionValue<'ctx>,
+    name: String,
+    ret: Ty,
+    locals: Vec<PointerValue<'ctx>>,
+    local_types: Vec<Ty>,
+    /// (break target, continue target) of the enclosing loops.
+    loops: Vec<(BasicBlock<'ctx>, BasicBlock<'ctx>)>,
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    fn struct_type(&self, name: &str) -> StructType<'ctx> {
+        let llvm_name = self.naming.struct_names.get(name).map(String::as_str).unwrap_or(name);
+        self.context.get_struct_type(llvm_name).unwrap_or_else(|| self.context.opaque_struct_type(llvm_name))
+    }
+
+    fn define_struct_bodies(&mut self, cell: &TypedCell) -> Result<()> {
+        for structure in &cell.structs {
+            let struct_type = self.struct_type(&structure.name);
+            if let Some(fields) = &structure.fields {
+                if struct_type.is_opaque() {
+                    let field_types: Vec<BasicTypeEnum> = fields.iter().map(|(_, ty)| self.basic_type(ty)).collect();
+                    struct_type.set_body(&field_types, false);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The LLVM type of a value type. Address spaces are erased: on the CPU they are all one.
+    fn basic_type(&self, ty: &Ty) -> BasicTypeEnum<'ctx> {
+        match ty {
+            Ty::Bool => self.context.bool_type().into(),
+            Ty::Int(8) => self.context.i8_type().into(),
+            Ty::Int(16) => self.context.i16_type().into(),
+            Ty::Int(32) => self.context.i32_type().into(),
+            Ty::Int(_) => self.context.i64_type().into(),
+            Ty::Float => self.context.f32_type().into(),
+            Ty::Double => self.context.f64_type().into(),
+            Ty::Ptr(..) | Ty::Void => self.context.ptr_type(AddressSpace::default()).into(),
+            Ty::Arr(length, element) => self.basic_type(element).array_type(*length as u32).into(),
+            Ty::Struct(name) => self.struct_type(name).into(),
+        }
+    }
+
+    fn function_type(&self, signature: &Signature, variadic: bool) -> FunctionType<'ctx> {
+        let params: Vec<BasicMetadataTypeEnum> = signature.params.iter().map(|ty| self.basic_type(ty).into()).collect();
+        match &signature.ret {
+            Ty::Void => self.context.void_type().fn_type(&params, variadic),
+            ret => self.basic_type(ret).fn_type(&params, variadic),
+        }
+    }
+
+    fn mark_inline(&self, function: FunctionValue<'ctx>) {
+        let kind = Attribute::get_named_enum_kind_id("alwaysinline");
+        function.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(kind, 0));
+    }
+
+    fn zero(&self, ty: &Ty) -> BasicValueEnum<'ctx> {
+        let llvm_type = self.basic_type(ty);
+        match llvm_type {
+            BasicTypeEnum::IntType(t) => t.const_zero().into(),
+            BasicTypeEnum::FloatType(t) => t.const_zero().into(),
+            BasicTypeEnum::PointerType(t) => t.const_null().into(),
+            BasicTypeEnum::ArrayType(t) => t.const_zero().into(),
+            BasicTypeEnum::StructType(t) => t.const_zero().into(),
+            BasicTypeEnum::VectorType(t) => t.const_zero().into(),
+            BasicTypeEnum::ScalableVectorType(t) => t.const_zero().into(),
+        }
+    }
+
+    fn external_global(&self, symbol: &str) -> PointerValue<'ctx> {
+        let global = self.module.get_global(symbol).unwrap_or_else(|| {
+            // The type only matters for the declaration; accesses use their own types.
+            let global = self.module.add_global(self.context.i8_type(), None, symbol);
+            global.set_linkage(Linkage::External);
+            global
+        });
+        global.as_pointer_value()
+    }
+
+    fn runtime_function(&self, name: &str, ty: FunctionType<'ctx>) -> FunctionValue<'ctx> {
+        self.module.get_function(name).unwrap_or_else(|| self.module.add_function(name, ty, Some(Linkage::External)))
+    }
+
+    fn emit_function(&mut self, def: &FunctionDef, function: FunctionValue<'ctx>, result: Option<&Ty>) -> Result<()> {
+        let entry = self.context.append_basic_block(function, "entry");
+        self.builder.position_at_end(entry);
+        let mut state = FunctionState { function, name: def.name.clone(), ret: def.signature.ret.clone(), locals: Vec::new(), local_types: Vec::new(), loops: Vec::new() };
+        for (index, local) in def.locals.iter().enumerate() {
+            let slot = self.builder.build_alloca(self.basic_type(&local.ty), &sanitize(&local.name))?;
+            if index < def.signature.params.len() {
+                let param = function.get_nth_param(index as u32).ok_or_else(|| CodegenError::Other("missing parameter".into()))?;
+                param.set_name(&sanitize(&local.name));
+                self.builder.build_store(slot, param)?;
+            }
+            state.locals.push(slot);
+            state.local_types.push(local.ty.clone());
+        }
+        match (result, def.body.as_slice()) {
+            (Some(_), [Stmt::Expr(expr)]) => {
+                let value = self.expr(&mut state, expr)?;
+                let out = function.get_nth_param(0).ok_or_else(|| CodegenError::Other("entry without output".into()))?.into_pointer_value();
+                if let Some(value) = value {
+                    self.builder.build_store(out, value)?;
+                }
+            }
+            _ => {
+                for stmt in &def.body {
+                    self.stmt(&mut state, stmt)?;
+                }
+            }
+        }
+        if self.current_block_open() {
+            // Falling off the end returns zero (the checker warned about it).
+            match &def.signature.ret {
+                Ty::Void => self.builder.build_return(None)?,
+                ret => {
+                    let zero = self.zero(ret);
+                    self.builder.build_return(Some(&zero))?
+                }
+            };
+        }
+        Ok(())
+    }
+
+    fn current_block_open(&self) -> bool {
+        self.builder.get_insert_block().is_some_and(|block| block.get_terminator().is_none())
+    }
+
+    /// After a terminator, later statements go to a fresh block nothing jumps to.
+    fn continue_in_dead_block(&self, state: &FunctionState<'ctx>) {
+        let dead = self.context.append_basic_block(state.function, "dead");
+        self.builder.position_at_end(dead);
+    }
+
+    fn stmt(&mut self, state: &mut FunctionState<'ctx>, stmt: &Stmt) -> Result<()> {
+        match stmt {
+            Stmt::Expr(expr) => {
+                self.expr(state, expr)?;
+            }
+            Stmt::Declare(index) => {
+                let zero = self.zero(&state.local_types[*index]);
+                self.builder.build_store(state.locals[*index], zero)?;
+            }
+            Stmt::Block(body) => {
+                for stmt in body {
+                    self.stmt(state, stmt)?;
+                }
+            }
+            Stmt::If(cond, then, otherwise) => {
+                let cond = self.expr(state, cond)?.ok_or_else(no_value)?.into_int_value();
+                let then_block = self.context.append_basic_block(state.function, "then");
+                let else_block = self.context.append_basic_block(state.function, "else");
+                let join = self.context.append_basic_block(state.function, "endif");
+                self.builder.build_conditional_branch(cond, then_block, else_block)?;
+                self.builder.position_at_end(then_block);
+                self.stmt(state, then)?;
+                self.branch_if_open(join)?;
+                self.builder.position_at_end(else_block);
+                if let Some(otherwise) = otherwise {
+                    self.stmt(state, otherwise)?;
+                }
+                self.branch_if_open(join)?;
+                self.builder.position_at_end(join);
+            }
+            Stmt::While(cond, body) => self.emit_loop(state, None, cond, None, body)?,
+            Stmt::For(init, cond, step, body) => self.emit_loop(state, init.as_ref(), cond, step.as_ref(), body)?,
+            Stmt::Ret(value) => {
+                match value {
+                    Some(value) => {
+                        let value = self.expr(state, value)?.ok_or_else(no_value)?;
+                        self.builder.build_return(Some(&value))?;
+                    }
+                    None => {
+                        if state.ret == Ty::Void {
+                            self.builder.build_return(None)?;
+                        } else {
+                            let zero = self.zero(&state.ret);
+                            self.builder.build_return(Some(&zero))?;
+                        }
+                    }
+                }
+                self.continue_in_dead_block(state);
+            }
+            Stmt::Break | Stmt::Continue => {
+                let (exit, next) = *state.loops.last().ok_or_else(|| CodegenError::Other("break outside a loop".into()))?;
+                self.builder.build_unconditional_branch(if matches!(stmt, Stmt::Break) { exit } else { next })?;
+                self.continue_in_dead_block(state);
+            }
+        }
+        Ok(())
+    }
+
+    fn branch_if_open(&self, target: BasicBlock<'ctx>) -> Result<()> {
+        if self.current_block_open() {
+            self.builder.build_unconditional_branch(target)?;
+        }
+        Ok(())
+    }
+
+    fn emit_loop(&mut self, state: &mut FunctionState<'ctx>, init: Option<&Expr>, cond: &Expr, step: Option<&Expr>, body: &[Stmt]) -> Result<()> {
+        if let Some(init) = init {
+            self.expr(state, init)?;
+        }
+        let head = self.context.append_basic_block(state.function, "loop");
+        let body_block = self.context.append_basic_block(state.function, "body");
+        let step_block = self.context.append_basic_block(state.function, "step");
+        let exit = self.context.append_basic_block(state.function, "endloop");
+        self.builder.build_unconditional_branch(head)?;
+        self.builder.position_at_end(head);
+        let cond = self.expr(state, cond)?.ok_or_else(no_value)?.into_int_value();
+        self.builder.build_conditional_branch(cond, body_block, exit)?;
+        self.builder.position_at_end(body_block);
+        state.loops.push((exit, step_block));
+        for stmt in body {
+            self.stmt(state, stmt)?;
+        }
+        state.loops.pop();
+        self.branch_if_open(step_block)?;
+        self.builder.position_at_end(step_block);
+        if let Some(step) = step {
+            self.expr(state, step)?;
+        }
+        self.builder.build_unconditional_branch(head)?;
+        self.builder.position_at_end(exit);
+        Ok(())
+    }
+
+    fn place_pointer(&self, state: &FunctionState<'ctx>, place: &Place) -> PointerValue<'ctx> {
+        match place {
+            Place::Local(index) => state.locals[*index],
+            Place::Global(name) => {
+                let symbol = self.naming.global_symbols.get(name).cloned().unwrap_or_else(|| name.clone());
+                self.external_global(&symbol)
+            }
+        }
+    }
+
+    fn value(&mut self, state: &mut FunctionState<'ctx>, expr: &Expr) -> Result<BasicValueEnum<'ctx>> {
+        self.expr(state, expr)?.ok_or_else(no_value)
+    }
+
+    /// Emits an expression; `None` for a void call.
+    fn expr(&mut self, state: &mut FunctionState<'ctx>, expr: &Expr) -> Result<Option<BasicValueEnum<'ctx>>> {
+        let value: BasicValueEnum<'ctx> = match &expr.kind {
+            ExprKind::Int(value) => self.basic_type(&expr.ty).into_int_type().const_int(*value as u64, true).into(),
+            ExprKind::Float(value) => self.basic_type(&expr.ty).into_float_type().const_float(*value).into(),
+            ExprKind::Bool(value) => self.context.bool_type().const_int(u64::from(*value), false).into(),
+            ExprKind::Zero => self.zero(&expr.ty),
+            ExprKind::Str(bytes) => {
+                let constant = self.context.const_string(bytes, true);
+                let global = self.module.add_global(constant.get_type(), None, ".str");
+                global.set_initializer(&constant);
+                global.set_constant(true);
+                global.set_linkage(Linkage::Private);
+                global.set_unnamed_addr(true);
+                global.as_pointer_value().into()
+            }
+            ExprKind::Read(place) => {
+                let pointer = self.place_pointer(state, place);
+                self.builder.build_load(self.basic_type(&expr.ty), pointer, "")?
+            }
+            ExprKind::Set(place, value) => {
+                let value = self.value(state, value)?;
+                let pointer = self.place_pointer(state, place);
+                self.builder.build_store(pointer, value)?;
+                value
+            }
+            ExprKind::Binary(op, left, right) => {
+                let left_value = self.value(state, left)?;
+                let right_value = self.value(state, right)?;
+                self.binary(state, *op, &left.ty, left_value, right_value, expr.span)?
+            }
+            ExprKind::Not(operand) => {
+                let operand = self.value(state, operand)?.into_int_value();
+                self.builder.build_not(operand, "")?.into()
+            }
+            ExprKind::FNeg(operand) => {
+                let operand = self.value(state, operand)?.into_float_value();
+                self.builder.build_float_neg(operand, "")?.into()
+            }
+            ExprKind::Select(cond, then, otherwise) => {
+                let cond = self.value(state, cond)?.into_int_value();
+                let then = self.value(state, then)?;
+                let otherwise = self.value(state, otherwise)?;
+                self.builder.build_select(cond, then, otherwise, "")?
+            }
+            ExprKind::Load(pointer) => {
+                let pointer = self.value(state, pointer)?.into_pointer_value();
+                self.builder.build_load(self.basic_type(&expr.ty), pointer, "")?
+            }
+            ExprKind::Store(pointer, value) => {
+                let pointer = self.value(state, pointer)?.into_pointer_value();
+                let value = self.value(state, value)?;
+                self.builder.build_store(pointer, value)?;
+                value
+            }
+            ExprKind::PtrAdd(pointer, index) => {
+                let pointee = self.basic_type(pointer.ty.pointee().unwrap_or(&Ty::Int(8)));
+                let pointer = self.value(state, pointer)?.into_pointer_value();
+                let index = self.index(state, index)?;
+                // SAFETY: C-Lisp pointer arithmetic is unchecked by definition; `gep` without
+                // `inbounds` is defined for any offset, and faults surface only on access.
+                unsafe { self.builder.build_gep(pointee, pointer, &[index], "")? }.into()
+            }
+            ExprKind::FieldPtr(pointer, field) => {
+                let Some(Ty::Struct(name)) = pointer.ty.pointee() else { return Err(CodegenError::Other("sptradd on a non-struct".into())) };
+                let struct_type = self.struct_type(name);
+                let pointer = self.value(state, pointer)?.into_pointer_value();
+                self.builder.build_struct_gep(struct_type, pointer, *field, "")?.into()
+            }
+            ExprKind::ElemPtr(array, index) => {
+                let array_type = self.basic_type(array.ty.pointee().unwrap_or(&Ty::Int(8)));
+                let pointer = self.value(state, array)?.into_pointer_value();
+                let index = self.index(state, index)?;
+                let zero = self.context.i64_type().const_zero();
+                // SAFETY: as for `ptradd`, no bounds are promised; the gep is not `inbounds`.
+                unsafe { self.builder.build_gep(array_type, pointer, &[zero, index], "")? }.into()
+            }
+            ExprKind::AddressOf(place) => self.place_pointer(state, place).into(),
+            ExprKind::Alloc(ty, count) => {
+                let element = self.basic_type(ty);
+                let count = self.index(state, count)?;
+                self.builder.build_array_alloca(element, count, "")?.into()
+            }
+            ExprKind::SessionAlloc(ty, count) => {
+                let element = self.basic_type(ty);
+                let count = self.index(state, count)?;
+                let size = element.size_of().ok_or_else(|| CodegenError::Other("unsized element".into()))?;
+                let bytes = self.builder.build_int_mul(count, size, "")?;
+                let ptr = self.context.ptr_type(AddressSpace::default());
+                let alloc_type = ptr.fn_type(&[self.context.i64_type().into()], false);
+                let alloc = self.runtime_function(RT_SESSION_ALLOC, alloc_type);
+                self.builder.build_call(alloc, &[bytes.into()], "")?.try_as_basic_value().basic().ok_or_else(no_value)?
+            }
+            ExprKind::Extract(aggregate, index) => {
+                let aggregate = self.value(state, aggregate)?;
+                let aggregate = match aggregate {
+                    BasicValueEnum::StructValue(value) => value.into(),
+                    BasicValueEnum::ArrayValue(value) => value.into(),
+                    _ => return Err(CodegenError::Other("extractvalue on a scalar".into())),
+                };
+                let aggregate: inkwell::values::AggregateValueEnum = aggregate;
+                self.builder.build_extract_value(aggregate, *index, "")?
+            }
+            ExprKind::Insert(aggregate, value, index) => {
+                let aggregate = self.value(state, aggregate)?;
+                let value = self.value(state, value)?;
+                let aggregate: inkwell::values::AggregateValueEnum = match aggregate {
+                    BasicValueEnum::StructValue(value) => value.into(),
+                    BasicValueEnum::ArrayValue(value) => value.into(),
+                    _ => return Err(CodegenError::Other("insertvalue on a scalar".into())),
+                };
+                let inserted = self.builder.build_insert_value(aggregate, value, *index, "")?;
+                inserted.as_basic_value_enum()
+            }
+            ExprKind::Call { callee, name, signature, args } => return self.call(state, callee, name, signature, args),
+            ExprKind::Cast(op, value) => {
+                let from = value.ty.clone();
+                let value = self.value(state, value)?;
+                self.cast(*op, &from, &expr.ty, value)?
+            }
+            ExprKind::Asm { template, constraints, args } => return self.asm(state, &expr.ty, template, constraints, args),
+        };
+        Ok(Some(value))
+    }
+
+    /// An offset widened to 64 bits, sign-extended as C-Lisp's `ptradd` specifies.
+    fn index(&mut self, state: &mut FunctionState<'ctx>, index: &Expr) -> Result<IntValue<'ctx>> {
+        let value = self.value(state, index)?.into_int_value();
+        Ok(self.builder.build_int_s_extend_or_bit_cast(value, self.context.i64_type(), "")?)
+    }
+
+    fn binary(&mut self, state: &mut FunctionState<'ctx>, op: BinOp, operand_ty: &Ty, left: BasicValueEnum<'ctx>, right: BasicValueEnum<'ctx>, span: Span) -> Result<BasicValueEnum<'ctx>> {
+        let b = &self.builder;
+        if let BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_) = op {
+            let (l, r) = (left.into_float_value(), right.into_float_value());
+            return Ok(match op {
+                BinOp::FAdd => b.build_float_add(l, r, "")?.into(),
+                BinOp::FSub => b.build_float_sub(l, r, "")?.into(),
+                BinOp::FMul => b.build_float_mul(l, r, "")?.into(),
+                BinOp::FDiv => b.build_float_div(l, r, "")?.into(),
+                BinOp::FCmp(cmp) => {
+                    let predicate = match cmp {
+                        FloatCmp::Oeq => FloatPredicate::OEQ,
+                        FloatCmp::One => FloatPredicate::ONE,
+                        FloatCmp::Olt => FloatPredicate::OLT,
+                        FloatCmp::Ogt => FloatPredicate::OGT,
+                        FloatCmp::Ole => FloatPredicate::OLE,
+                        FloatCmp::Oge => FloatPredicate::OGE,
+                    };
+                    b.build_float_compare(predicate, l, r, "")?.into()
+                }
+                _ => unreachable_op(),
+            });
+        }
+        if let BinOp::ICmp(cmp) = op {
+            // Pointers compare by unsigned address.
+            let pointers = operand_ty.is_ptr();
+            let predicate = match cmp {
+                IntCmp::Eq => IntPredicate::EQ,
+                IntCmp::Ne => IntPredicate::NE,
+                IntCmp::Slt if pointers => IntPredicate::ULT,
+                IntCmp::Sgt if pointers => IntPredicate::UGT,
+                IntCmp::Sle if pointers => IntPredicate::ULE,
+                IntCmp::Sge if pointers => IntPredicate::UGE,
+                IntCmp::Slt => IntPredicate::SLT,
+                IntCmp::Sgt => IntPredicate::SGT,
+                IntCmp::Sle => IntPredicate::SLE,
+                IntCmp::Sge => IntPredicate::SGE,
+                IntCmp::Ult => IntPredicate::ULT,
+                IntCmp::Ugt => IntPredicate::UGT,
+                IntCmp::Ule => IntPredicate::ULE,
+                IntCmp::Uge => IntPredicate::UGE,
+            };
+            if pointers {
+                return Ok(b.build_int_compare(predicate, left.into_pointer_value(), right.into_pointer_value(), "")?.into());
+            }
+            return Ok(b.build_int_compare(predicate, left.into_int_value(), right.into_int_value(), "")?.into());
+        }
+        let (l, r) = (left.into_int_value(), right.into_int_value());
+        Ok(match op {
+            BinOp::Add => b.build_int_add(l, r, "")?.into(),
+            BinOp::Sub => b.build_int_sub(l, r, "")?.into(),
+            BinOp::Mul => b.build_int_mul(l, r, "")?.into(),
+            BinOp::Xor => b.build_xor(l, r, "")?.into(),
+            BinOp::And => b.build_and(l, r, "")?.into(),
+            BinOp::Or => b.build_or(l, r, "")?.into(),
+            BinOp::Shl | BinOp::LShr | BinOp::AShr => {
+                // Shift amounts are taken modulo the width (LLVM would give poison).
+                let mask = l.get_type().const_int(u64::from(operand_ty.bits() - 1), false);
+                let amount = b.build_and(r, mask, "")?;
+                match op {
+                    BinOp::Shl => b.build_left_shift(l, amount, "")?.into(),
+                    BinOp::LShr => b.build_right_shift(l, amount, false, "")?.into(),
+                    _ => b.build_right_shift(l, amount, true, "")?.into(),
+                }
+            }
+            BinOp::Div | BinOp::Rem | BinOp::UDiv | BinOp::URem => {
+                let signed = matches!(op, BinOp::Div | BinOp::Rem);
+                self.check_division(state, l, r, signed, span)?;
+                let b = &self.builder;
+                match op {
+                    BinOp::Div => b.build_int_signed_div(l, r, "")?.into(),
+                    BinOp::Rem => b.build_int_signed_rem(l, r, "")?.into(),
+                    BinOp::UDiv => b.build_int_unsigned_div(l, r, "")?.into(),
+                    _ => b.build_int_unsigned_rem(l, r, "")?.into(),
+                }
+            }
+            _ => unreachable_op(),
+        })
+    }
+
+    /// Division by zero, and `MIN / -1`, fault at every optimisation level.
+    fn check_division(&mut self, state: &FunctionState<'ctx>, left: IntValue<'ctx>, right: IntValue<'ctx>, signed: bool, span: Span) -> Result<()> {
+        let int_type = right.get_type();
+        let is_zero = self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_zero(), "")?;
+        self.fault_if(state, is_zero, FAULT_DIVIDE_BY_ZERO, span)?;
+        if signed {
+            let bits = int_type.get_bit_width();
+            let min = int_type.const_int(1u64 << (bits - 1), false);
+            let is_min = self.builder.build_int_compare(IntPredicate::EQ, left, min, "")?;
+            let is_minus_one = self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_all_ones(), "")?;
+            let overflows = self.builder.build_and(is_min, is_minus_one, "")?;
+            self.fault_if(state, overflows, FAULT_DIVIDE_OVERFLOW, span)?;
+        }
+        Ok(())
+    }
+
+    fn fault_if(&mut self, state: &FunctionState<'ctx>, condition: IntValue<'ctx>, code: u64, span: Span) -> Result<()> {
+        let site = self.naming.first_site + self.fault_sites.len() as u32;
+        self.fault_sites.push(FaultSite { span, function: state.name.clone() });
+        let fault_block = self.context.append_basic_block(state.function, "fault");
+        let ok_block = self.context.append_basic_block(state.function, "ok");
+        self.builder.build_conditional_branch(condition, fault_block, ok_block)?;
+        self.builder.position_at_end(fault_block);
+        let i64_type = self.context.i64_type();
+        let fault_type = self.context.void_type().fn_type(&[i64_type.into(), i64_type.into()], false);
+        let fault = self.runtime_function(RT_FAULT, fault_type);
+        let noreturn = Attribute::get_named_enum_kind_id("noreturn");
+        fault.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(noreturn, 0));
+        let cold = Attribute::get_named_enum_kind_id("cold");
+        fault.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(cold, 0));
+        self.builder.build_call(fault, &[i64_type.const_int(code, false).into(), i64_type.const_int(u64::from(site), false).into()], "")?;
+        self.builder.build_unreachable()?;
+        self.builder.position_at_end(ok_block);
+        Ok(())
+    }
+
+    fn cast(&mut self, op: CastOp, from: &Ty, to: &Ty, value: BasicValueEnum<'ctx>) -> Result<BasicValueEnum<'ctx>> {
+        let b = &self.builder;
+        let target = self.basic_type(to);
+        Ok(match op {
+            CastOp::Sext | CastOp::Zext | CastOp::Trunc => {
+                let value = value.into_int_value();
+                let target = target.into_int_type();
+                if from.bits() == to.bits() {
+                    value.into()
+                } else if op == CastOp::Sext {
+                    b.build_int_s_extend(value, target, "")?.into()
+                } else if op == CastOp::Zext {
+                    b.build_int_z_extend(value, target, "")?.into()
+                } else {
+                    b.build_int_truncate(value, target, "")?.into()
+                }
+            }
+            CastOp::FpExt | CastOp::FpTrunc => {
+                if from == to {
+                    value
+                } else if op == CastOp::FpExt {
+                    b.build_float_ext(value.into_float_value(), target.into_float_type(), "")?.into()
+                } else {
+                    b.build_float_trunc(value.into_float_value(), target.into_float_type(), "")?.into()
+                }
+            }
+            CastOp::SiToFp => b.build_signed_int_to_float(value.into_int_value(), target.into_float_type(), "")?.into(),
+            CastOp::UiToFp => b.build_unsigned_int_to_float(value.into_int_value(), target.into_float_type(), "")?.into(),
+            CastOp::FpToSi | CastOp::FpToUi => {
+                // Saturating conversions define what LLVM leaves as poison (NaN gives 0).
+                let name = if op == CastOp::FpToSi { "llvm.fptosi.sat" } else { "llvm.fptoui.sat" };
+                let intrinsic = Intrinsic::find(name).ok_or_else(|| CodegenError::Other(format!("no intrinsic {name}")))?;
+                let declaration = intrinsic.get_declaration(&self.module, &[target, value.get_type()]).ok_or_else(|| CodegenError::Other(format!("no declaration of {name}")))?;
+                self.builder.build_call(declaration, &[value.into()], "")?.try_as_basic_value().basic().ok_or_else(no_value)?
+            }
+            CastOp::PtrToInt => b.build_ptr_to_int(value.into_pointer_value(), target.into_int_type(), "")?.into(),
+            CastOp::IntToPtr => b.build_int_to_ptr(value.into_int_value(), target.into_pointer_type(), "")?.into(),
+            CastOp::Bitcast if from.is_ptr() => value,
+            CastOp::Bitcast => b.build_bit_cast(value, target, "")?,
+            // Address spaces are erased on the CPU.
+            CastOp::AddrSpaceCast => value,
+        })
+    }
+
+    fn call(&mut self, state: &mut FunctionState<'ctx>, callee: &Callee, name: &str, signature: &Signature, args: &[Expr]) -> Result<Option<BasicValueEnum<'ctx>>> {
+        let mut values: Vec<BasicMetadataValueEnum<'ctx>> = Vec::new();
+        for arg in args {
+            values.push(self.value(state, arg)?.into());
+        }
+        let call = match callee {
+            Callee::SelfCall => self.builder.build_call(state.function, &values, "")?,
+            Callee::Slot(target) => {
+                // Load the callee from its slot rather than calling it directly: a later cell may
+                // redefine it, and callers compiled before that must reach the new body.
+                let slot = self.external_global(&slot_symbol(target));
+                let pointer = self.builder.build_load(self.context.ptr_type(AddressSpace::default()), slot, "")?.into_pointer_value();
+                let function_type = self.function_type(signature, signature.variadic);
+                self.builder.build_indirect_call(function_type, pointer, &values, "")?
+            }
+            Callee::Direct(link) | Callee::Intrinsic(link) => {
+                let variadic = signature.variadic || is_c_variadic(name);
+                let function = match self.module.get_function(link) {
+                    Some(function) => function,
+                    None => self.module.add_function(link, self.function_type(signature, variadic), Some(Linkage::External)),
+                };
+                if function.get_type() != self.function_type(signature, variadic) {
+                    // Another declaration of the same C function in this cell: call through its address.
+                    let pointer = function.as_global_value().as_pointer_value();
+                    self.builder.build_indirect_call(self.function_type(signature, variadic), pointer, &values, "")?
+                } else {
+                    self.builder.build_call(function, &values, "")?
+                }
+            }
+            Callee::Inline(def) => {
+                let function = self.inline_copy(def)?;
+                self.builder.build_call(function, &values, "")?
+            }
+        };
+        Ok(call.try_as_basic_value().basic())
+    }
+
+    /// A private copy of a `define-inline` function in this module, so LLVM can inline it.
+    fn inline_copy(&mut self, def: &FunctionDef) -> Result<FunctionValue<'ctx>> {
+        if let Some(function) = self.inline_copies.get(&def.name) {
+            return Ok(*function);
+        }
+        let function = self.module.add_function(&format!("{}#inline", def.name), self.function_type(&def.signature, false), Some(Linkage::Internal));
+        self.mark_inline(function);
+        self.inline_copies.insert(def.name.clone(), function);
+        let saved = self.builder.get_insert_block();
+        self.emit_function(def, function, None)?;
+        if let Some(block) = saved {
+            self.builder.position_at_end(block);
+        }
+        Ok(function)
+    }
+
+    fn asm(&mut self, state: &mut FunctionState<'ctx>, ty: &Ty, template: &str, constraints: &str, args: &[Expr]) -> Result<Option<BasicValueEnum<'ctx>>> {
+        let mut values: Vec<BasicMetadataValueEnum<'ctx>> = Vec::new();
+        let mut param_types: Vec<BasicMetadataTypeEnum<'ctx>> = Vec::new();
+        for arg in args {
+            param_types.push(self.basic_type(&arg.ty).into());
+            values.push(self.value(state, arg)?.into());
+        }
+        // Several outputs come back as a literal struct, converted to the named one after.
+        let (function_type, fields) = match ty {
+            Ty::Void => (self.context.void_type().fn_type(&param_types, false), None),
+            Ty::Struct(name) => {
+                let named = self.struct_type(name);
+                let field_types = named.get_field_types();
+                (self.context.struct_type(&field_types, false).fn_type(&param_types, false), Some(named))
+            }
+            other => (self.basic_type(other).fn_type(&param_types, false), None),
+        };
+        let inline_asm = self.context.create_inline_asm(function_type, template.to_string(), constraints.to_string(), true, false, None, false);
+        let call = self.builder.build_indirect_call(function_type, inline_asm, &values, "")?;
+        let result = call.try_as_basic_value().basic();
+        match (result, fields) {
+            (Some(BasicValueEnum::StructValue(literal)), Some(named)) => {
+                let mut value: inkwell::values::AggregateValueEnum = named.get_undef().into();
+                for index in 0..named.count_fields() {
+                    let field = self.builder.build_extract_value(literal, index, "")?;
+                    value = self.builder.build_insert_value(value, field, index, "")?;
+                }
+                Ok(Some(value.as_basic_value_enum()))
+            }
+            (result, _) => Ok(result),
+        }
+    }
+}
+
+/// C's variadic functions: declared with a fixed list, they are still called as variadic so
+/// that the x86-64 convention (AL = vector registers used) holds.
+fn is_c_variadic(name: &str) -> bool {
+    matches!(name, "printf" | "fprintf" | "sprintf" | "snprintf" | "dprintf" | "scanf" | "fscanf" | "sscanf" | "open" | "fcntl" | "ioctl" | "execl" | "execlp")
+}
+
+/// LLVM value names for locals: readable, with characters LLVM would quote replaced.
+fn sanitize(name: &str) -> String {
+    name.chars().map(|character| if character.is_ascii_alphanumeric() || character == '_' || character == '.' { character } else { '_' }).collect()
+}
+
+fn no_value() -> CodegenError {
+    CodegenError::Other("an expression without a value where one was needed".into())
+}
+
+fn unreachable_op() -> ! {
+    panic!("codegen: the checker admitted an operator this branch does not handle")
+}

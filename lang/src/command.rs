@@ -1,0 +1,71 @@
+//! Commands: the `:` lines every front end shares (`:help`, `:opt`, `:reset`, `:load`…).
+
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::session::Session;
+use crate::{Item, Outcome};
+
+/// Every command, for completion and `:help`.
+pub const COMMANDS: &[(&str, &str)] = &[
+    (":help", "show this help"),
+    (":quit", "leave Quasi (or Ctrl-D)"),
+    (":reset", "start a fresh session: definitions, globals and memory are dropped"),
+    (":load FILE", "evaluate a file as one cell"),
+    (":opt [N]", "show or set the optimisation level for later cells (0-3)"),
+    (":defs", "list the session's definitions"),
+];
+
+const HELP: &str = "Quasi: C-Lisp, compiled with LLVM and run as you type.
+
+Type forms to define and run code:
+  (define ((sq int) (x int)) (ret (mul x x)))   defines a function
+  (call sq 7)                                    runs at once and prints 49 : int
+A cell continues while parentheses are open.";
+
+pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
+    let mut words = line.split_whitespace();
+    let command = words.next().unwrap_or("");
+    let argument = line[command.len()..].trim();
+    let mut outcome = Outcome::default();
+    let message = |outcome: &mut Outcome, text: String| outcome.items.push(Item::Message(text));
+    match command {
+        ":help" | ":h" | ":?" => {
+            let mut text = HELP.to_string();
+            text.push_str("\n\nCommands:\n");
+            for (name, description) in COMMANDS {
+                text.push_str(&format!("  {name:<12} {description}\n"));
+            }
+            message(&mut outcome, text.trim_end().to_string());
+        }
+        ":quit" | ":q" | ":exit" => outcome.quit = true,
+        ":reset" => match session.reset() {
+            Ok(()) => message(&mut outcome, "session reset".into()),
+            Err(error) => outcome.diagnostics.push(Diagnostic::error(Kind::Internal, format!("could not reset: {error}"))),
+        },
+        ":opt" => {
+            if argument.is_empty() {
+                message(&mut outcome, format!("optimisation level {}", session.opt_level()));
+            } else {
+                match argument.parse::<u8>() {
+                    Ok(level @ 0..=3) => {
+                        session.set_opt_level(level);
+                        message(&mut outcome, format!("optimisation level {level}"));
+                    }
+                    _ => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("`:opt` takes a level from 0 to 3, found `{argument}`"))),
+                }
+            }
+        }
+        ":defs" => {
+            let lines = session.definition_lines();
+            message(&mut outcome, if lines.is_empty() { "no definitions yet".into() } else { lines.join("\n") });
+        }
+        ":load" => {
+            if argument.is_empty() {
+                outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "`:load` needs a file name"));
+            } else {
+                return session.load_file(argument);
+            }
+        }
+        _ => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("unknown command `{command}`")).with_note("`:help` lists the commands")),
+    }
+    outcome
+}

@@ -1,0 +1,130 @@
+//! Diagnostics: errors and warnings as plain data over spans; rendering belongs to front ends.
+
+use crate::reader::Span;
+
+/// How bad a diagnostic is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// The cell did not (fully) run.
+    Error,
+    /// The cell ran; something deserves attention.
+    Warning,
+}
+
+/// The diagnostic kinds of the language specification, printed as `error[KIND]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Reader errors, misplaced forms.
+    Syntax,
+    /// A name that is not defined.
+    UnknownName,
+    /// A name declared twice in one scope or cell.
+    DuplicateName,
+    /// Type mismatches, bad casts, conditions, invalidated functions.
+    Type,
+    /// Wrong operand or argument count.
+    Arity,
+    /// Staging (Rhai) errors.
+    Macro,
+    /// An expansion limit was exceeded.
+    ExpansionLimit,
+    /// Source size or stack array limits.
+    Limit,
+    /// A fault while compiled code ran.
+    RuntimeFault,
+    /// The user interrupted the cell.
+    Interrupted,
+    /// GPU errors.
+    Gpu,
+    /// Foreign function interface errors.
+    Ffi,
+    /// Unreadable files.
+    Io,
+    /// A failure of the machinery (LLVM, the JIT) rather than of the program.
+    Internal,
+}
+
+impl Kind {
+    /// The spelling inside `error[…]`.
+    pub fn code(self) -> &'static str {
+        match self {
+            Kind::Syntax => "syntax",
+            Kind::UnknownName => "unknown-name",
+            Kind::DuplicateName => "duplicate-name",
+            Kind::Type => "type",
+            Kind::Arity => "arity",
+            Kind::Macro => "macro",
+            Kind::ExpansionLimit => "expansion-limit",
+            Kind::Limit => "limit",
+            Kind::RuntimeFault => "runtime-fault",
+            Kind::Interrupted => "interrupted",
+            Kind::Gpu => "gpu",
+            Kind::Ffi => "ffi",
+            Kind::Io => "io",
+            Kind::Internal => "internal",
+        }
+    }
+}
+
+/// A span with an optional message; the primary label gets the carets.
+#[derive(Clone, Debug)]
+pub struct Label {
+    /// Where.
+    pub span: Span,
+    /// Text shown next to the carets (may be empty).
+    pub message: String,
+    /// Primary (`^^^`) or secondary (`---`).
+    pub primary: bool,
+}
+
+/// One error or warning.
+#[derive(Clone, Debug)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// The `error[KIND]` kind.
+    pub kind: Kind,
+    /// The headline.
+    pub message: String,
+    /// Spans, primary first.
+    pub labels: Vec<Label>,
+    /// `note:` lines after the snippet.
+    pub notes: Vec<String>,
+}
+
+impl Diagnostic {
+    /// A new error without labels.
+    pub(crate) fn error(kind: Kind, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Error, kind, message: message.into(), labels: Vec::new(), notes: Vec::new() }
+    }
+
+    /// A new warning without labels.
+    pub(crate) fn warning(kind: Kind, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(kind, message) }
+    }
+
+    pub(crate) fn with_label(mut self, span: Span, message: impl Into<String>) -> Diagnostic {
+        self.labels.push(Label { span, message: message.into(), primary: true });
+        self
+    }
+
+    pub(crate) fn with_secondary(mut self, span: Span, message: impl Into<String>) -> Diagnostic {
+        self.labels.push(Label { span, message: message.into(), primary: false });
+        self
+    }
+
+    pub(crate) fn with_note(mut self, note: impl Into<String>) -> Diagnostic {
+        self.notes.push(note.into());
+        self
+    }
+
+    /// Whether this is an error (not a warning).
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+
+    /// Where the primary label starts, for ordering a cell's diagnostics by source position.
+    pub(crate) fn sort_key(&self) -> (u32, u32) {
+        self.labels.first().map_or((u32::MAX, u32::MAX), |label| (label.span.source.0, label.span.start))
+    }
+}

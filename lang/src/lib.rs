@@ -1,0 +1,70 @@
+//! quasi-lang: the Quasi language and session engine.
+//!
+//! A cell's trip: `reader` (text to spanned forms) → `check` (types, the `TypedCell`) →
+//! `codegen` (LLVM IR, one module per cell) → optimisation and object code → `jit` (ORC) →
+//! commit → `run` (the guarded call). Front ends call [`Session::eval`] and render the
+//! [`Outcome`]; nothing in this crate prints or knows terminals or sockets.
+#![deny(missing_docs)]
+
+mod brilisp;
+mod check;
+mod codegen;
+pub mod command;
+mod diagnostics;
+mod jit;
+mod reader;
+mod run;
+mod session;
+mod timing;
+mod types;
+mod value;
+
+pub use diagnostics::{Diagnostic, Kind, Label, Severity};
+pub use reader::{completeness, Completeness, SourceFile, SourceId, Span};
+pub use session::{Session, SessionConfig, SessionError};
+pub use timing::{Phase, PhaseTimes};
+
+/// Everything one cell produced, in order. Plain data: nothing here renders itself.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Values, definitions, program output and messages, in cell order.
+    pub items: Vec<Item>,
+    /// Errors and warnings (warnings may accompany a successful cell).
+    pub diagnostics: Vec<Diagnostic>,
+    /// Time spent in each phase.
+    pub timing: PhaseTimes,
+    /// Every text a diagnostic points into, by `SourceId`.
+    pub sources: Vec<(SourceId, SourceFile)>,
+    /// The cell asked the front end to exit (`:quit`).
+    pub quit: bool,
+}
+
+impl Outcome {
+    /// Whether the cell had an error.
+    pub fn failed(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// One thing a cell produced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// A top-level expression's value: rendered `TEXT : TYPE`.
+    Value {
+        /// The value as the language spells it.
+        text: String,
+        /// The type in C-Lisp spelling.
+        ty: String,
+    },
+    /// A definition: rendered as its line, e.g. `fib : (int) -> int  (redefined)`.
+    Defined {
+        /// The defined name.
+        name: String,
+        /// The line after the name: signature or type, with notes.
+        description: String,
+    },
+    /// Bytes the program wrote to stdout while the session captured it.
+    Output(String),
+    /// A message from a command (`:help`, `:opt`…).
+    Message(String),
+}

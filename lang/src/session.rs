@@ -1,0 +1,686 @@
+//! Session: the facade `Session::eval(cell) -> Outcome`; the pipeline, commit, completion.
+//!
+//! Invariant: every call between user functions loads the callee's slot, and a slot always
+//! holds the newest linked definition, so every caller sees the newest definition.
+//! Invariant: `env`, global values and slots change only in `commit`, after linking
+//! succeeded; a cell that fails before that leaves the session exactly as it was.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use inkwell::context::Context;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
+use inkwell::OptimizationLevel;
+
+use crate::check::{self, Constant, Env, FunctionEntry, FunctionKind, GlobalEntry, StructEntry, TypedCell};
+use crate::codegen::{self, CellModule, FaultSite, Naming};
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::jit::{CellCode, Jit};
+use crate::reader::{self, SourceFile, SourceId, Span};
+use crate::run::{self, Fault, Runner};
+use crate::timing::{Phase, PhaseTimes};
+use crate::types::Ty;
+use crate::value;
+use crate::{Item, Outcome};
+
+/// The optimisation level a session starts with: the lowest cell latency (see the README's
+/// measurements); `:opt 3` for fast code.
+pub const DEFAULT_OPT_LEVEL: u8 = 1;
+
+/// How a session is set up.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// Capture what compiled code writes to stdout into `Item::Output` (transcripts, kernel);
+    /// otherwise it goes straight to the process's stdout (terminal, `quasi run`).
+    pub capture_output: bool,
+    /// The initial optimisation level, 0 to 3.
+    pub opt_level: u8,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig { capture_output: false, opt_level: DEFAULT_OPT_LEVEL }
+    }
+}
+
+/// A session could not be started (LLVM or the JIT failed to initialise).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// LLVM could not be set up for this machine.
+    #[error("LLVM: {0}")]
+    Llvm(String),
+    /// The executor thread could not be started.
+    #[error("could not start the executor thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// Storage of one global, owned by the session and read by compiled code by symbol.
+struct GlobalStorage {
+    symbol: String,
+    memory: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl GlobalStorage {
+    fn new(symbol: String, size: usize, align: usize) -> GlobalStorage {
+        // Address space 3 globals promise 16-byte alignment; use it for all.
+        let layout = std::alloc::Layout::from_size_align(size.max(1), align.max(16)).unwrap_or(std::alloc::Layout::new::<u128>());
+        // SAFETY: the layout has a non-zero size.
+        let memory = unsafe { std::alloc::alloc_zeroed(layout) };
+        GlobalStorage { symbol, memory, layout }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `memory` is a live allocation of `layout.size()` bytes until drop.
+        unsafe { std::slice::from_raw_parts(self.memory, self.layout.size()) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; compiled code is not running while the session writes.
+        unsafe { std::slice::from_raw_parts_mut(self.memory, self.layout.size()) }
+    }
+}
+
+impl Drop for GlobalStorage {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.memory, self.layout) }
+    }
+}
+
+/// A defined name in the order `:defs` lists them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum DefinitionKey {
+    Struct(String),
+    Global(String),
+    Function(String),
+}
+
+/// An interactive session: definitions, globals and compiled code that persist across cells.
+pub struct Session {
+    config: SessionConfig,
+    opt_level: u8,
+    // Field order matters for drop: the runner stops before the JIT frees the code.
+    runner: Runner,
+    cells: Vec<CellCode>,
+    jit: Jit,
+    context: Context,
+    machines: Vec<Option<TargetMachine>>,
+    triple: TargetTriple,
+    env: Env,
+    sources: Vec<SourceFile>,
+    cell_count: u32,
+    /// One slot per function name, at a fixed address for the session's life.
+    slots: HashMap<String, Box<AtomicUsize>>,
+    globals: HashMap<String, GlobalStorage>,
+    struct_names: HashMap<String, String>,
+    used_symbols: HashSet<String>,
+    symbol_counter: u64,
+    fault_sites: Vec<FaultSite>,
+    session_memory: Vec<usize>,
+    definitions: BTreeMap<DefinitionKey, u32>,
+    definition_counter: u32,
+}
+
+const MACHINE_LEVELS: [OptimizationLevel; 4] = [OptimizationLevel::None, OptimizationLevel::Less, OptimizationLevel::Default, OptimizationLevel::Aggressive];
+
+fn initialise_llvm() -> Result<(), SessionError> {
+    static INIT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    INIT.get_or_init(|| Target::initialize_native(&InitializationConfig::default())).clone().map_err(SessionError::Llvm)
+}
+
+impl Session {
+    /// Starts a session: an ORC JIT, an executor thread, an empty environment.
+    pub fn new(config: SessionConfig) -> Result<Session, SessionError> {
+        initialise_llvm()?;
+        let mut jit = Jit::new().map_err(|error| SessionError::Llvm(error.to_string()))?;
+        jit.define_absolute(&run::runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
+        let opt_level = config.opt_level.min(3);
+        Ok(Session {
+            config,
+            opt_level,
+            runner: Runner::new()?,
+            cells: Vec::new(),
+            jit,
+            context: Context::create(),
+            machines: (0..4).map(|_| None).collect(),
+            triple: TargetMachine::get_default_triple(),
+            env: Env::default(),
+            sources: Vec::new(),
+            cell_count: 0,
+            slots: HashMap::new(),
+            globals: HashMap::new(),
+            struct_names: HashMap::new(),
+            used_symbols: HashSet::new(),
+            symbol_counter: 0,
+            fault_sites: Vec::new(),
+            session_memory: Vec::new(),
+            definitions: BTreeMap::new(),
+            definition_counter: 0,
+        })
+    }
+
+    /// The current optimisation level.
+    pub fn opt_level(&self) -> u8 {
+        self.opt_level
+    }
+
+    /// The number of cells evaluated so far (failed ones included).
+    pub fn cell_count(&self) -> u32 {
+        self.cell_count
+    }
+
+    /// Evaluates one cell: forms, or one `:command` line.
+    pub fn eval(&mut self, text: &str) -> Outcome {
+        self.cell_count += 1;
+        let name = format!("cell {}", self.cell_count);
+        if text.trim_start().starts_with(':') {
+            return crate::command::run(self, text.trim());
+        }
+        self.eval_source(name, text.to_string(), EvalMode::Cell)
+    }
+
+    /// Runs a whole file as `quasi run` does: the file is one cell, values are not shown,
+    /// and `main` is called if defined. Returns the outcome and the exit status.
+    pub fn run_file(&mut self, path: &str, text: String, args: &[String]) -> (Outcome, i32) {
+        self.cell_count += 1;
+        let mut outcome = self.eval_source(path.to_string(), text, EvalMode::Script);
+        if outcome.failed() {
+            let faulted = outcome.diagnostics.iter().any(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
+            return (outcome, if faulted { 2 } else { 1 });
+        }
+        let Some(main) = self.env.functions.get("main").cloned() else { return (outcome, 0) };
+        let call = match main.signature.params.len() {
+            0 => "(call main)".to_string(),
+            1 => format!("(call main {})", args.len() + 1),
+            _ => {
+                // argv: a session array of C strings, built in compiled code from literals.
+                let mut program = format!("((declare quasi-argv (ptr (ptr int8))) (set quasi-argv (alloc (ptr int8) {}))", args.len() + 2);
+                for (index, arg) in std::iter::once(&path.to_string()).chain(args).enumerate() {
+                    program.push_str(&format!(" (store (ptradd quasi-argv {index}) {:?})", arg));
+                }
+                program.push_str(&format!(" (store (ptradd quasi-argv {}) (inttoptr 0 (ptr int8))) (call main {} (bitcast quasi-argv {})))", args.len() + 1, args.len() + 1, main.signature.params[1]));
+                program
+            }
+        };
+        let main_outcome = self.eval_source(format!("{path} (main)"), call, EvalMode::Main);
+        let status = match main_outcome.items.iter().find_map(|item| match item {
+            Item::Value { text, .. } => text.parse::<i64>().ok(),
+            _ => None,
+        }) {
+            Some(value) => (value & 0xff) as i32,
+            None => 0,
+        };
+        let faulted = main_outcome.failed();
+        outcome.items.extend(main_outcome.items);
+        outcome.diagnostics.extend(main_outcome.diagnostics);
+        outcome.sources.extend(main_outcome.sources);
+        (outcome, if faulted { 2 } else { status })
+    }
+
+    /// Evaluates a file as one cell (`:load`).
+    pub(crate) fn load_file(&mut self, path: &str) -> Outcome {
+        match std::fs::read_to_string(path) {
+            Ok(text) => self.eval_source(path.to_string(), text, EvalMode::Cell),
+            Err(error) => {
+                let mut outcome = Outcome::default();
+                outcome.diagnostics.push(Diagnostic::error(Kind::Io, format!("cannot read `{path}`: {error}")));
+                outcome
+            }
+        }
+    }
+
+    /// Starts over: a fresh session with the same configuration.
+    pub(crate) fn reset(&mut self) -> Result<(), SessionError> {
+        let count = self.cell_count;
+        let mut fresh = Session::new(SessionConfig { opt_level: self.opt_level, ..self.config.clone() })?;
+        fresh.cell_count = count;
+        *self = fresh;
+        Ok(())
+    }
+
+    pub(crate) fn set_opt_level(&mut self, level: u8) {
+        self.opt_level = level.min(3);
+    }
+
+    /// Names for completion: defined functions, globals and structs.
+    pub fn defined_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.env.functions.keys().chain(self.env.globals.keys()).chain(self.env.structs.keys()).cloned().collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Lines describing every definition, for `:defs`.
+    pub(crate) fn definition_lines(&self) -> Vec<String> {
+        let mut ordered: Vec<(&u32, &DefinitionKey)> = self.definitions.iter().map(|(key, order)| (order, key)).collect();
+        ordered.sort();
+        ordered
+            .into_iter()
+            .filter_map(|(_, key)| match key {
+                DefinitionKey::Struct(name) => self.env.structs.get(name).map(|entry| struct_line(name, entry)),
+                DefinitionKey::Global(name) => self.env.globals.get(name).map(|entry| format!("{name} : {} = {}", entry.ty, self.global_value_text(name, &entry.ty))),
+                DefinitionKey::Function(name) => self.env.functions.get(name).map(|entry| format!("{name} : {}{}", entry.signature, function_note(entry, false))),
+            })
+            .collect()
+    }
+
+    fn source_id(&mut self, name: String, text: String) -> SourceId {
+        self.sources.push(SourceFile { name, text });
+        SourceId(self.sources.len() as u32 - 1)
+    }
+
+    fn fail(&self, mut outcome: Outcome, diagnostics: Vec<Diagnostic>) -> Outcome {
+        outcome.diagnostics.extend(diagnostics);
+        self.attach_sources(&mut outcome);
+        outcome
+    }
+
+    /// Adds every source a diagnostic of the outcome points into.
+    fn attach_sources(&self, outcome: &mut Outcome) {
+        let mut ids: Vec<SourceId> = outcome.diagnostics.iter().flat_map(|diagnostic| diagnostic.labels.iter().map(|label| label.span.source)).collect();
+        ids.sort();
+        ids.dedup();
+        for id in ids {
+            if !outcome.sources.iter().any(|(existing, _)| *existing == id) {
+                if let Some(file) = self.sources.get(id.0 as usize) {
+                    outcome.sources.push((id, file.clone()));
+                }
+            }
+        }
+    }
+
+    fn resolve_extern(name: &str) -> Option<String> {
+        run::runtime_function(name).or_else(|| run::process_symbol(name).map(|_| name.to_string()))
+    }
+
+    fn eval_source(&mut self, name: String, text: String, mode: EvalMode) -> Outcome {
+        let mut outcome = Outcome::default();
+        let source = self.source_id(name, text);
+        let text = self.sources[source.0 as usize].text.clone();
+        let forms = match outcome.timing.time(Phase::Parse, || reader::read(source, &text)) {
+            Ok(forms) => forms,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        let entry_prefix = format!("cell#{}", self.cell_count);
+        let checked = outcome.timing.time(Phase::Check, || check::check(&self.env, &forms, &Session::resolve_extern, &entry_prefix));
+        let cell = match checked {
+            Ok(cell) => cell,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        outcome.diagnostics.extend(cell.warnings.iter().cloned());
+        let linked = match self.compile_and_link(&cell, &entry_prefix, &mut outcome.timing) {
+            Ok(linked) => linked,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        let entries = linked.entries.clone();
+        let defined = self.commit(&cell, linked);
+        if mode == EvalMode::Cell {
+            outcome.items.extend(defined);
+        }
+        let run_start = Instant::now();
+        for (item, address) in cell.top.iter().zip(&entries) {
+            let size = item.value.as_ref().map_or(0, |ty| value::size_align(ty, &self.env.structs).0);
+            let report = self.runner.call(*address, size, self.config.capture_output);
+            self.session_memory.extend(report.allocations);
+            if !report.output.is_empty() {
+                outcome.items.push(Item::Output(String::from_utf8_lossy(&report.output).into_owned()));
+            }
+            if let Some(fault) = report.fault {
+                outcome.diagnostics.push(self.fault_diagnostic(&fault, item.function.span));
+                break;
+            }
+            if let Some(ty) = &item.value {
+                if mode != EvalMode::Script {
+                    outcome.items.push(Item::Value { text: value::format_value(&report.result, 0, ty, &self.env.structs), ty: ty.to_string() });
+                }
+            }
+        }
+        outcome.timing.add(Phase::Run, run_start.elapsed());
+        self.attach_sources(&mut outcome);
+        outcome
+    }
+
+    fn fault_diagnostic(&self, fault: &Fault, item_span: Span) -> Diagnostic {
+        let note = "the session is intact; all definitions and globals are kept";
+        match fault {
+            Fault::Check { code, site } => {
+                let site = self.fault_sites.get(*site as usize);
+                let (message, span) = match (code, site) {
+                    (&codegen::FAULT_DIVIDE_BY_ZERO, Some(site)) => (format!("integer division by zero in function `{}`", display_function(&site.function)), site.span),
+                    (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (format!("integer overflow in division in function `{}`", display_function(&site.function)), site.span),
+                    _ => ("a runtime check failed".to_string(), item_span),
+                };
+                Diagnostic::error(Kind::RuntimeFault, message).with_label(span, "").with_note(note)
+            }
+            Fault::Signal { signal, address } => {
+                let what = match *signal {
+                    libc::SIGSEGV => format!("segmentation fault at address {address:#x}"),
+                    libc::SIGBUS => format!("bus error at address {address:#x}"),
+                    libc::SIGFPE => "arithmetic exception".to_string(),
+                    libc::SIGILL => "illegal instruction".to_string(),
+                    _ => "the executor thread stopped".to_string(),
+                };
+                Diagnostic::error(Kind::RuntimeFault, what).with_label(item_span, "").with_note(note)
+            }
+        }
+    }
+
+    fn machine(&mut self, level: u8) -> Result<&TargetMachine, Diagnostic> {
+        let index = level.min(3) as usize;
+        if self.machines[index].is_none() {
+            let target = Target::from_triple(&self.triple).map_err(|error| internal(format!("no LLVM target: {error}")))?;
+            let cpu = TargetMachine::get_host_cpu_name();
+            let features = TargetMachine::get_host_cpu_features();
+            let machine = target
+                .create_target_machine(&self.triple, &cpu.to_string_lossy(), &features.to_string_lossy(), MACHINE_LEVELS[index], RelocMode::PIC, CodeModel::Default)
+                .ok_or_else(|| internal("LLVM could not create a target machine for this CPU".into()))?;
+            self.machines[index] = Some(machine);
+        }
+        self.machines[index].as_ref().ok_or_else(|| internal("no target machine".into()))
+    }
+
+    fn compile_and_link(&mut self, cell: &TypedCell, module_name: &str, timing: &mut PhaseTimes) -> Result<Linked, Vec<Diagnostic>> {
+        // Names first: new storage for new or retyped globals, fresh body symbols.
+        let mut global_symbols: HashMap<String, String> = self.globals.iter().map(|(name, storage)| (name.clone(), storage.symbol.clone())).collect();
+        let mut new_globals = Vec::new();
+        for global in &cell.globals {
+            if global.init.is_none() {
+                continue;
+            }
+            self.symbol_counter += 1;
+            let symbol = format!("{}#g{}", global.name, self.symbol_counter);
+            let overlay_structs = self.structs_with(cell);
+            let (size, align) = value::size_align(&global.ty, &overlay_structs);
+            new_globals.push((global.name.clone(), GlobalStorage::new(symbol.clone(), size, align)));
+            global_symbols.insert(global.name.clone(), symbol);
+        }
+        let mut struct_names = self.struct_names.clone();
+        let mut new_struct_names = HashMap::new();
+        for structure in &cell.structs {
+            self.symbol_counter += 1;
+            let llvm_name = format!("{}#s{}", structure.name, self.symbol_counter);
+            struct_names.insert(structure.name.clone(), llvm_name.clone());
+            new_struct_names.insert(structure.name.clone(), llvm_name);
+        }
+        let mut body_symbols = HashMap::new();
+        for function in cell.functions.iter().chain(&cell.recompiled) {
+            let symbol = self.fresh_body_symbol(&function.name);
+            body_symbols.insert(function.name.clone(), symbol);
+        }
+        let naming = Naming { global_symbols: &global_symbols, struct_names: &struct_names, body_symbols: &body_symbols, first_site: self.fault_sites.len() as u32 };
+        let triple = TargetTriple::create(&self.triple.as_str().to_string_lossy());
+        let level = self.opt_level;
+        let target_data = self.machine(level).map_err(|error| vec![error])?.get_target_data();
+        let machine = self.machines[level as usize].as_ref().ok_or_else(|| vec![internal("no target machine".into())])?;
+        let codegen_start = Instant::now();
+        let lowered = codegen::lower(&self.context, &target_data, &triple, cell, module_name, &naming);
+        timing.add(Phase::Codegen, codegen_start.elapsed());
+        let CellModule { module, entries, fault_sites } = lowered.map_err(|error| vec![lowering_error(error, cell)])?;
+        if level > 0 {
+            let pipeline = match level {
+                1 => "function(mem2reg,instcombine<no-verify-fixpoint>,simplifycfg)",
+                2 => "default<O2>",
+                _ => "default<O3>",
+            };
+            let optimise_start = Instant::now();
+            module.run_passes(pipeline, machine, PassBuilderOptions::create()).map_err(|error| vec![internal(format!("LLVM passes failed: {error}"))])?;
+            timing.add(Phase::Optimise, optimise_start.elapsed());
+        }
+        let link_start = Instant::now();
+        let object = machine.write_to_memory_buffer(&module, FileType::Object).map_err(|error| vec![internal(format!("LLVM could not emit code: {error}"))])?;
+        drop(module);
+        // Slots for every function the cell defines or declares, created once per name.
+        let mut absolute = Vec::new();
+        for name in cell.functions.iter().map(|function| &function.name).chain(cell.recompiled.iter().map(|function| &function.name)).chain(cell.externs.iter().map(|decl| &decl.name)) {
+            if !self.slots.contains_key(name) {
+                let slot = Box::new(AtomicUsize::new(0));
+                absolute.push((codegen::slot_symbol(name), &*slot as *const AtomicUsize as usize));
+                self.slots.insert(name.clone(), slot);
+            }
+        }
+        for (_, storage) in &new_globals {
+            absolute.push((storage.symbol.clone(), storage.memory as usize));
+        }
+        self.jit.define_absolute(&absolute).map_err(|error| vec![internal(error.to_string())])?;
+        let function_names: Vec<String> = cell.functions.iter().chain(&cell.recompiled).map(|function| function.name.clone()).collect();
+        let lookups: Vec<String> = function_names.iter().map(|name| body_symbols[name].clone()).chain(entries.iter().cloned()).collect();
+        let (code, addresses) = self.jit.link(object.as_slice(), module_name, &lookups).map_err(|error| vec![internal(error.to_string())])?;
+        timing.add(Phase::Link, link_start.elapsed());
+        let (body_addresses, entry_addresses) = addresses.split_at(function_names.len());
+        Ok(Linked {
+            bodies: function_names.into_iter().zip(body_addresses.iter().copied()).collect(),
+            entries: entry_addresses.to_vec(),
+            code,
+            fault_sites,
+            new_globals,
+            struct_names: new_struct_names,
+        })
+    }
+
+    fn structs_with(&self, cell: &TypedCell) -> HashMap<String, StructEntry> {
+        let mut structs = self.env.structs.clone();
+        for structure in &cell.structs {
+            structs.insert(structure.name.clone(), StructEntry { fields: structure.fields.clone() });
+        }
+        structs
+    }
+
+    fn fresh_body_symbol(&mut self, name: &str) -> String {
+        // A body is named like its function unless that name is taken, or belongs to a C
+        // symbol that code generated by LLVM itself may call (memset, memcpy…).
+        let mut candidate = name.to_string();
+        let mut version = 1;
+        while self.used_symbols.contains(&candidate) || run::process_symbol(&candidate).is_some() {
+            version += 1;
+            candidate = format!("{name}#{version}");
+        }
+        self.used_symbols.insert(candidate.clone());
+        candidate
+    }
+
+    /// Makes a linked cell part of the session. Nothing here can fail.
+    fn commit(&mut self, cell: &TypedCell, linked: Linked) -> Vec<Item> {
+        let Linked { bodies, code, fault_sites, new_globals, struct_names, .. } = linked;
+        let mut items = Vec::new();
+        self.cells.push(code);
+        self.fault_sites.extend(fault_sites);
+        for structure in &cell.structs {
+            let entry = StructEntry { fields: structure.fields.clone() };
+            let redefined = self.env.structs.contains_key(&structure.name);
+            items.push(Item::Defined { name: format!("struct {}", structure.name), description: struct_line(&structure.name, &entry).trim_start_matches(&format!("struct {} ", structure.name)).to_string() + if redefined { "  (redefined)" } else { "" } });
+            self.env.structs.insert(structure.name.clone(), entry);
+            self.note_definition(DefinitionKey::Struct(structure.name.clone()));
+        }
+        // Struct LLVM names: the next module looks them up by these.
+        self.struct_names.extend(struct_names);
+        for (name, storage) in new_globals {
+            self.globals.insert(name, storage);
+        }
+        for global in &cell.globals {
+            let redefined = self.env.globals.contains_key(&global.name);
+            self.env.globals.insert(global.name.clone(), GlobalEntry { ty: global.ty.clone() });
+            if let Some(init) = &global.init {
+                self.initialise_global(&global.name, &global.ty, init);
+            }
+            let value = self.global_value_text(&global.name, &global.ty);
+            items.push(Item::Defined { name: global.name.clone(), description: format!("{} = {value}{}", global.ty, if redefined && global.init.is_some() { "  (redefined)" } else { "" }) });
+            self.note_definition(DefinitionKey::Global(global.name.clone()));
+        }
+        for decl in &cell.externs {
+            let existing = self.env.functions.get(&decl.name);
+            if matches!(existing, Some(FunctionEntry { kind: FunctionKind::Defined(_), .. })) {
+                continue;
+            }
+            let kind = match Session::resolve_extern(&decl.name) {
+                _ if decl.name.starts_with("llvm.") => FunctionKind::External(decl.name.clone()),
+                Some(link) => FunctionKind::External(link),
+                None => FunctionKind::Unresolved,
+            };
+            let entry = FunctionEntry { signature: decl.signature.clone(), param_names: Vec::new(), kind, invalidated: None };
+            items.push(Item::Defined { name: decl.name.clone(), description: format!("{}{}", entry.signature, function_note(&entry, false)) });
+            self.env.functions.insert(decl.name.clone(), entry);
+            self.note_definition(DefinitionKey::Function(decl.name.clone()));
+        }
+        let addresses: HashMap<String, usize> = bodies.into_iter().collect();
+        for function in cell.functions.iter().chain(&cell.recompiled) {
+            if let (Some(slot), Some(address)) = (self.slots.get(&function.name), addresses.get(&function.name)) {
+                slot.store(*address, Ordering::SeqCst);
+            }
+            let recompiled = cell.recompiled.iter().any(|other| other.name == function.name);
+            let previous = self.env.functions.get(&function.name);
+            let redefined = matches!(previous, Some(FunctionEntry { kind: FunctionKind::Defined(_), .. }));
+            let param_names = function.locals.iter().take(function.signature.params.len()).map(|local| local.name.clone()).collect();
+            let entry = FunctionEntry { signature: function.signature.clone(), param_names, kind: FunctionKind::Defined(Rc::new(function.clone())), invalidated: None };
+            if !recompiled {
+                items.push(Item::Defined { name: function.name.clone(), description: format!("{}{}", entry.signature, function_note(&entry, redefined)) });
+            }
+            self.env.functions.insert(function.name.clone(), entry);
+            self.note_definition(DefinitionKey::Function(function.name.clone()));
+        }
+        for invalidation in &cell.invalidated {
+            if let Some(entry) = self.env.functions.get_mut(&invalidation.name) {
+                entry.invalidated = Some(invalidation.message.clone());
+            }
+            // Old code calling an invalidated function must not run it with the wrong types.
+            if let Some(slot) = self.slots.get(&invalidation.name) {
+                slot.store(0, Ordering::SeqCst);
+            }
+        }
+        items
+    }
+
+    fn note_definition(&mut self, key: DefinitionKey) {
+        if !self.definitions.contains_key(&key) {
+            self.definition_counter += 1;
+            self.definitions.insert(key, self.definition_counter);
+        }
+    }
+
+    fn initialise_global(&mut self, name: &str, ty: &Ty, init: &Constant) {
+        let mut bytes = vec![0u8; value::size_align(ty, &self.env.structs).0];
+        self.encode_constant(&mut bytes, 0, ty, init);
+        if let Some(storage) = self.globals.get_mut(name) {
+            let target = storage.bytes_mut();
+            let length = bytes.len().min(target.len());
+            target[..length].copy_from_slice(&bytes[..length]);
+        }
+    }
+
+    fn encode_constant(&self, bytes: &mut [u8], offset: usize, ty: &Ty, constant: &Constant) {
+        let mut put = |data: &[u8]| {
+            if let Some(target) = bytes.get_mut(offset..offset + data.len()) {
+                target.copy_from_slice(data);
+            }
+        };
+        match (ty, constant) {
+            (Ty::Bool, Constant::Bool(value)) => put(&[u8::from(*value)]),
+            (Ty::Int(8), Constant::Int(value)) => put(&(*value as i8).to_ne_bytes()),
+            (Ty::Int(16), Constant::Int(value)) => put(&(*value as i16).to_ne_bytes()),
+            (Ty::Int(32), Constant::Int(value)) => put(&(*value as i32).to_ne_bytes()),
+            (Ty::Int(_), Constant::Int(value)) => put(&value.to_ne_bytes()),
+            (Ty::Float, Constant::Float(value)) => put(&(*value as f32).to_ne_bytes()),
+            (Ty::Double, Constant::Float(value)) => put(&value.to_ne_bytes()),
+            (Ty::Ptr(..), Constant::AddressOf(target)) => {
+                let address = self.globals.get(target).map_or(0, |storage| storage.memory as usize);
+                put(&(address as u64).to_ne_bytes());
+            }
+            (Ty::Arr(_, element), Constant::Aggregate(values)) => {
+                let (size, _) = value::size_align(element, &self.env.structs);
+                for (index, value) in values.iter().enumerate() {
+                    self.encode_constant(bytes, offset + index * size, element, value);
+                }
+            }
+            (Ty::Struct(name), Constant::Aggregate(values)) => {
+                let fields = self.env.structs.get(&**name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+                let (offsets, _, _) = value::struct_layout(&fields, &self.env.structs);
+                for ((value, (_, field_ty)), field_offset) in values.iter().zip(&fields).zip(offsets) {
+                    self.encode_constant(bytes, offset + field_offset, field_ty, value);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn global_value_text(&self, name: &str, ty: &Ty) -> String {
+        match self.globals.get(name) {
+            Some(storage) => value::format_value(storage.bytes(), 0, ty, &self.env.structs),
+            None => "?".into(),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for pointer in self.session_memory.drain(..) {
+            // SAFETY: every pointer here came from calloc in `run::session_alloc`, and the
+            // code that could still use it is being dropped with the session.
+            unsafe { libc::free(pointer as *mut libc::c_void) };
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EvalMode {
+    /// An interactive cell: definitions and values are shown.
+    Cell,
+    /// `quasi run`: only the program's own output.
+    Script,
+    /// The call of `main` after a script: its value is the exit status.
+    Main,
+}
+
+struct Linked {
+    bodies: Vec<(String, usize)>,
+    entries: Vec<usize>,
+    code: CellCode,
+    fault_sites: Vec<FaultSite>,
+    new_globals: Vec<(String, GlobalStorage)>,
+    struct_names: HashMap<String, String>,
+}
+
+fn internal(message: String) -> Diagnostic {
+    Diagnostic::error(Kind::Internal, message).with_note("this is a bug in Quasi; the session is unchanged")
+}
+
+fn lowering_error(error: codegen::CodegenError, cell: &TypedCell) -> Diagnostic {
+    let mut diagnostic = internal(format!("code generation failed: {error}"));
+    if let Some(function) = cell.functions.first() {
+        diagnostic = diagnostic.with_label(function.span, "");
+    }
+    diagnostic
+}
+
+fn display_function(name: &str) -> String {
+    if name.starts_with("cell#") { "top-level code".into() } else { name.to_string() }
+}
+
+fn struct_line(name: &str, entry: &StructEntry) -> String {
+    match &entry.fields {
+        None => format!("struct {name} (opaque)"),
+        Some(fields) => {
+            let fields: Vec<String> = fields.iter().map(|(field, ty)| format!("{field} : {ty}")).collect();
+            format!("struct {name} {{ {} }}", fields.join(", "))
+        }
+    }
+}
+
+fn function_note(entry: &FunctionEntry, redefined: bool) -> String {
+    let mut notes = Vec::new();
+    match &entry.kind {
+        FunctionKind::Defined(def) if def.inline => notes.push("inline"),
+        FunctionKind::External(_) => notes.push("extern"),
+        FunctionKind::Unresolved => notes.push("extern, unresolved"),
+        FunctionKind::Defined(_) => {}
+    }
+    if redefined {
+        notes.push("redefined");
+    }
+    if entry.invalidated.is_some() {
+        notes.push("invalidated");
+    }
+    if notes.is_empty() { String::new() } else { format!("  ({})", notes.join(", ")) }
+}

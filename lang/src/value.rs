@@ -1,0 +1,113 @@
+//! Values: C layout of types on x86-64, and spelling values as the language prints them.
+
+use std::collections::HashMap;
+
+use crate::check::StructEntry;
+use crate::types::Ty;
+
+/// Size and alignment in bytes under the x86-64 C ABI (what LLVM's data layout gives).
+pub(crate) fn size_align(ty: &Ty, structs: &HashMap<String, StructEntry>) -> (usize, usize) {
+    match ty {
+        Ty::Bool | Ty::Int(8) => (1, 1),
+        Ty::Int(16) => (2, 2),
+        Ty::Int(32) | Ty::Float => (4, 4),
+        Ty::Int(_) | Ty::Double | Ty::Ptr(..) => (8, 8),
+        Ty::Void => (0, 1),
+        Ty::Arr(length, element) => {
+            let (size, align) = size_align(element, structs);
+            (size * *length as usize, align)
+        }
+        Ty::Struct(name) => {
+            let fields = structs.get(&**name).and_then(|entry| entry.fields.as_ref());
+            let (offsets, size, align) = struct_layout(fields.map(Vec::as_slice).unwrap_or(&[]), structs);
+            let _ = offsets;
+            (size, align)
+        }
+    }
+}
+
+/// Field offsets, total size and alignment of a struct with C layout.
+pub(crate) fn struct_layout(fields: &[(String, Ty)], structs: &HashMap<String, StructEntry>) -> (Vec<usize>, usize, usize) {
+    let mut offset: usize = 0;
+    let mut max_align: usize = 1;
+    let mut offsets = Vec::with_capacity(fields.len());
+    for (_, ty) in fields {
+        let (size, align) = size_align(ty, structs);
+        offset = offset.next_multiple_of(align);
+        offsets.push(offset);
+        offset += size;
+        max_align = max_align.max(align);
+    }
+    (offsets, offset.next_multiple_of(max_align), max_align)
+}
+
+/// Spells a float as the language does: shortest round-trip decimal, `inf`, `nan`.
+fn float_text<T: std::fmt::Debug + Copy + Into<f64>>(value: T) -> String {
+    let wide: f64 = value.into();
+    if wide.is_nan() {
+        "nan".into()
+    } else if wide.is_infinite() {
+        if wide > 0.0 { "inf".into() } else { "-inf".into() }
+    } else {
+        format!("{value:?}")
+    }
+}
+
+fn read<const N: usize>(bytes: &[u8], offset: usize) -> [u8; N] {
+    let mut out = [0; N];
+    if let Some(slice) = bytes.get(offset..offset + N) {
+        out.copy_from_slice(slice);
+    }
+    out
+}
+
+/// Spells the value of type `ty` stored at `offset` in `bytes`.
+pub(crate) fn format_value(bytes: &[u8], offset: usize, ty: &Ty, structs: &HashMap<String, StructEntry>) -> String {
+    match ty {
+        Ty::Bool => if bytes.get(offset).copied().unwrap_or(0) & 1 == 1 { "#t".into() } else { "#f".into() },
+        Ty::Int(8) => i8::from_ne_bytes(read(bytes, offset)).to_string(),
+        Ty::Int(16) => i16::from_ne_bytes(read(bytes, offset)).to_string(),
+        Ty::Int(32) => i32::from_ne_bytes(read(bytes, offset)).to_string(),
+        Ty::Int(_) => i64::from_ne_bytes(read(bytes, offset)).to_string(),
+        Ty::Float => float_text(f32::from_ne_bytes(read(bytes, offset))),
+        Ty::Double => float_text(f64::from_ne_bytes(read(bytes, offset))),
+        Ty::Ptr(..) => format!("{:#x}", u64::from_ne_bytes(read(bytes, offset))),
+        Ty::Void => String::new(),
+        Ty::Arr(length, element) => {
+            let (size, _) = size_align(element, structs);
+            let length = *length as usize;
+            let element_text = |index: usize| format_value(bytes, offset + index * size, element, structs);
+            let parts: Vec<String> = if length > 16 {
+                (0..8).map(element_text).chain(std::iter::once("…".to_string())).chain((length - 2..length).map(element_text)).collect()
+            } else {
+                (0..length).map(element_text).collect()
+            };
+            format!("[{}]", parts.join(", "))
+        }
+        Ty::Struct(name) => {
+            let Some(fields) = structs.get(&**name).and_then(|entry| entry.fields.as_ref()) else { return format!("<opaque {name}>") };
+            let (offsets, _, _) = struct_layout(fields, structs);
+            let parts: Vec<String> = fields.iter().zip(offsets).map(|((field, ty), field_offset)| format!("{field}: {}", format_value(bytes, offset + field_offset, ty, structs))).collect();
+            format!("{{{}}}", parts.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_print_as_the_language_says() {
+        let none = HashMap::new();
+        let text = |value: f64, ty: &Ty| {
+            let bytes = if *ty == Ty::Float { (value as f32).to_ne_bytes().to_vec() } else { value.to_ne_bytes().to_vec() };
+            format_value(&bytes, 0, ty, &none)
+        };
+        assert_eq!(text(0.1, &Ty::Float), "0.1");
+        assert_eq!(text(2.0, &Ty::Double), "2.0");
+        assert_eq!(text(1e20, &Ty::Float), "1e20");
+        assert_eq!(text(f64::NAN, &Ty::Double), "nan");
+        assert_eq!(text(f64::NEG_INFINITY, &Ty::Double), "-inf");
+    }
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building Quasi needs on Debian 12 (as root): LLVM 19 and the C libraries it
+# links against, clang-19 for the benchmarks' C reference, and Rust if it is missing.
+set -euo pipefail
+packages=(llvm-19-dev libpolly-19-dev zlib1g-dev libzstd-dev libxml2-dev libffi-dev clang-19 python3-venv)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo is missing: install Rust (https://rustup.rs) first" >&2
+    exit 1
+fi
