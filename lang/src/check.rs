@@ -12,6 +12,18 @@ use crate::types::{parse_addrspace, parse_type, scalar_type_name, Signature, Ty,
 
 const MAX_ERRORS: usize = 20;
 
+/// Every form, opcode, cast and type name of the language, for completion.
+pub(crate) const FORM_NAMES: &[&str] = &[
+    "define", "define-inline", "define-brilisp", "define-struct", "define-global", "define-kernel", "define-shared", "declare", "declare-global",
+    "c-lisp", "cuda-lisp", "if", "while", "for", "ret", "break", "continue", "set", "call", "asm",
+    "add", "sub", "mul", "div", "rem", "udiv", "urem", "shl", "lshr", "ashr", "xor", "and", "or", "not",
+    "fadd", "fsub", "fmul", "fdiv", "fneg", "eq", "ne", "lt", "gt", "le", "ge", "ult", "ugt", "ule", "uge",
+    "feq", "fne", "flt", "fgt", "fle", "fge", "select", "load", "store", "ptradd", "sptradd", "aptradd", "ptr-to", "alloc",
+    "extractvalue", "insertvalue", "sext", "zext", "trunc", "fpext", "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui",
+    "ptrtoint", "inttoptr", "bitcast", "addrspacecast", "bool", "int8", "int16", "int", "int32", "int64", "float", "double",
+    "void", "ptr", "arr", "struct", "addrspace", "const",
+];
+
 // ---------------------------------------------------------------------------------------------
 // The typed tree.
 

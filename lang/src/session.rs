@@ -246,6 +246,25 @@ impl Session {
         self.opt_level = level.min(3);
     }
 
+    /// Completion candidates for the word that ends at byte `cursor` of `text`: session names,
+    /// forms and opcodes, or `:commands` at the start of a line. Returns the byte offset where
+    /// the word starts and the sorted candidates.
+    pub fn completions(&self, text: &str, cursor: usize) -> (usize, Vec<String>) {
+        let cursor = cursor.min(text.len());
+        let before = &text[..cursor];
+        let start = before.rfind(|character: char| character.is_whitespace() || "()[]\"`,;".contains(character)).map_or(0, |index| index + 1);
+        let word = &before[start..];
+        let mut candidates: Vec<String> = if word.starts_with(':') && before[..start].trim().is_empty() {
+            crate::command::COMMANDS.iter().map(|(name, _)| name.split_whitespace().next().unwrap_or(name).to_string()).collect()
+        } else {
+            self.defined_names().into_iter().chain(crate::check::FORM_NAMES.iter().map(|name| name.to_string())).collect()
+        };
+        candidates.retain(|candidate| candidate.starts_with(word));
+        candidates.sort();
+        candidates.dedup();
+        (start, candidates)
+    }
+
     /// Names for completion: defined functions, globals and structs.
     pub fn defined_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.env.functions.keys().chain(self.env.globals.keys()).chain(self.env.structs.keys()).cloned().collect();
