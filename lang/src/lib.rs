@@ -46,6 +46,15 @@ impl Outcome {
     }
 }
 
+/// An output stream of compiled code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// File descriptor 1.
+    Stdout,
+    /// File descriptor 2.
+    Stderr,
+}
+
 /// One thing a cell produced.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
@@ -63,8 +72,13 @@ pub enum Item {
         /// The line after the name: signature or type, with notes.
         description: String,
     },
-    /// Bytes the program wrote to stdout while the session captured it.
-    Output(String),
+    /// What the program wrote to stdout or stderr while the session captured it.
+    Output {
+        /// Which file descriptor.
+        stream: Stream,
+        /// The bytes, decoded as UTF-8 (invalid sequences replaced).
+        text: String,
+    },
     /// A message from a command (`:help`, `:opt`…).
     Message(String),
 }

@@ -36,6 +36,7 @@ pub(crate) enum Fault {
 pub(crate) struct CallReport {
     pub result: Vec<u8>,
     pub output: Vec<u8>,
+    pub errors: Vec<u8>,
     pub fault: Option<Fault>,
     /// Session memory `alloc` took during the call (top-level code).
     pub allocations: Vec<usize>,
@@ -121,7 +122,7 @@ impl Runner {
         let sent = self.jobs.as_ref().map(|jobs| jobs.send(job));
         match (sent, result.recv()) {
             (Some(Ok(())), Ok(report)) => report,
-            _ => CallReport { result: Vec::new(), output: Vec::new(), fault: Some(Fault::Signal { signal: 0, address: 0 }), allocations: Vec::new() },
+            _ => CallReport { result: Vec::new(), output: Vec::new(), errors: Vec::new(), fault: Some(Fault::Signal { signal: 0, address: 0 }), allocations: Vec::new() },
         }
     }
 }
@@ -135,14 +136,15 @@ impl Drop for Runner {
     }
 }
 
-/// Redirects fd 1 into a memory file for the duration of a call.
+/// Redirects a file descriptor into a memory file for the duration of a call.
 struct Capture {
+    target: i32,
     saved: i32,
     file: i32,
 }
 
 impl Capture {
-    fn start() -> Option<Capture> {
+    fn start(target: i32) -> Option<Capture> {
         // SAFETY: plain fd syscalls; every fd opened here is closed in `finish`.
         unsafe {
             libc::fflush(std::ptr::null_mut());
@@ -150,12 +152,12 @@ impl Capture {
             if file < 0 {
                 return None;
             }
-            let saved = libc::dup(1);
-            if saved < 0 || libc::dup2(file, 1) < 0 {
+            let saved = libc::dup(target);
+            if saved < 0 || libc::dup2(file, target) < 0 {
                 libc::close(file);
                 return None;
             }
-            Some(Capture { saved, file })
+            Some(Capture { target, saved, file })
         }
     }
 
@@ -164,7 +166,7 @@ impl Capture {
         // SAFETY: restores fd 1 and reads back the memory file, then closes both fds.
         unsafe {
             libc::fflush(std::ptr::null_mut());
-            libc::dup2(self.saved, 1);
+            libc::dup2(self.saved, self.target);
             libc::close(self.saved);
             let length = libc::lseek(self.file, 0, libc::SEEK_END);
             if length > 0 {
@@ -180,7 +182,7 @@ impl Capture {
 fn guarded_call(address: usize, result_size: usize, capture: bool) -> CallReport {
     // Eight-byte aligned, as every value type the entry may store needs at most that.
     let mut buffer = vec![0u64; result_size.div_ceil(8).max(1)];
-    let capture = if capture { Capture::start() } else { None };
+    let (capture_out, capture_err) = if capture { (Capture::start(1), Capture::start(2)) } else { (None, None) };
     // SAFETY: `address` is an entry the session linked from a checked cell; its type is
     // `void (ptr)` by construction in codegen, and the buffer is large enough for the value
     // it stores. The guard stays armed until the call returns or faults.
@@ -190,7 +192,8 @@ fn guarded_call(address: usize, result_size: usize, capture: bool) -> CallReport
         libc::fflush(std::ptr::null_mut());
         faulted
     };
-    let output = capture.map(Capture::finish).unwrap_or_default();
+    let output = capture_out.map(Capture::finish).unwrap_or_default();
+    let errors = capture_err.map(Capture::finish).unwrap_or_default();
     let fault = faulted.then(|| {
         let (mut code, mut site, mut signal, mut fault_address) = (0, 0, 0, 0);
         // SAFETY: reads the thread-local fault record the guard just wrote.
@@ -203,5 +206,5 @@ fn guarded_call(address: usize, result_size: usize, capture: bool) -> CallReport
     });
     let allocations = ALLOCATIONS.with(|allocations| std::mem::take(&mut *allocations.borrow_mut()));
     let result = buffer.iter().flat_map(|word| word.to_ne_bytes()).take(result_size).collect();
-    CallReport { result, output, fault, allocations }
+    CallReport { result, output, errors, fault, allocations }
 }

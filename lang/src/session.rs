@@ -24,7 +24,7 @@ use crate::run::{self, Fault, Runner};
 use crate::timing::{Phase, PhaseTimes};
 use crate::types::Ty;
 use crate::value;
-use crate::{Item, Outcome};
+use crate::{Item, Outcome, Stream};
 
 /// The optimisation level a session starts with: the lowest cell latency (see the README's
 /// measurements); `:opt 3` for fast code.
@@ -345,8 +345,10 @@ impl Session {
             let size = item.value.as_ref().map_or(0, |ty| value::size_align(ty, &self.env.structs).0);
             let report = self.runner.call(*address, size, self.config.capture_output);
             self.session_memory.extend(report.allocations);
-            if !report.output.is_empty() {
-                outcome.items.push(Item::Output(String::from_utf8_lossy(&report.output).into_owned()));
+            for (stream, bytes) in [(Stream::Stdout, &report.output), (Stream::Stderr, &report.errors)] {
+                if !bytes.is_empty() {
+                    outcome.items.push(Item::Output { stream, text: String::from_utf8_lossy(bytes).into_owned() });
+                }
             }
             if let Some(fault) = report.fault {
                 outcome.diagnostics.push(self.fault_diagnostic(&fault, item.function.span));

@@ -53,7 +53,7 @@ pub fn render_item(item: &Item, masking: Masking) -> String {
         Item::Value { text, ty } if masking == Masking::Addresses && ty.starts_with("(ptr") && text != "0x0" => format!("0x<address> : {ty}\n"),
         Item::Value { text, ty } => format!("{text} : {ty}\n"),
         Item::Defined { name, description } => format!("{name} : {description}\n"),
-        Item::Output(bytes) => bytes.clone(),
+        Item::Output { text, .. } => text.clone(),
         Item::Message(message) => format!("{message}\n"),
     }
 }
