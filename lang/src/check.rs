@@ -177,6 +177,8 @@ pub(crate) struct ExternDef {
     pub name: String,
     pub signature: Signature,
     pub span: Span,
+    /// Nothing provides the symbol yet: calls reach a trap until something does.
+    pub unresolved: bool,
 }
 
 /// One top-level statement or expression, compiled as an entry function `void (ptr out)`.
@@ -191,7 +193,10 @@ pub(crate) struct TopItem {
 #[derive(Clone, Debug)]
 pub(crate) struct Invalidation {
     pub name: String,
+    /// The name whose change invalidated it.
     pub message: String,
+    /// The invalidated function's definition.
+    pub span: Span,
 }
 
 /// A checked cell: only `check` builds it, and `codegen` takes nothing else.
@@ -650,7 +655,7 @@ impl<'a> CellChecker<'a> {
             }
             let link = intrinsic_name(&name);
             self.overlay.functions.insert(name.clone(), FunctionEntry { signature: signature.clone(), param_names, kind: FunctionKind::External(link), invalidated: None });
-            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span });
+            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, unresolved: false });
             return;
         }
         if !has_body {
@@ -679,8 +684,9 @@ impl<'a> CellChecker<'a> {
                 Some(link) => FunctionKind::External(link),
                 None => FunctionKind::Unresolved,
             };
+            let unresolved = matches!(kind, FunctionKind::Unresolved);
             self.overlay.functions.insert(name.clone(), FunctionEntry { signature: signature.clone(), param_names, kind, invalidated: None });
-            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span });
+            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, unresolved });
             return;
         }
         if signature.variadic {
@@ -861,13 +867,14 @@ impl<'a> CellChecker<'a> {
                 _ => {
                     let cause = changed.iter().find(|used| def.uses.contains(*used)).map(|used| used.split_once(':').map_or(used.as_str(), |(_, name)| name)).unwrap_or("a definition").to_string();
                     let mut warning = Diagnostic::warning(Kind::Type, format!("`{name}` no longer type-checks after the redefinition of `{cause}` and is invalidated")).with_note(format!("redefine `{name}` to use it again"));
-                    for error in new_errors.iter().take(3) {
+                    // Point at the call sites that no longer check, the first one primary.
+                    for (index, error) in new_errors.iter().take(3).enumerate() {
                         if let Some(label) = error.labels.first() {
-                            warning = warning.with_secondary(label.span, error.message.clone());
+                            warning = if index == 0 { warning.with_label(label.span, error.message.clone()) } else { warning.with_secondary(label.span, error.message.clone()) };
                         }
                     }
                     self.cell.warnings.push(warning);
-                    self.cell.invalidated.push(Invalidation { name, message: cause });
+                    self.cell.invalidated.push(Invalidation { name, message: cause, span: def.span });
                 }
             }
         }

@@ -44,6 +44,8 @@ pub(crate) fn slot_symbol(name: &str) -> String {
 pub(crate) struct FaultSite {
     pub span: Span,
     pub function: String,
+    /// Extra words for the message (what invalidated a function).
+    pub detail: String,
 }
 
 /// What the session decided about symbol names before codegen.
@@ -64,6 +66,8 @@ pub(crate) struct CellModule<'ctx> {
     /// Entry symbols of the top-level items, in order.
     pub entries: Vec<String>,
     pub fault_sites: Vec<FaultSite>,
+    /// Traps emitted for unresolved declarations and invalidated functions, by name.
+    pub traps: Vec<String>,
 }
 
 /// Runtime functions that compiled code calls; `run` provides them.
@@ -73,6 +77,13 @@ pub(crate) const RT_SESSION_ALLOC: &str = "quasi#session_alloc";
 /// Fault codes passed to `RT_FAULT`.
 pub(crate) const FAULT_DIVIDE_BY_ZERO: u64 = 1;
 pub(crate) const FAULT_DIVIDE_OVERFLOW: u64 = 2;
+pub(crate) const FAULT_UNRESOLVED: u64 = 3;
+pub(crate) const FAULT_INVALIDATED: u64 = 4;
+
+/// The symbol of the trap that stands in for an unresolved or invalidated function.
+pub(crate) fn trap_symbol(name: &str) -> String {
+    format!("{name}#trap")
+}
 
 pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, triple: &inkwell::targets::TargetTriple, cell: &TypedCell, module_name: &str, naming: &Naming<'_>) -> Result<CellModule<'ctx>> {
     let module = context.create_module(module_name);
@@ -92,6 +103,17 @@ pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, trip
     for (function, value) in to_emit {
         lowering.emit_function(function, value, None)?;
     }
+    // A slot must never hold an address that calls with the wrong types, nor null: unresolved
+    // declarations and invalidated functions get a trap that reports what went wrong.
+    let mut traps = Vec::new();
+    for decl in cell.externs.iter().filter(|decl| decl.unresolved) {
+        lowering.emit_trap(&decl.name, FAULT_UNRESOLVED, decl.span, String::new())?;
+        traps.push(decl.name.clone());
+    }
+    for invalidation in &cell.invalidated {
+        lowering.emit_trap(&invalidation.name, FAULT_INVALIDATED, invalidation.span, invalidation.message.clone())?;
+        traps.push(invalidation.name.clone());
+    }
     let mut entries = Vec::new();
     for (index, item) in cell.top.iter().enumerate() {
         let symbol = format!("{module_name}.{index}");
@@ -101,7 +123,7 @@ pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, trip
         entries.push(symbol);
     }
     lowering.module.verify().map_err(|message| CodegenError::Verify(message.to_string()))?;
-    Ok(CellModule { module: lowering.module, entries, fault_sites: lowering.fault_sites })
+    Ok(CellModule { module: lowering.module, entries, fault_sites: lowering.fault_sites, traps })
 }
 
 struct Lowering<'ctx, 'n> {
@@ -585,13 +607,29 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
+    fn emit_trap(&mut self, name: &str, code: u64, span: Span, detail: String) -> Result<()> {
+        let trap = self.module.add_function(&trap_symbol(name), self.context.void_type().fn_type(&[], false), Some(Linkage::External));
+        let block = self.context.append_basic_block(trap, "entry");
+        self.builder.position_at_end(block);
+        let site = self.naming.first_site + self.fault_sites.len() as u32;
+        self.fault_sites.push(FaultSite { span, function: name.to_string(), detail });
+        self.call_fault(code, site)
+    }
+
     fn fault_if(&mut self, state: &FunctionState<'ctx>, condition: IntValue<'ctx>, code: u64, span: Span) -> Result<()> {
         let site = self.naming.first_site + self.fault_sites.len() as u32;
-        self.fault_sites.push(FaultSite { span, function: state.name.clone() });
+        self.fault_sites.push(FaultSite { span, function: state.name.clone(), detail: String::new() });
         let fault_block = self.context.append_basic_block(state.function, "fault");
         let ok_block = self.context.append_basic_block(state.function, "ok");
         self.builder.build_conditional_branch(condition, fault_block, ok_block)?;
         self.builder.position_at_end(fault_block);
+        self.call_fault(code, site)?;
+        self.builder.position_at_end(ok_block);
+        Ok(())
+    }
+
+    /// Calls the runtime's fault function, which never returns.
+    fn call_fault(&mut self, code: u64, site: u32) -> Result<()> {
         let i64_type = self.context.i64_type();
         let fault_type = self.context.void_type().fn_type(&[i64_type.into(), i64_type.into()], false);
         let fault = self.runtime_function(RT_FAULT, fault_type);
@@ -601,7 +639,6 @@ impl<'ctx> Lowering<'ctx, '_> {
         fault.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(cold, 0));
         self.builder.build_call(fault, &[i64_type.const_int(code, false).into(), i64_type.const_int(u64::from(site), false).into()], "")?;
         self.builder.build_unreachable()?;
-        self.builder.position_at_end(ok_block);
         Ok(())
     }
 

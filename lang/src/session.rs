@@ -370,12 +370,18 @@ impl Session {
         match fault {
             Fault::Check { code, site } => {
                 let site = self.fault_sites.get(*site as usize);
-                let (message, span) = match (code, site) {
-                    (&codegen::FAULT_DIVIDE_BY_ZERO, Some(site)) => (format!("integer division by zero in function `{}`", display_function(&site.function)), site.span),
-                    (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (format!("integer overflow in division in function `{}`", display_function(&site.function)), site.span),
-                    _ => ("a runtime check failed".to_string(), item_span),
+                let (kind, message, span) = match (code, site) {
+                    (&codegen::FAULT_DIVIDE_BY_ZERO, Some(site)) => (Kind::RuntimeFault, format!("integer division by zero in function `{}`", display_function(&site.function)), site.span),
+                    (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (Kind::RuntimeFault, format!("integer overflow in division in function `{}`", display_function(&site.function)), site.span),
+                    (&codegen::FAULT_UNRESOLVED, Some(site)) => (Kind::UnknownName, format!("`{}` was called, but nothing defines it: no session function, library or process symbol", site.function), site.span),
+                    (&codegen::FAULT_INVALIDATED, Some(site)) => (Kind::Type, format!("`{}` was invalidated by the redefinition of `{}`; redefine `{}`", site.function, site.detail, site.function), site.span),
+                    _ => (Kind::RuntimeFault, "a runtime check failed".to_string(), item_span),
                 };
-                Diagnostic::error(Kind::RuntimeFault, message).with_label(span, "").with_note(note)
+                let mut diagnostic = Diagnostic::error(kind, message).with_label(span, "");
+                if kind != Kind::RuntimeFault {
+                    diagnostic = diagnostic.with_secondary(item_span, "while running this");
+                }
+                diagnostic.with_note(note)
             }
             Fault::Signal { signal, address } => {
                 let what = match *signal {
@@ -440,7 +446,7 @@ impl Session {
         let codegen_start = Instant::now();
         let lowered = codegen::lower(&self.context, &target_data, &triple, cell, module_name, &naming);
         timing.add(Phase::Codegen, codegen_start.elapsed());
-        let CellModule { module, entries, fault_sites } = lowered.map_err(|error| vec![lowering_error(error, cell)])?;
+        let CellModule { module, entries, fault_sites, traps } = lowered.map_err(|error| vec![lowering_error(error, cell)])?;
         if level > 0 {
             let pipeline = match level {
                 1 => "function(mem2reg,instcombine<no-verify-fixpoint>,simplifycfg)",
@@ -468,12 +474,14 @@ impl Session {
         }
         self.jit.define_absolute(&absolute).map_err(|error| vec![internal(error.to_string())])?;
         let function_names: Vec<String> = cell.functions.iter().chain(&cell.recompiled).map(|function| function.name.clone()).collect();
-        let lookups: Vec<String> = function_names.iter().map(|name| body_symbols[name].clone()).chain(entries.iter().cloned()).collect();
+        let lookups: Vec<String> = function_names.iter().map(|name| body_symbols[name].clone()).chain(traps.iter().map(|name| codegen::trap_symbol(name))).chain(entries.iter().cloned()).collect();
         let (code, addresses) = self.jit.link(object.as_slice(), module_name, &lookups).map_err(|error| vec![internal(error.to_string())])?;
         timing.add(Phase::Link, link_start.elapsed());
-        let (body_addresses, entry_addresses) = addresses.split_at(function_names.len());
+        let (body_addresses, rest) = addresses.split_at(function_names.len());
+        let (trap_addresses, entry_addresses) = rest.split_at(traps.len());
         Ok(Linked {
             bodies: function_names.into_iter().zip(body_addresses.iter().copied()).collect(),
+            traps: traps.into_iter().zip(trap_addresses.iter().copied()).collect(),
             entries: entry_addresses.to_vec(),
             code,
             fault_sites,
@@ -505,7 +513,7 @@ impl Session {
 
     /// Makes a linked cell part of the session. Nothing here can fail.
     fn commit(&mut self, cell: &TypedCell, linked: Linked) -> Vec<Item> {
-        let Linked { bodies, code, fault_sites, new_globals, struct_names, .. } = linked;
+        let Linked { bodies, traps, code, fault_sites, new_globals, struct_names, .. } = linked;
         let mut items = Vec::new();
         self.cells.push(code);
         self.fault_sites.extend(fault_sites);
@@ -541,6 +549,9 @@ impl Session {
                 Some(link) => FunctionKind::External(link),
                 None => FunctionKind::Unresolved,
             };
+            if let (FunctionKind::Unresolved, Some((_, trap)), Some(slot)) = (&kind, traps.iter().find(|(name, _)| *name == decl.name), self.slots.get(&decl.name)) {
+                slot.store(*trap, Ordering::SeqCst);
+            }
             let entry = FunctionEntry { signature: decl.signature.clone(), param_names: Vec::new(), kind, invalidated: None };
             items.push(Item::Defined { name: decl.name.clone(), description: format!("{}{}", entry.signature, function_note(&entry, false)) });
             self.env.functions.insert(decl.name.clone(), entry);
@@ -567,8 +578,8 @@ impl Session {
                 entry.invalidated = Some(invalidation.message.clone());
             }
             // Old code calling an invalidated function must not run it with the wrong types.
-            if let Some(slot) = self.slots.get(&invalidation.name) {
-                slot.store(0, Ordering::SeqCst);
+            if let (Some(slot), Some((_, trap))) = (self.slots.get(&invalidation.name), traps.iter().find(|(name, _)| *name == invalidation.name)) {
+                slot.store(*trap, Ordering::SeqCst);
             }
         }
         items
@@ -656,6 +667,7 @@ enum EvalMode {
 
 struct Linked {
     bodies: Vec<(String, usize)>,
+    traps: Vec<(String, usize)>,
     entries: Vec<usize>,
     code: CellCode,
     fault_sites: Vec<FaultSite>,
