@@ -266,7 +266,7 @@ pub(crate) fn check(env: &Env, forms: &[Sexp], resolve: ResolveExtern<'_>, top_l
     checker.flatten(forms, &mut flat);
     checker.collect_declarations(&flat);
     checker.check_bodies(&flat, top_level_name);
-    checker.recheck_dependents();
+    checker.recheck_dependents(top_level_name.trim_start_matches("cell#"));
     if checker.errors.is_empty() {
         Ok(checker.cell)
     } else {
@@ -762,10 +762,12 @@ impl<'a> CellChecker<'a> {
     fn check_function(&mut self, form: &Sexp) -> Option<FunctionDef> {
         let items = form.list()?;
         let prototype = parse_prototype(items.get(1)?).ok()?;
-        let entry = self.overlay.functions.get(&prototype.name)?.clone();
+        // A cell's own definition, or a session function being re-checked after a change.
+        let entry = self.overlay.functions.get(&prototype.name).or_else(|| self.env.functions.get(&prototype.name))?.clone();
         let FunctionKind::Defined(placeholder) = &entry.kind else { return None };
         let inline = placeholder.inline;
         let (_, brilisp) = define_attributes(items[0].symbol()?)?;
+        let errors_before = self.errors.len();
         let mut body_checker = BodyChecker::new(self, prototype.name.clone(), entry.signature.ret.clone(), false);
         for ((name, span, _), ty) in prototype.params.iter().zip(&entry.signature.params) {
             body_checker.declare_local(name, ty.clone(), *span);
@@ -780,7 +782,10 @@ impl<'a> CellChecker<'a> {
         if falls_through && ret != Ty::Void && !brilisp {
             warnings.push(Diagnostic::warning(Kind::Type, format!("`{}` can reach its end without `(ret …)`; it then returns 0", prototype.name)).with_label(prototype.name_span, ""));
         }
-        self.cell.warnings.extend(warnings);
+        // Warnings about a body with errors would only be noise.
+        if self.errors.len() == errors_before {
+            self.cell.warnings.extend(warnings);
+        }
         Some(FunctionDef { name: prototype.name, signature: entry.signature, locals, body, inline, span: form.span, source: form.clone(), uses })
     }
 
@@ -818,7 +823,7 @@ impl<'a> CellChecker<'a> {
 
     /// Re-checks session functions that use a name whose type changed in this cell (or an
     /// inline function that was redefined); the ones that fail are invalidated.
-    fn recheck_dependents(&mut self) {
+    fn recheck_dependents(&mut self, cell_label: &str) {
         if !self.errors.is_empty() {
             return;
         }
@@ -874,7 +879,7 @@ impl<'a> CellChecker<'a> {
                         }
                     }
                     self.cell.warnings.push(warning);
-                    self.cell.invalidated.push(Invalidation { name, message: cause, span: def.span });
+                    self.cell.invalidated.push(Invalidation { name, message: format!("`{cause}` (cell {cell_label})"), span: def.span });
                 }
             }
         }
@@ -1723,7 +1728,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         };
         if let Some(cause) = &entry.invalidated {
-            self.error(type_error(name_form.span, format!("`{name}` was invalidated by the redefinition of `{cause}`; redefine `{name}`")));
+            self.error(type_error(name_form.span, format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`")));
             return None;
         }
         let args: Vec<Expr> = args.into_iter().collect::<Option<_>>()?;

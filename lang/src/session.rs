@@ -374,7 +374,7 @@ impl Session {
                     (&codegen::FAULT_DIVIDE_BY_ZERO, Some(site)) => (Kind::RuntimeFault, format!("integer division by zero in function `{}`", display_function(&site.function)), site.span),
                     (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (Kind::RuntimeFault, format!("integer overflow in division in function `{}`", display_function(&site.function)), site.span),
                     (&codegen::FAULT_UNRESOLVED, Some(site)) => (Kind::UnknownName, format!("`{}` was called, but nothing defines it: no session function, library or process symbol", site.function), site.span),
-                    (&codegen::FAULT_INVALIDATED, Some(site)) => (Kind::Type, format!("`{}` was invalidated by the redefinition of `{}`; redefine `{}`", site.function, site.detail, site.function), site.span),
+                    (&codegen::FAULT_INVALIDATED, Some(site)) => (Kind::Type, format!("`{}` was invalidated by the redefinition of {}; redefine `{}`", site.function, site.detail, site.function), site.span),
                     _ => (Kind::RuntimeFault, "a runtime check failed".to_string(), item_span),
                 };
                 let mut diagnostic = Diagnostic::error(kind, message).with_label(span, "");
