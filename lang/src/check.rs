@@ -12,6 +12,11 @@ use crate::types::{parse_addrspace, parse_type, scalar_type_name, Signature, Ty,
 
 const MAX_ERRORS: usize = 20;
 
+/// How deeply statements and expressions may nest. Checking and code generation recurse over
+/// the tree, and the caller's thread (a REPL's main thread, 8 MiB) must not run out of stack:
+/// a debug build needs about 16 KiB per level for both.
+pub(crate) const MAX_NESTING: usize = 256;
+
 /// Every form, opcode, cast and type name of the language, for completion.
 pub(crate) const FORM_NAMES: &[&str] = &[
     "define", "define-inline", "define-brilisp", "define-struct", "define-global", "define-kernel", "define-shared", "declare", "declare-global",
@@ -968,6 +973,11 @@ impl<'a> CellChecker<'a> {
                 Some(FunctionEntry { kind: FunctionKind::Defined(old), .. }) if old.inline || function.inline => {
                     changed.insert(format!("fn:{}", function.name));
                 }
+                // A definition replacing a declaration: callers compiled against the C symbol (or
+                // the built-in runtime) call it directly, and must now reach the definition.
+                Some(FunctionEntry { kind: FunctionKind::External(_), .. }) => {
+                    changed.insert(format!("fn:{}", function.name));
+                }
                 _ => {}
             }
         }
@@ -1157,7 +1167,7 @@ pub(crate) fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic>
         (SexpKind::Int(value), Ty::Double) => make(ExprKind::Float(*value as f64)),
         (SexpKind::Float(value), Ty::Float) => {
             if value.is_finite() && (*value as f32).is_infinite() {
-                return Err(type_error(span, format!("{value} is out of range for `float`")));
+                return Err(type_error(span, format!("{value:e} is out of range for `float` (at most {:e} in magnitude)", f32::MAX)).with_note("write (double …) for a double"));
             }
             make(ExprKind::Float(*value as f32 as f64))
         }
@@ -1181,11 +1191,14 @@ pub(crate) struct BodyChecker<'c, 'a> {
     pub uses: BTreeSet<String>,
     pub warnings: Vec<Diagnostic>,
     reported_unknown: BTreeSet<String>,
+    /// Statements and expressions being checked, outermost first (see `MAX_NESTING`).
+    nesting: usize,
+    reported_nesting: bool,
 }
 
 impl<'c, 'a> BodyChecker<'c, 'a> {
     fn new(cell: &'c mut CellChecker<'a>, name: String, ret: Ty, top_level: bool) -> Self {
-        BodyChecker { cell, name, ret, top_level, locals: Vec::new(), scopes: vec![HashMap::new()], loop_depth: 0, uses: BTreeSet::new(), warnings: Vec::new(), reported_unknown: BTreeSet::new() }
+        BodyChecker { cell, name, ret, top_level, locals: Vec::new(), scopes: vec![HashMap::new()], loop_depth: 0, uses: BTreeSet::new(), warnings: Vec::new(), reported_unknown: BTreeSet::new(), nesting: 0, reported_nesting: false }
     }
 
     pub fn error(&mut self, diagnostic: Diagnostic) {
@@ -1272,6 +1285,24 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     }
 
     pub fn check_stmt(&mut self, form: &Sexp) -> Option<Stmt> {
+        self.nested(form, |this| this.check_stmt_here(form))
+    }
+
+    /// Runs `check` one nesting level deeper, or reports that the form nests too deeply.
+    fn nested<T>(&mut self, form: &Sexp, check: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+        if self.nesting >= MAX_NESTING {
+            if !std::mem::replace(&mut self.reported_nesting, true) {
+                self.error(Diagnostic::error(Kind::Limit, format!("this form nests more than {MAX_NESTING} levels deep")).with_label(form.span, "").with_note("compute parts into variables first"));
+            }
+            return None;
+        }
+        self.nesting += 1;
+        let result = check(self);
+        self.nesting -= 1;
+        result
+    }
+
+    fn check_stmt_here(&mut self, form: &Sexp) -> Option<Stmt> {
         match form.list() {
             Some([]) => return Some(Stmt::Block(Vec::new())),
             Some(items @ [first, ..]) if first.list().is_some() => {
@@ -1420,6 +1451,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     // Expressions.
 
     pub fn check_expr(&mut self, form: &Sexp) -> Option<Expr> {
+        self.nested(form, |this| this.check_expr_here(form))
+    }
+
+    fn check_expr_here(&mut self, form: &Sexp) -> Option<Expr> {
         let span = form.span;
         match &form.kind {
             SexpKind::Int(value) => {
@@ -1549,7 +1584,8 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv if same && lt.is_float() => Some(lt.clone()),
             BinOp::FCmp(_) if same && lt.is_float() => Some(Ty::Bool),
             BinOp::ICmp(IntCmp::Eq | IntCmp::Ne) if same && (lt.is_int() || *lt == Ty::Bool || lt.is_ptr()) => Some(Ty::Bool),
-            BinOp::ICmp(_) if same && (lt.is_int() || lt.is_ptr()) => Some(Ty::Bool),
+            BinOp::ICmp(IntCmp::Ult | IntCmp::Ugt | IntCmp::Ule | IntCmp::Uge) if same && lt.is_int() => Some(Ty::Bool),
+            BinOp::ICmp(IntCmp::Slt | IntCmp::Sgt | IntCmp::Sle | IntCmp::Sge) if same && (lt.is_int() || lt.is_ptr()) => Some(Ty::Bool),
             BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_) | BinOp::ICmp(_) => None,
             _ if same && lt.is_int() => Some(lt.clone()),
             _ => None,
@@ -1559,6 +1595,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_) => "one float type",
                 BinOp::And | BinOp::Or => "one integer type, or be `bool`",
                 BinOp::ICmp(IntCmp::Eq | IntCmp::Ne) => "one integer, bool or pointer type",
+                BinOp::ICmp(IntCmp::Ult | IntCmp::Ugt | IntCmp::Ule | IntCmp::Uge) => "one integer type",
                 BinOp::ICmp(_) => "one integer or pointer type",
                 _ => "one integer type",
             };
@@ -1629,9 +1666,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let ok = match op {
             CastOp::Sext | CastOp::Zext => from.is_int_or_bool() && target.is_int() && target.bits() >= from.bits(),
             CastOp::Trunc => from.is_int_or_bool() && target.is_int_or_bool() && target.bits() <= from.bits(),
-            CastOp::FpExt => (*from == Ty::Float || *from == Ty::Double) && target == Ty::Double,
-            CastOp::FpTrunc => (*from == Ty::Double || *from == Ty::Float) && target == Ty::Float,
-            CastOp::SiToFp | CastOp::UiToFp => from.is_int_or_bool() && target.is_float(),
+            CastOp::FpExt => *from == Ty::Float && target == Ty::Double,
+            CastOp::FpTrunc => *from == Ty::Double && target == Ty::Float,
+            CastOp::SiToFp | CastOp::UiToFp => from.is_int() && target.is_float(),
             CastOp::FpToSi | CastOp::FpToUi => from.is_float() && target.is_int(),
             CastOp::PtrToInt => from.is_ptr() && target.is_int(),
             CastOp::IntToPtr => from.is_int() && target.is_ptr(),

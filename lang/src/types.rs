@@ -137,8 +137,20 @@ pub(crate) fn scalar_type_name(name: &str) -> Option<Ty> {
     })
 }
 
+/// How deeply type forms may nest (`(ptr (ptr …))`): reading, printing and laying out types
+/// recurse over them.
+const MAX_TYPE_NESTING: usize = 32;
+
 /// Reads a type form. `known_struct` says whether a struct name exists.
 pub(crate) fn parse_type(form: &Sexp, known_struct: &dyn Fn(&str) -> bool) -> Result<Ty, Diagnostic> {
+    parse_type_at(form, known_struct, 0)
+}
+
+fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize) -> Result<Ty, Diagnostic> {
+    if depth > MAX_TYPE_NESTING {
+        return Err(Diagnostic::error(Kind::Limit, format!("this type nests more than {MAX_TYPE_NESTING} levels deep")).with_label(form.span, ""));
+    }
+    let parse_type = |inner: &Sexp, known_struct: &dyn Fn(&str) -> bool| parse_type_at(inner, known_struct, depth + 1);
     let bad = |message: String| Diagnostic::error(Kind::Type, message).with_label(form.span, "");
     match &form.kind {
         SexpKind::Symbol(name) => match name.as_str() {
