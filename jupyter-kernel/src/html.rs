@@ -1,0 +1,138 @@
+//! HTML: the `text/html` side of the kernel's MIME bundles. The text itself always comes from
+//! `quasi_repl`, so a notebook shows what a terminal shows; this module only adds markup.
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        match character {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&#39;"),
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+const ERROR_COLOUR: &str = "#c62828";
+const WARNING_COLOUR: &str = "#b26a00";
+const DIM: &str = "color:#757575";
+
+/// A diagnostic as rendered by `quasi_repl::render_diagnostic` (plain), in a `<pre>` with the
+/// headline coloured, and the caret line and the source text it points at highlighted.
+pub fn diagnostic(plain: &str, is_error: bool) -> String {
+    let colour = if is_error { ERROR_COLOUR } else { WARNING_COLOUR };
+    let lines: Vec<&str> = plain.lines().collect();
+    let mut html = String::from("<pre class=\"quasi-diagnostic\">");
+    for (index, line) in lines.iter().enumerate() {
+        if index == 0 {
+            html.push_str(&format!("<span style=\"color:{colour};font-weight:bold\">{}</span>", escape(line)));
+        } else if let Some(marks) = caret_marks(line) {
+            html.push_str(&highlight(line, &marks, &format!("color:{colour};font-weight:bold")));
+        } else if let Some(marks) = lines.get(index + 1).and_then(|next| caret_marks(next)).filter(|_| is_source_line(line)) {
+            // The source line above a caret line: the same columns are the labelled span.
+            html.push_str(&highlight(line, &marks, &format!("background:{colour}26;border-bottom:2px solid {colour}")));
+        } else {
+            html.push_str(&escape(line));
+        }
+        html.push('\n');
+    }
+    html.push_str("</pre>");
+    html
+}
+
+/// The columns (in characters) of a caret line's marks, if `line` is one: an empty gutter,
+/// `|`, then a run of `^` (primary label) or `-` (secondary) with an optional message.
+fn caret_marks(line: &str) -> Option<Vec<usize>> {
+    let bar = line.find('|')?;
+    if !line[..bar].chars().all(char::is_whitespace) {
+        return None;
+    }
+    let after_bar = line[bar + 1..].trim_start();
+    let mark = after_bar.chars().next().filter(|first| matches!(first, '^' | '-'))?;
+    // `= note` lines and `|` alone have no marks; a run must start the label.
+    let start = line.chars().count() - after_bar.chars().count();
+    let run = after_bar.chars().take_while(|character| *character == mark).count();
+    Some((start..start + run).collect())
+}
+
+/// A line of quoted source: a line number, then `|`.
+fn is_source_line(line: &str) -> bool {
+    line.split_once('|').is_some_and(|(gutter, _)| {
+        let gutter = gutter.trim();
+        !gutter.is_empty() && gutter.chars().all(|character| character.is_ascii_digit())
+    })
+}
+
+/// Escapes `line`, wrapping the characters at `columns` (one contiguous run) in a styled span.
+fn highlight(line: &str, columns: &[usize], style: &str) -> String {
+    let (Some(&first), Some(&last)) = (columns.first(), columns.last()) else { return escape(line) };
+    let characters: Vec<char> = line.chars().collect();
+    let end = (last + 1).min(characters.len());
+    let start = first.min(end);
+    let slice = |range: std::ops::Range<usize>| escape(&characters[range].iter().collect::<String>());
+    format!("{}<span style=\"{style}\">{}</span>{}", slice(0..start), slice(start..end), slice(end..characters.len()))
+}
+
+/// A value line `TEXT : TYPE`, the type dimmed.
+pub fn value(text: &str, ty: &str) -> String {
+    format!("<pre class=\"quasi-value\">{} <span style=\"{DIM}\">: {}</span></pre>", escape(text), escape(ty))
+}
+
+/// Definition lines `NAME : DESCRIPTION`, the names in bold.
+pub fn definitions(lines: &[(&str, &str)]) -> String {
+    let mut html = String::from("<pre class=\"quasi-definitions\">");
+    for (index, (name, description)) in lines.iter().enumerate() {
+        if index > 0 {
+            html.push('\n');
+        }
+        html.push_str(&format!("<b>{}</b> <span style=\"{DIM}\">:</span> {}", escape(name), escape(description)));
+    }
+    html.push_str("</pre>");
+    html
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{expect, Expect};
+
+    fn check(actual: String, expected: Expect) {
+        expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn escapes_markup() {
+        check(super::escape("<a href=\"x\">&'</a>"), expect!["&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;"]);
+    }
+
+    #[test]
+    fn diagnostic_highlights_caret_line_and_span() {
+        let plain = "error[type]: operands of `add` must have one integer type\n  --> cell 3:1:6\n  |\n1 | (add 1 2.5 <x>)\n  |        ^^^ this is `float`\n  |\n  = note: C-Lisp converts only with explicit casts\n";
+        check(
+            super::diagnostic(plain, true),
+            expect![[r#"
+                <pre class="quasi-diagnostic"><span style="color:#c62828;font-weight:bold">error[type]: operands of `add` must have one integer type</span>
+                  --&gt; cell 3:1:6
+                  |
+                1 | (add 1 <span style="background:#c6282826;border-bottom:2px solid #c62828">2.5</span> &lt;x&gt;)
+                  |        <span style="color:#c62828;font-weight:bold">^^^</span> this is `float`
+                  |
+                  = note: C-Lisp converts only with explicit casts
+                </pre>"#]],
+        );
+    }
+
+    #[test]
+    fn value_and_definitions() {
+        check(super::value("\"<b>\"", "(ptr int8)"), expect![[r#"<pre class="quasi-value">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#]]);
+        check(
+            super::definitions(&[("sq", "(int) -> int"), ("a<b", "int = 0")]),
+            expect![[r#"
+                <pre class="quasi-definitions"><b>sq</b> <span style="color:#757575">:</span> (int) -&gt; int
+                <b>a&lt;b</b> <span style="color:#757575">:</span> int = 0</pre>"#]],
+        );
+    }
+}
