@@ -66,8 +66,9 @@ pub(crate) enum Callee {
     Slot(String),
     /// The function calling itself: the running body is always the newest, so a direct call is exact.
     SelfCall,
-    /// A `define-inline` function: its body is emitted into the caller's module.
-    Inline(Rc<FunctionDef>),
+    /// A `define-inline` function: its body (from `TypedCell::inline_bodies`) is emitted into
+    /// the caller's module.
+    Inline(String),
     /// A C function resolved in the process (or the built-in runtime) under this link name.
     Direct(String),
     /// An LLVM intrinsic, under its (opaque-pointer) name.
@@ -90,6 +91,9 @@ pub(crate) enum ExprKind {
     Load(Box<Expr>),
     Store(Box<Expr>, Box<Expr>),
     PtrAdd(Box<Expr>, Box<Expr>),
+    /// Brilisp's multi-index `ptradd`: a `gep` through the pointee type. Indices after the
+    /// first that select a struct field are `int` literals.
+    GepPath(Box<Expr>, Vec<Expr>),
     /// `sptradd`: field index into the pointee struct.
     FieldPtr(Box<Expr>, u32),
     /// `aptradd`: the operand is a pointer to the array.
@@ -119,6 +123,12 @@ pub(crate) enum Stmt {
     Break,
     Continue,
     Block(Vec<Stmt>),
+    /// Brilisp `(label L)`: the start of block L (an index into `FunctionDef::labels`).
+    Label(usize),
+    /// Brilisp `(jmp L)`.
+    Jump(usize),
+    /// Brilisp `(br C L1 L2)`.
+    Branch(Expr, usize, usize),
 }
 
 #[derive(Clone, Debug)]
@@ -135,6 +145,8 @@ pub(crate) struct FunctionDef {
     /// Parameters are the first locals.
     pub locals: Vec<Local>,
     pub body: Vec<Stmt>,
+    /// Brilisp label names, indexed by `Stmt::Label`, `Stmt::Jump` and `Stmt::Branch`.
+    pub labels: Vec<String>,
     pub inline: bool,
     pub span: Span,
     /// The definition form as expanded, kept to re-check it when what it uses changes.
@@ -212,6 +224,9 @@ pub(crate) struct TypedCell {
     pub invalidated: Vec<Invalidation>,
     pub top: Vec<TopItem>,
     pub warnings: Vec<Diagnostic>,
+    /// The finished body of every `define-inline` function the cell's code calls, directly or
+    /// through other inline functions: codegen emits a private copy of each into the module.
+    pub inline_bodies: HashMap<String, Rc<FunctionDef>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -261,12 +276,13 @@ pub(crate) type ResolveExtern<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Checks a cell's top-level forms against the session environment.
 pub(crate) fn check(env: &Env, forms: &[Sexp], resolve: ResolveExtern<'_>, top_level_name: &str) -> Result<TypedCell, Vec<Diagnostic>> {
-    let mut checker = CellChecker { env, resolve, errors: Vec::new(), cell: TypedCell::default(), overlay: Overlay::default() };
+    let mut checker = CellChecker { env, resolve, errors: Vec::new(), cell: TypedCell::default(), overlay: Overlay::default(), inline_used: BTreeSet::new(), intrinsics: HashMap::new() };
     let mut flat = Vec::new();
     checker.flatten(forms, &mut flat);
     checker.collect_declarations(&flat);
     checker.check_bodies(&flat, top_level_name);
     checker.recheck_dependents(top_level_name.trim_start_matches("cell#"));
+    checker.collect_inline_bodies();
     if checker.errors.is_empty() {
         Ok(checker.cell)
     } else {
@@ -293,6 +309,10 @@ struct CellChecker<'a> {
     errors: Vec<Diagnostic>,
     cell: TypedCell,
     overlay: Overlay,
+    /// Inline functions called by code checked in this cell.
+    inline_used: BTreeSet<String>,
+    /// What LLVM said about each intrinsic declaration checked in this cell, by name.
+    intrinsics: HashMap<String, Result<crate::codegen::IntrinsicFacts, crate::codegen::IntrinsicError>>,
 }
 
 fn syntax(span: Span, message: impl Into<String>) -> Diagnostic {
@@ -401,6 +421,20 @@ impl<'a> CellChecker<'a> {
         self.overlay.structs.get(name).or_else(|| self.env.structs.get(name))
     }
 
+    /// What LLVM says about an intrinsic declaration, asked once per cell and signature.
+    fn intrinsic_facts(&mut self, link: &str, signature: &Signature) -> Result<crate::codegen::IntrinsicFacts, crate::codegen::IntrinsicError> {
+        let key = format!("{link} {signature}");
+        if let Some(known) = self.intrinsics.get(&key) {
+            return known.clone();
+        }
+        let overlay = &self.overlay.structs;
+        let env = &self.env.structs;
+        let fields = |name: &str| overlay.get(name).or_else(|| env.get(name)).and_then(|entry| entry.fields.as_ref()).map(|fields| fields.iter().map(|(_, ty)| ty.clone()).collect());
+        let facts = crate::codegen::check_intrinsic(link, signature, &fields);
+        self.intrinsics.insert(key, facts.clone());
+        facts
+    }
+
     /// Unwraps `(c-lisp …)` and `(cuda-lisp …)`.
     fn flatten<'f>(&mut self, forms: &'f [Sexp], out: &mut Vec<&'f Sexp>) {
         for form in forms {
@@ -423,7 +457,9 @@ impl<'a> CellChecker<'a> {
                         self.error(error);
                     }
                     Some(name) => {
-                        self.overlay.structs.insert(name.to_string(), StructEntry { fields: None });
+                        // Until its fields are read, a struct with fields is not opaque.
+                        let fields = if items.len() == 2 { None } else { Some(Vec::new()) };
+                        self.overlay.structs.insert(name.to_string(), StructEntry { fields });
                     }
                     None => self.error(syntax(form.span, "a struct definition is `(define-struct NAME (FIELD TYPE)…)`")),
                 }
@@ -434,6 +470,7 @@ impl<'a> CellChecker<'a> {
                 self.collect_struct(form);
             }
         }
+        self.reject_struct_cycles();
         let mut declared: HashMap<String, (Signature, Span)> = HashMap::new();
         for form in forms {
             match form.head() {
@@ -468,6 +505,7 @@ impl<'a> CellChecker<'a> {
                             self.error(type_error(field_type.span, "a field cannot be `void`"));
                             ok = false;
                         }
+                        Some(ty) if !self.require_sized(&ty, field_type.span, "a field") => ok = false,
                         Some(ty) => fields.push((field_name_text, ty)),
                         None => ok = false,
                     }
@@ -483,6 +521,65 @@ impl<'a> CellChecker<'a> {
             self.overlay.structs.insert(name.to_string(), StructEntry { fields: fields.clone() });
             self.cell.structs.push(StructDef { name: name.to_string(), fields, span: form.span });
         }
+    }
+
+    /// A struct that contains itself by value, through other structs or arrays, has no size.
+    fn reject_struct_cycles(&mut self) {
+        let mut cyclic = Vec::new();
+        for structure in &self.cell.structs {
+            let mut path = Vec::new();
+            if self.contains_by_value(&Ty::Struct(structure.name.as_str().into()), &structure.name, &mut path, true) {
+                cyclic.push((structure.name.clone(), structure.span, path));
+            }
+        }
+        for (name, span, path) in cyclic {
+            let chain: Vec<String> = std::iter::once(name.clone()).chain(path).collect();
+            self.error(type_error(span, format!("struct `{name}` contains itself by value ({})", chain.join(" → "))).with_note("use a pointer: (ptr (struct NAME))"));
+            self.cell.structs.retain(|structure| structure.name != name);
+        }
+    }
+
+    fn contains_by_value(&self, ty: &Ty, target: &str, path: &mut Vec<String>, start: bool) -> bool {
+        match ty {
+            Ty::Arr(_, element) => self.contains_by_value(element, target, path, false),
+            Ty::Struct(name) if !start && &**name == target => true,
+            Ty::Struct(name) => {
+                if path.len() > 64 || (!start && path.iter().any(|seen| seen == &**name)) {
+                    return false;
+                }
+                let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+                for (_, field) in &fields {
+                    let inner = field_struct_name(field);
+                    if let Some(inner) = &inner {
+                        path.push(inner.clone());
+                    }
+                    if self.contains_by_value(field, target, path, false) {
+                        return true;
+                    }
+                    if inner.is_some() {
+                        path.pop();
+                    }
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Reports a by-value use of an opaque struct (directly or as array elements): such a value
+    /// has no size. `what` names the use.
+    fn require_sized(&mut self, ty: &Ty, span: Span, what: &str) -> bool {
+        let mut inner = ty;
+        while let Ty::Arr(_, element) = inner {
+            inner = element;
+        }
+        if let Ty::Struct(name) = inner {
+            if self.lookup_struct(name).is_some_and(|entry| entry.fields.is_none()) {
+                self.error(type_error(span, format!("{what} cannot be `{ty}`: struct `{name}` is opaque")).with_note("an opaque struct is used through pointers only"));
+                return false;
+            }
+        }
+        true
     }
 
     fn define_global_name(&mut self, name: &str, span: Span) -> bool {
@@ -510,6 +607,9 @@ impl<'a> CellChecker<'a> {
         let Some(mut ty) = self.parse_ty(ty) else { return };
         if !ty.is_value() {
             self.error(type_error(items[1].span, "a global cannot be `void`"));
+            return;
+        }
+        if !self.require_sized(&ty, items[1].span, "a global") {
             return;
         }
         let init = match items.get(2) {
@@ -601,6 +701,9 @@ impl<'a> CellChecker<'a> {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return;
         }
+        if !self.require_sized(&ty, items[2].span, "a variable") {
+            return;
+        }
         // The same type again keeps the value; another type replaces the global.
         let keep = self.env.globals.get(name).is_some_and(|existing| existing.ty == ty);
         self.overlay.globals.insert(name.to_string(), GlobalEntry { ty: ty.clone() });
@@ -622,8 +725,14 @@ impl<'a> CellChecker<'a> {
                     self.error(type_error(ty_form.span, "a parameter cannot be `void`"));
                     ok = false;
                 }
+                Some(ty) if !self.require_sized(&ty, ty_form.span, "a parameter") => ok = false,
                 Some(ty) => params.push(ty),
                 None => ok = false,
+            }
+        }
+        if let Some(ret_ty) = &ret {
+            if !self.require_sized(&ret_ty.clone(), prototype.ret.span, "a result") {
+                ok = false;
             }
         }
         ok.then(|| Signature { params, ret: ret.unwrap_or(Ty::Void), variadic: prototype.variadic })
@@ -654,6 +763,10 @@ impl<'a> CellChecker<'a> {
                 return;
             }
             let link = intrinsic_name(&name);
+            if let Err(error) = self.intrinsic_facts(&link, &signature) {
+                self.error(intrinsic_error(&name, &link, &signature, error, proto_form.span));
+                return;
+            }
             self.overlay.functions.insert(name.clone(), FunctionEntry { signature: signature.clone(), param_names, kind: FunctionKind::External(link), invalidated: None });
             self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, unresolved: false });
             return;
@@ -715,6 +828,7 @@ impl<'a> CellChecker<'a> {
             signature: signature.clone(),
             locals: Vec::new(),
             body: Vec::new(),
+            labels: Vec::new(),
             inline,
             span: form.span,
             source: form.clone(),
@@ -747,16 +861,6 @@ impl<'a> CellChecker<'a> {
                 }
             }
         }
-        // Inline functions called by others in this cell need their finished bodies.
-        let finished: HashMap<String, Rc<FunctionDef>> = self.cell.functions.iter().filter(|function| function.inline).map(|function| (function.name.clone(), Rc::new(function.clone()))).collect();
-        if !finished.is_empty() {
-            for function in &mut self.cell.functions {
-                patch_inline_callees(&mut function.body, &finished);
-            }
-            for item in &mut self.cell.top {
-                patch_inline_callees(&mut item.function.body, &finished);
-            }
-        }
     }
 
     fn check_function(&mut self, form: &Sexp) -> Option<FunctionDef> {
@@ -772,26 +876,29 @@ impl<'a> CellChecker<'a> {
         for ((name, span, _), ty) in prototype.params.iter().zip(&entry.signature.params) {
             body_checker.declare_local(name, ty.clone(), *span);
         }
-        let body = if brilisp {
-            crate::brilisp::check_body(&mut body_checker, &items[2..])
+        let (body, labels, falls_through) = if brilisp {
+            let checked = crate::brilisp::check_body(&mut body_checker, &items[2..]);
+            (checked.body, checked.labels, checked.falls_through)
         } else {
-            body_checker.check_block_items(&items[2..])
+            let body = body_checker.check_block_items(&items[2..]);
+            let falls_through = !always_returns(&body);
+            (body, Vec::new(), falls_through)
         };
-        let falls_through = !always_returns(&body);
         let BodyChecker { locals, uses, mut warnings, ret, .. } = body_checker;
-        if falls_through && ret != Ty::Void && !brilisp {
+        if falls_through && ret != Ty::Void {
             warnings.push(Diagnostic::warning(Kind::Type, format!("`{}` can reach its end without `(ret …)`; it then returns 0", prototype.name)).with_label(prototype.name_span, ""));
         }
         // Warnings about a body with errors would only be noise.
         if self.errors.len() == errors_before {
             self.cell.warnings.extend(warnings);
         }
-        Some(FunctionDef { name: prototype.name, signature: entry.signature, locals, body, inline, span: form.span, source: form.clone(), uses })
+        Some(FunctionDef { name: prototype.name, signature: entry.signature, locals, body, labels, inline, span: form.span, source: form.clone(), uses })
     }
 
     fn check_top_item(&mut self, form: &Sexp, entry_name: &str) -> Option<TopItem> {
         if let Some(head @ ("ret" | "break" | "continue")) = form.head() {
-            self.error(syntax(form.span, format!("`{head}` is only allowed inside a function{}", if head == "ret" { "" } else { "'s loop" })));
+            let place = if head == "ret" { "a function" } else { "a loop" };
+            self.error(syntax(form.span, format!("`{head}` is only allowed inside {place}")));
             return None;
         }
         let mut body_checker = BodyChecker::new(self, entry_name.to_string(), Ty::Void, true);
@@ -813,12 +920,37 @@ impl<'a> CellChecker<'a> {
             signature: Signature { params: Vec::new(), ret: Ty::Void, variadic: false },
             locals,
             body,
+            labels: Vec::new(),
             inline: false,
             span: form.span,
             source: form.clone(),
             uses,
         };
         Some(TopItem { function, value })
+    }
+
+    /// Gathers the finished bodies of the inline functions the cell calls, transitively. The
+    /// checker only names them in `Callee::Inline`: while a cell is checked, the bodies of its
+    /// own inline functions are not finished yet.
+    fn collect_inline_bodies(&mut self) {
+        let mut pending: Vec<String> = std::mem::take(&mut self.inline_used).into_iter().collect();
+        while let Some(name) = pending.pop() {
+            if self.cell.inline_bodies.contains_key(&name) {
+                continue;
+            }
+            let here = self.cell.functions.iter().chain(&self.cell.recompiled).find(|function| function.name == name).map(|function| Rc::new(function.clone()));
+            let body = here.or_else(|| match self.env.functions.get(&name) {
+                Some(FunctionEntry { kind: FunctionKind::Defined(def), .. }) => Some(def.clone()),
+                _ => None,
+            });
+            let Some(body) = body else { continue };
+            visit_exprs(&body.body, &mut |expr| {
+                if let ExprKind::Call { callee: Callee::Inline(callee), .. } = &expr.kind {
+                    pending.push(callee.clone());
+                }
+            });
+            self.cell.inline_bodies.insert(name, body);
+        }
     }
 
     /// Re-checks session functions that use a name whose type changed in this cell (or an
@@ -886,55 +1018,49 @@ impl<'a> CellChecker<'a> {
     }
 }
 
-fn patch_inline_callees(body: &mut [Stmt], finished: &HashMap<String, Rc<FunctionDef>>) {
-    fn patch_expr(expr: &mut Expr, finished: &HashMap<String, Rc<FunctionDef>>) {
-        if let ExprKind::Call { callee: callee @ Callee::Inline(_), name, args, .. } = &mut expr.kind {
-            if let Some(def) = finished.get(name) {
-                *callee = Callee::Inline(def.clone());
-            }
-            for arg in args {
-                patch_expr(arg, finished);
-            }
-            return;
-        }
-        for child in expr_children_mut(expr) {
-            patch_expr(child, finished);
-        }
-    }
+/// Calls `visit` on every expression of the statements, outer expressions first.
+pub(crate) fn visit_exprs(body: &[Stmt], visit: &mut dyn FnMut(&Expr)) {
     for stmt in body {
         match stmt {
-            Stmt::Expr(expr) => patch_expr(expr, finished),
-            Stmt::Ret(Some(expr)) => patch_expr(expr, finished),
+            Stmt::Expr(expr) | Stmt::Ret(Some(expr)) | Stmt::Branch(expr, ..) => visit_expr(expr, visit),
             Stmt::If(cond, then, otherwise) => {
-                patch_expr(cond, finished);
-                patch_inline_callees(std::slice::from_mut(then.as_mut()), finished);
+                visit_expr(cond, visit);
+                visit_exprs(std::slice::from_ref(then), visit);
                 if let Some(otherwise) = otherwise {
-                    patch_inline_callees(std::slice::from_mut(otherwise.as_mut()), finished);
+                    visit_exprs(std::slice::from_ref(otherwise), visit);
                 }
             }
             Stmt::While(cond, body) => {
-                patch_expr(cond, finished);
-                patch_inline_callees(body, finished);
+                visit_expr(cond, visit);
+                visit_exprs(body, visit);
             }
             Stmt::For(init, cond, step, body) => {
-                for expr in [init.as_mut(), Some(cond), step.as_mut()].into_iter().flatten() {
-                    patch_expr(expr, finished);
+                for expr in [init.as_ref(), Some(cond), step.as_ref()].into_iter().flatten() {
+                    visit_expr(expr, visit);
                 }
-                patch_inline_callees(body, finished);
+                visit_exprs(body, visit);
             }
-            Stmt::Block(body) => patch_inline_callees(body, finished),
-            Stmt::Declare(_) | Stmt::Ret(None) | Stmt::Break | Stmt::Continue => {}
+            Stmt::Block(body) => visit_exprs(body, visit),
+            Stmt::Declare(_) | Stmt::Ret(None) | Stmt::Break | Stmt::Continue | Stmt::Label(_) | Stmt::Jump(_) => {}
         }
     }
 }
 
-fn expr_children_mut(expr: &mut Expr) -> Vec<&mut Expr> {
-    match &mut expr.kind {
-        ExprKind::Set(_, a) | ExprKind::Not(a) | ExprKind::FNeg(a) | ExprKind::Load(a) | ExprKind::FieldPtr(a, _) | ExprKind::Alloc(_, a) | ExprKind::SessionAlloc(_, a) | ExprKind::Extract(a, _) | ExprKind::Cast(_, a) => vec![a.as_mut()],
-        ExprKind::Binary(_, a, b) | ExprKind::Store(a, b) | ExprKind::PtrAdd(a, b) | ExprKind::ElemPtr(a, b) | ExprKind::Insert(a, b, _) => vec![a.as_mut(), b.as_mut()],
-        ExprKind::Select(a, b, c) => vec![a.as_mut(), b.as_mut(), c.as_mut()],
-        ExprKind::Call { args, .. } | ExprKind::Asm { args, .. } => args.iter_mut().collect(),
-        _ => Vec::new(),
+fn visit_expr(expr: &Expr, visit: &mut dyn FnMut(&Expr)) {
+    visit(expr);
+    for child in expr_children(expr) {
+        visit_expr(child, visit);
+    }
+}
+
+fn expr_children(expr: &Expr) -> Vec<&Expr> {
+    match &expr.kind {
+        ExprKind::Set(_, a) | ExprKind::Not(a) | ExprKind::FNeg(a) | ExprKind::Load(a) | ExprKind::FieldPtr(a, _) | ExprKind::Alloc(_, a) | ExprKind::SessionAlloc(_, a) | ExprKind::Extract(a, _) | ExprKind::Cast(_, a) => vec![a.as_ref()],
+        ExprKind::Binary(_, a, b) | ExprKind::Store(a, b) | ExprKind::PtrAdd(a, b) | ExprKind::ElemPtr(a, b) | ExprKind::Insert(a, b, _) => vec![a.as_ref(), b.as_ref()],
+        ExprKind::Select(a, b, c) => vec![a.as_ref(), b.as_ref(), c.as_ref()],
+        ExprKind::GepPath(pointer, indices) => std::iter::once(pointer.as_ref()).chain(indices.iter()).collect(),
+        ExprKind::Call { args, .. } | ExprKind::Asm { args, .. } => args.iter().collect(),
+        ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) | ExprKind::Read(_) | ExprKind::AddressOf(_) | ExprKind::Zero => Vec::new(),
     }
 }
 
@@ -957,6 +1083,35 @@ fn contains_break(body: &[Stmt]) -> bool {
         Stmt::If(_, then, otherwise) => contains_break(std::slice::from_ref(then)) || otherwise.as_ref().is_some_and(|otherwise| contains_break(std::slice::from_ref(otherwise))),
         _ => false,
     })
+}
+
+/// The struct a field holds by value, directly or as array elements.
+fn field_struct_name(ty: &Ty) -> Option<String> {
+    match ty {
+        Ty::Struct(name) => Some(name.to_string()),
+        Ty::Arr(_, element) => field_struct_name(element),
+        _ => None,
+    }
+}
+
+/// The diagnostic for an intrinsic declaration LLVM rejects.
+fn intrinsic_error(name: &str, link: &str, signature: &Signature, error: crate::codegen::IntrinsicError, span: Span) -> Diagnostic {
+    match error {
+        crate::codegen::IntrinsicError::Unknown => Diagnostic::error(Kind::UnknownName, format!("LLVM has no intrinsic named `{name}`")).with_label(span, "").with_note("names starting with `llvm.` are LLVM intrinsics"),
+        crate::codegen::IntrinsicError::Signature { message, expected_name } => {
+            let mut error = type_error(span, format!("the intrinsic `{name}` has no signature `{signature}`")).with_note(format!("LLVM: {message}"));
+            if let Some(expected) = expected_name.filter(|expected| expected != link) {
+                error = error.with_note(format!("for these types LLVM names it `{expected}`"));
+            }
+            error
+        }
+    }
+}
+
+/// Intrinsics of targets other than the host's: LLVM cannot compile them for the CPU.
+fn device_only_intrinsic(name: &str) -> bool {
+    const PREFIXES: &[&str] = &["nvvm", "amdgcn", "r600", "aarch64", "arm", "ppc", "mips", "riscv", "wasm", "hexagon", "s390", "bpf", "loongarch", "spv", "dx", "ve", "xcore", "nvptx"];
+    name.strip_prefix("llvm.").and_then(|rest| rest.split('.').next()).is_some_and(|target| PREFIXES.contains(&target))
 }
 
 /// The LLVM name of an intrinsic: typed-pointer manglings become opaque (`p0i8` → `p0`).
@@ -985,7 +1140,7 @@ fn is_statement_form(form: &Sexp) -> bool {
 }
 
 /// A literal checked against a wanted type: the typed-literal rule `(T LIT)`.
-fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic> {
+pub(crate) fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic> {
     let span = literal.span;
     let make = |kind| Ok(Expr { kind, ty: ty.clone(), span });
     match (&literal.kind, ty) {
@@ -1081,7 +1236,29 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         result
     }
 
-    fn ty(&mut self, form: &Sexp) -> Option<Ty> {
+    /// Brilisp assignment: `name` at `ty` names the same variable as before when the type is
+    /// the same, and a new one otherwise. Brilisp bodies have one scope.
+    pub fn bind_variable(&mut self, name: &str, ty: Ty) -> usize {
+        if let Some(&index) = self.scopes.first().and_then(|scope| scope.get(name)) {
+            if self.locals.get(index).is_some_and(|local| local.ty == ty) {
+                return index;
+            }
+        }
+        let index = self.locals.len();
+        self.locals.push(Local { name: name.to_string(), ty });
+        if let Some(scope) = self.scopes.first_mut() {
+            scope.insert(name.to_string(), index);
+        }
+        index
+    }
+
+    /// The field types of a struct (empty for an opaque or unknown one).
+    pub fn struct_fields(&mut self, name: &str) -> Vec<Ty> {
+        self.uses.insert(format!("struct:{name}"));
+        self.cell.lookup_struct(name).and_then(|entry| entry.fields.as_ref()).map(|fields| fields.iter().map(|(_, ty)| ty.clone()).collect()).unwrap_or_default()
+    }
+
+    pub fn ty(&mut self, form: &Sexp) -> Option<Ty> {
         let ty = self.cell.parse_ty(form)?;
         if let Ty::Struct(name) = &ty {
             self.uses.insert(format!("struct:{name}"));
@@ -1155,6 +1332,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return None;
         }
+        if !self.cell.require_sized(&ty, items[2].span, "a variable") {
+            return None;
+        }
         self.declare_local(name, ty, items[1].span).map(Stmt::Declare)
     }
 
@@ -1201,7 +1381,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         Some(Stmt::For(init?, cond?, step?, body))
     }
 
-    fn check_ret(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Stmt> {
+    pub fn check_ret(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Stmt> {
         if self.top_level {
             self.error(syntax(form.span, "`ret` is only allowed inside a function"));
             return None;
@@ -1217,7 +1397,8 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 Some(Stmt::Ret(None))
             }
             [_, value] => {
-                let value = self.check_expr(value)?;
+                let ret = self.ret.clone();
+                let value = self.check_expr_expecting(value, &ret)?;
                 if self.ret == Ty::Void {
                     self.error(type_error(form.span, format!("`{}` returns `void`, so `ret` takes no value", self.name)));
                     return None;
@@ -1312,7 +1493,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             "extractvalue" => self.check_extract(form, operands),
             "insertvalue" => self.check_insert(form, operands),
             "call" => self.check_call(form, operands),
-            "asm" => self.check_asm(form, operands),
+            "asm" => self.check_asm(form, operands, None),
             "declare" | "declare-global" | "if" | "while" | "for" | "ret" | "break" | "continue" => {
                 self.error(syntax(span, format!("`{name}` is a statement and has no value")));
                 None
@@ -1472,27 +1653,76 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(arity(form.span, format!("`set` is `(set NAME EXPR)`, found {} operands", operands.len())));
             return None;
         };
+        if let Some([name, type_form]) = target.list() {
+            return self.check_typed_set(form, name, type_form, value_form);
+        }
         let Some(name) = target.symbol() else {
             self.error(syntax(target.span, "`set` assigns to a variable name").with_note("store through pointers with (store PTR VALUE)"));
             self.check_expr(value_form);
             return None;
         };
         let variable = self.variable(name, target.span);
-        let value = self.check_expr(value_form)?;
+        let value = match &variable {
+            Some((_, ty)) => self.check_expr_expecting(value_form, &ty.clone())?,
+            None => self.check_expr(value_form)?,
+        };
         let (place, ty) = variable?;
-        let value = match (&ty, &value.ty) {
-            (a, b) if a == b => value,
+        let value = self.assignable(name, &ty, value)?;
+        Some(Expr { kind: ExprKind::Set(place, Box::new(value)), ty, span: form.span })
+    }
+
+    /// The value of `(set NAME E)` for a variable of type `ty`: equal types, or a pointer that
+    /// differs only in address space, cast with a warning.
+    fn assignable(&mut self, name: &str, ty: &Ty, value: Expr) -> Option<Expr> {
+        match (ty, &value.ty) {
+            (a, b) if a == b => Some(value),
             (Ty::Ptr(wanted, a), Ty::Ptr(found, b)) if wanted == found && a != b => {
                 self.warnings.push(Diagnostic::warning(Kind::Type, format!("`{name}` is `{ty}`; the assigned pointer is cast from address space {b} to {a}")).with_label(value.span, ""));
                 let span = value.span;
-                Expr { kind: ExprKind::Cast(CastOp::AddrSpaceCast, Box::new(value)), ty: ty.clone(), span }
+                Some(Expr { kind: ExprKind::Cast(CastOp::AddrSpaceCast, Box::new(value)), ty: ty.clone(), span })
             }
             _ => {
                 self.error(type_error(value.span, format!("`{name}` is `{ty}`, but the value is `{}`", value.ty)).with_note(CAST_NOTE));
+                None
+            }
+        }
+    }
+
+    /// `(set (NAME TYPE) E)`, the Brilisp spelling llama.lisp also accepts in C-Lisp bodies
+    /// (`(set (tmp void) (asm …))`): TYPE `void` evaluates E and keeps nothing; otherwise NAME
+    /// is the visible variable of that type, or a new one in the current block.
+    fn check_typed_set(&mut self, form: &Sexp, name_form: &Sexp, type_form: &Sexp, value_form: &Sexp) -> Option<Expr> {
+        let Some(name) = name_form.symbol() else {
+            self.error(syntax(name_form.span, "`set` assigns to a variable name"));
+            return None;
+        };
+        let ty = self.ty(type_form)?;
+        let value = self.check_expr_expecting(value_form, &ty)?;
+        if ty == Ty::Void {
+            return Some(Expr { ty: Ty::Void, ..value });
+        }
+        let place = match self.lookup_variable(name) {
+            Some((place, existing)) if existing == ty => place,
+            Some((Place::Local(index), existing)) if self.scopes.last().is_some_and(|scope| scope.get(name) == Some(&index)) => {
+                self.error(type_error(name_form.span, format!("`{name}` is already a `{existing}` in this block, not a `{ty}`")).with_note("use another name, or an inner block"));
                 return None;
             }
+            _ => Place::Local(self.declare_local(name, ty.clone(), name_form.span)?),
         };
+        let value = self.assignable(name, &ty, value)?;
         Some(Expr { kind: ExprKind::Set(place, Box::new(value)), ty, span: form.span })
+    }
+
+    /// Checks an expression whose context wants `expected`: only inline assembly written
+    /// without its type (`(set x (asm "…" "=r"))`, as llama.lisp's tests do) takes it from there.
+    pub fn check_expr_expecting(&mut self, form: &Sexp, expected: &Ty) -> Option<Expr> {
+        match form.list() {
+            Some([head, template, rest @ ..]) if head.symbol() == Some("asm") && matches!(template.kind, SexpKind::Str(_)) => {
+                let operands: Vec<Sexp> = std::iter::once(template.clone()).chain(rest.iter().cloned()).collect();
+                self.check_asm(form, &operands, Some(expected))
+            }
+            _ => self.check_expr(form),
+        }
     }
 
     fn check_select(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
@@ -1529,6 +1759,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(type_error(form.span, "cannot load through a `(ptr void)`"));
             return None;
         }
+        if !self.cell.require_sized(&ty, form.span, "a loaded value") {
+            return None;
+        }
         Some(Expr { kind: ExprKind::Load(Box::new(pointer)), ty, span: form.span })
     }
 
@@ -1559,6 +1792,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let pointee = self.pointer_operand("ptradd", &pointer)?;
         if !pointee.is_value() {
             self.error(type_error(pointer.span, "cannot offset a `(ptr void)`"));
+            return None;
+        }
+        if !self.cell.require_sized(&pointee, pointer.span, "the pointee of `ptradd`") {
             return None;
         }
         if !self.check_index("ptradd", &index) {
@@ -1651,6 +1887,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let count = self.check_expr(count_form)?;
         if !ty.is_value() {
             self.error(type_error(type_form.span, "cannot allocate `void`"));
+            return None;
+        }
+        if !self.cell.require_sized(&ty, type_form.span, "an allocation") {
             return None;
         }
         if !self.check_index("alloc", &count) {
@@ -1762,10 +2001,13 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         }
         let callee = match &entry.kind {
-            FunctionKind::Defined(def) if def.inline => Callee::Inline(def.clone()),
+            FunctionKind::Defined(def) if def.inline => {
+                self.cell.inline_used.insert(name.to_string());
+                Callee::Inline(name.to_string())
+            }
             FunctionKind::Defined(_) if name == self.name => Callee::SelfCall,
             FunctionKind::Defined(_) | FunctionKind::Unresolved => Callee::Slot(name.to_string()),
-            FunctionKind::External(link) if name.starts_with("llvm.") => Callee::Intrinsic(link.clone()),
+            FunctionKind::External(_) if name.starts_with("llvm.") => Callee::Intrinsic(self.check_intrinsic_call(form, name, &signature, &args)?),
             FunctionKind::External(link) => Callee::Direct(link.clone()),
         };
         self.uses.insert(format!("fn:{name}"));
@@ -1773,33 +2015,91 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         Some(Expr { kind: ExprKind::Call { callee, name: name.to_string(), signature, args }, ty, span: form.span })
     }
 
-    fn check_asm(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+    /// An intrinsic call: its LLVM name, after checking what LLVM requires of the call site.
+    fn check_intrinsic_call(&mut self, form: &Sexp, name: &str, signature: &Signature, args: &[Expr]) -> Option<String> {
+        let link = intrinsic_name(name);
+        if device_only_intrinsic(name) {
+            self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is a device intrinsic: host code cannot call it")).with_label(form.span, "").with_note("device code needs Quasi's GPU support, which this build does not have yet"));
+            return None;
+        }
+        let facts = match self.cell.intrinsic_facts(&link, signature) {
+            Ok(facts) => facts,
+            Err(error) => {
+                self.error(intrinsic_error(name, &link, signature, error, form.span));
+                return None;
+            }
+        };
+        let mut ok = true;
+        for index in facts.immediate {
+            if let Some(arg) = args.get(index).filter(|arg| !matches!(arg.kind, ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_))) {
+                self.error(type_error(arg.span, format!("argument {} of `{name}` must be a literal: LLVM requires a constant there", index + 1)));
+                ok = false;
+            }
+        }
+        ok.then_some(link)
+    }
+
+    /// `(asm TYPE "TEMPLATE" "CONSTRAINTS" ARG…)`, or without TYPE where the context gives it
+    /// (`expected`) or there are no outputs.
+    fn check_asm(&mut self, form: &Sexp, operands: &[Sexp], expected: Option<&Ty>) -> Option<Expr> {
         let shape = "inline assembly is `(asm TYPE \"TEMPLATE\" \"CONSTRAINTS\" ARG…)`";
-        let [type_form, template, constraints, arg_forms @ ..] = operands else {
+        let typed = operands.first().is_some_and(|first| !matches!(first.kind, SexpKind::Str(_)));
+        let rest = if typed { operands.get(1..).unwrap_or(&[]) } else { operands };
+        let [template, constraints, arg_forms @ ..] = rest else {
             self.error(arity(form.span, shape));
             return None;
         };
-        let ty = self.ty(type_form)?;
+        let declared = if typed { Some(self.ty(&operands[0])?) } else { None };
         let (SexpKind::Str(template), SexpKind::Str(constraints_bytes)) = (&template.kind, &constraints.kind) else {
-            self.error(syntax(form.span, shape));
+            self.error(syntax(form.span, shape).with_note("the template and the constraints are string literals"));
             return None;
         };
         let constraints_text = String::from_utf8_lossy(constraints_bytes).to_string();
-        if constraints_text.split(',').any(|part| part.starts_with('+')) {
+        let parts: Vec<&str> = if constraints_text.is_empty() { Vec::new() } else { constraints_text.split(',').map(str::trim).collect() };
+        if parts.iter().any(|part| part.starts_with('+')) {
             self.error(syntax(constraints.span, "`+` (read-write) constraints are not supported").with_note("use an output `=r` and a tied input `0`"));
             return None;
         }
-        let outputs = constraints_text.split(',').filter(|part| part.starts_with('=')).count();
+        let outputs = parts.iter().filter(|part| part.starts_with('=')).count();
+        let inputs = parts.iter().filter(|part| !part.starts_with('=') && !part.starts_with('~')).count();
+        let ty = match (declared, expected) {
+            (Some(ty), _) => ty,
+            (None, _) if outputs == 0 => Ty::Void,
+            (None, Some(expected)) => expected.clone(),
+            (None, None) => {
+                self.error(type_error(form.span, "this inline assembly has outputs, so it needs its result type").with_note("write (asm TYPE \"TEMPLATE\" \"CONSTRAINTS\" ARG…)"));
+                return None;
+            }
+        };
         let expected_outputs = match &ty {
             Ty::Void => 0,
-            Ty::Struct(name) => self.cell.lookup_struct(name).and_then(|entry| entry.fields.as_ref().map(Vec::len)).unwrap_or(0),
+            Ty::Struct(name) => match self.cell.lookup_struct(name).and_then(|entry| entry.fields.as_ref()) {
+                Some(fields) => fields.len(),
+                None => {
+                    self.error(type_error(form.span, format!("struct `{name}` is opaque: it cannot hold assembly outputs")));
+                    return None;
+                }
+            },
+            Ty::Arr(..) => {
+                self.error(type_error(form.span, format!("inline assembly cannot produce `{ty}`")).with_note("outputs are scalars, or a struct with one field per output"));
+                return None;
+            }
             _ => 1,
         };
         if outputs != expected_outputs {
-            self.error(type_error(constraints.span, format!("`{ty}` needs {expected_outputs} output constraint(s), found {outputs}")));
+            self.error(type_error(constraints.span, format!("inline assembly of type `{ty}` needs {expected_outputs} output constraint{}, found {outputs}", if expected_outputs == 1 { "" } else { "s" })).with_note("outputs are the constraints starting with `=`; `void` has none, a struct one per field"));
             return None;
         }
-        let args: Vec<Expr> = arg_forms.iter().map(|arg| self.check_expr(arg)).collect::<Vec<_>>().into_iter().collect::<Option<_>>()?;
+        let args: Vec<Option<Expr>> = arg_forms.iter().map(|arg| self.check_expr(arg)).collect();
+        let args: Vec<Expr> = args.into_iter().collect::<Option<_>>()?;
+        if args.len() != inputs {
+            self.error(arity(form.span, format!("the constraints `{constraints_text}` have {inputs} input{}, but {} argument{} given", if inputs == 1 { "" } else { "s" }, args.len(), if args.len() == 1 { " is" } else { "s are" })));
+            return None;
+        }
+        if let Some(arg) = args.iter().find(|arg| !arg.ty.is_scalar()) {
+            self.error(type_error(arg.span, format!("an inline assembly input must be a scalar, found `{}`", arg.ty)).with_note("pass fields with (extractvalue s k)"));
+            return None;
+        }
         Some(Expr { kind: ExprKind::Asm { template: String::from_utf8_lossy(template).to_string(), constraints: constraints_text, args }, ty, span: form.span })
     }
 }

@@ -5,6 +5,7 @@
 //! user name can collide with the machinery's.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::basic_block::BasicBlock;
@@ -80,6 +81,97 @@ pub(crate) const FAULT_DIVIDE_OVERFLOW: u64 = 2;
 pub(crate) const FAULT_UNRESOLVED: u64 = 3;
 pub(crate) const FAULT_INVALIDATED: u64 = 4;
 
+/// What LLVM's intrinsic table says about a declaration the checker accepted.
+#[derive(Clone, Debug)]
+pub(crate) struct IntrinsicFacts {
+    /// Parameters LLVM requires to be constants (`immarg`): their arguments must be literals.
+    pub immediate: Vec<usize>,
+}
+
+/// Why LLVM rejects a declaration of an intrinsic.
+#[derive(Clone, Debug)]
+pub(crate) enum IntrinsicError {
+    /// No intrinsic has this name.
+    Unknown,
+    /// The intrinsic exists but not with this signature: LLVM's verifier message, and the name
+    /// it expects for these types when that is what is wrong.
+    Signature { message: String, expected_name: Option<String> },
+}
+
+/// Checks a declaration of the intrinsic `name` (already in its opaque-pointer spelling) against
+/// LLVM's own table, in a scratch context: a module that calls it with constant arguments
+/// must pass the verifier. `struct_fields` gives the field types of a struct by name (`None`:
+/// opaque). Intrinsics return structs as literal structs, which is how codegen calls them.
+pub(crate) fn check_intrinsic(name: &str, signature: &Signature, struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>) -> std::result::Result<IntrinsicFacts, IntrinsicError> {
+    if Intrinsic::find(name).is_none() {
+        return Err(IntrinsicError::Unknown);
+    }
+    let context = Context::create();
+    let module = context.create_module("intrinsic-check");
+    let unsupported = |what: String| IntrinsicError::Signature { message: what, expected_name: None };
+    let mut param_types: Vec<BasicTypeEnum> = Vec::new();
+    for param in &signature.params {
+        param_types.push(scratch_type(&context, param, struct_fields).ok_or_else(|| unsupported(format!("`{param}` cannot be passed to an intrinsic")))?);
+    }
+    let params: Vec<BasicMetadataTypeEnum> = param_types.iter().map(|ty| (*ty).into()).collect();
+    let function_type = match &signature.ret {
+        Ty::Void => context.void_type().fn_type(&params, signature.variadic),
+        ret => scratch_type(&context, ret, struct_fields).ok_or_else(|| unsupported(format!("an intrinsic cannot return `{ret}`")))?.fn_type(&params, signature.variadic),
+    };
+    let intrinsic = module.add_function(name, function_type, Some(Linkage::External));
+    let caller = module.add_function("caller", context.void_type().fn_type(&[], false), None);
+    let builder = context.create_builder();
+    builder.position_at_end(context.append_basic_block(caller, "entry"));
+    let args: Vec<BasicMetadataValueEnum> = param_types.iter().map(|ty| zero_of(*ty).into()).collect();
+    let built = builder.build_call(intrinsic, &args, "").and_then(|_| builder.build_return(None));
+    if let Err(error) = built {
+        return Err(unsupported(error.to_string()));
+    }
+    if let Err(message) = module.verify() {
+        let message = message.to_string();
+        let first_line = message.lines().next().unwrap_or("");
+        let first = first_line.split("! Should be:").next().unwrap_or(first_line).trim_end_matches('!').to_string();
+        let expected_name = message.split("Should be: ").nth(1).and_then(|rest| rest.split_whitespace().next()).map(str::to_string);
+        return Err(IntrinsicError::Signature { message: first, expected_name });
+    }
+    let immarg = Attribute::get_named_enum_kind_id("immarg");
+    let immediate = (0..signature.params.len()).filter(|index| intrinsic.get_enum_attribute(AttributeLoc::Param(*index as u32), immarg).is_some()).collect();
+    Ok(IntrinsicFacts { immediate })
+}
+
+/// The LLVM type of `ty` in a scratch context, structs as literal structs.
+fn scratch_type<'ctx>(context: &'ctx Context, ty: &Ty, struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>) -> Option<BasicTypeEnum<'ctx>> {
+    Some(match ty {
+        Ty::Bool => context.bool_type().into(),
+        Ty::Int(8) => context.i8_type().into(),
+        Ty::Int(16) => context.i16_type().into(),
+        Ty::Int(32) => context.i32_type().into(),
+        Ty::Int(_) => context.i64_type().into(),
+        Ty::Float => context.f32_type().into(),
+        Ty::Double => context.f64_type().into(),
+        Ty::Ptr(_, space) => context.ptr_type(AddressSpace::from(u16::try_from(*space).ok()?)).into(),
+        Ty::Arr(length, element) => scratch_type(context, element, struct_fields)?.array_type(u32::try_from(*length).ok()?).into(),
+        Ty::Struct(name) => {
+            let fields: Option<Vec<BasicTypeEnum>> = struct_fields(name)?.iter().map(|field| scratch_type(context, field, struct_fields)).collect();
+            context.struct_type(&fields?, false).into()
+        }
+        Ty::Void => return None,
+    })
+}
+
+/// The zero (null) constant of an LLVM type.
+fn zero_of(ty: BasicTypeEnum<'_>) -> BasicValueEnum<'_> {
+    match ty {
+        BasicTypeEnum::IntType(t) => t.const_zero().into(),
+        BasicTypeEnum::FloatType(t) => t.const_zero().into(),
+        BasicTypeEnum::PointerType(t) => t.const_null().into(),
+        BasicTypeEnum::ArrayType(t) => t.const_zero().into(),
+        BasicTypeEnum::StructType(t) => t.const_zero().into(),
+        BasicTypeEnum::VectorType(t) => t.const_zero().into(),
+        BasicTypeEnum::ScalableVectorType(t) => t.const_zero().into(),
+    }
+}
+
 /// The symbol of the trap that stands in for an unresolved or invalidated function.
 pub(crate) fn trap_symbol(name: &str) -> String {
     format!("{name}#trap")
@@ -89,7 +181,7 @@ pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, trip
     let module = context.create_module(module_name);
     module.set_triple(triple);
     module.set_data_layout(&target_data.get_data_layout());
-    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming, fault_sites: Vec::new(), inline_copies: HashMap::new() };
+    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming, fault_sites: Vec::new(), inline_bodies: &cell.inline_bodies, inline_copies: HashMap::new() };
     lowering.define_struct_bodies(cell)?;
     let mut to_emit: Vec<(&FunctionDef, FunctionValue<'ctx>)> = Vec::new();
     for function in cell.functions.iter().chain(&cell.recompiled) {
@@ -132,6 +224,8 @@ struct Lowering<'ctx, 'n> {
     builder: Builder<'ctx>,
     naming: &'n Naming<'n>,
     fault_sites: Vec<FaultSite>,
+    /// The bodies of the `define-inline` functions the cell calls.
+    inline_bodies: &'n HashMap<String, Rc<FunctionDef>>,
     /// Private copies of `define-inline` callees emitted into this module.
     inline_copies: HashMap<String, FunctionValue<'ctx>>,
 }
@@ -145,6 +239,8 @@ struct FunctionState<'ctx> {
     local_types: Vec<Ty>,
     /// (break target, continue target) of the enclosing loops.
     loops: Vec<(BasicBlock<'ctx>, BasicBlock<'ctx>)>,
+    /// The blocks of Brilisp labels, by label index.
+    labels: Vec<BasicBlock<'ctx>>,
 }
 
 impl<'ctx> Lowering<'ctx, '_> {
@@ -196,16 +292,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     fn zero(&self, ty: &Ty) -> BasicValueEnum<'ctx> {
-        let llvm_type = self.basic_type(ty);
-        match llvm_type {
-            BasicTypeEnum::IntType(t) => t.const_zero().into(),
-            BasicTypeEnum::FloatType(t) => t.const_zero().into(),
-            BasicTypeEnum::PointerType(t) => t.const_null().into(),
-            BasicTypeEnum::ArrayType(t) => t.const_zero().into(),
-            BasicTypeEnum::StructType(t) => t.const_zero().into(),
-            BasicTypeEnum::VectorType(t) => t.const_zero().into(),
-            BasicTypeEnum::ScalableVectorType(t) => t.const_zero().into(),
-        }
+        zero_of(self.basic_type(ty))
     }
 
     fn external_global(&self, symbol: &str) -> PointerValue<'ctx> {
@@ -225,7 +312,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     fn emit_function(&mut self, def: &FunctionDef, function: FunctionValue<'ctx>, result: Option<&Ty>) -> Result<()> {
         let entry = self.context.append_basic_block(function, "entry");
         self.builder.position_at_end(entry);
-        let mut state = FunctionState { function, name: def.name.clone(), ret: def.signature.ret.clone(), locals: Vec::new(), local_types: Vec::new(), loops: Vec::new() };
+        let mut state = FunctionState { function, name: def.name.clone(), ret: def.signature.ret.clone(), locals: Vec::new(), local_types: Vec::new(), loops: Vec::new(), labels: Vec::new() };
         for (index, local) in def.locals.iter().enumerate() {
             let slot = self.builder.build_alloca(self.basic_type(&local.ty), &sanitize(&local.name))?;
             if index < def.signature.params.len() {
@@ -236,6 +323,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             state.locals.push(slot);
             state.local_types.push(local.ty.clone());
         }
+        // Brilisp labels get their blocks up front, so jumps may go forward.
+        state.labels = def.labels.iter().map(|label| self.context.append_basic_block(function, &sanitize(label))).collect();
         match (result, def.body.as_slice()) {
             (Some(_), [Stmt::Expr(expr)]) => {
                 let value = self.expr(&mut state, expr)?;
@@ -325,6 +414,23 @@ impl<'ctx> Lowering<'ctx, '_> {
             Stmt::Break | Stmt::Continue => {
                 let (exit, next) = *state.loops.last().ok_or_else(|| CodegenError::Other("break outside a loop".into()))?;
                 self.builder.build_unconditional_branch(if matches!(stmt, Stmt::Break) { exit } else { next })?;
+                self.continue_in_dead_block(state);
+            }
+            Stmt::Label(label) => {
+                // A block that runs into a label falls through to it, as in Brilisp.
+                let block = label_block(state, *label)?;
+                self.branch_if_open(block)?;
+                self.builder.position_at_end(block);
+            }
+            Stmt::Jump(label) => {
+                let block = label_block(state, *label)?;
+                self.builder.build_unconditional_branch(block)?;
+                self.continue_in_dead_block(state);
+            }
+            Stmt::Branch(cond, then, otherwise) => {
+                let cond = self.value(state, cond)?.into_int_value();
+                let (then, otherwise) = (label_block(state, *then)?, label_block(state, *otherwise)?);
+                self.builder.build_conditional_branch(cond, then, otherwise)?;
                 self.continue_in_dead_block(state);
             }
         }
@@ -443,6 +549,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 // `inbounds` is defined for any offset, and faults surface only on access.
                 unsafe { self.builder.build_gep(pointee, pointer, &[index], "")? }.into()
             }
+            ExprKind::GepPath(pointer, indices) => self.gep_path(state, pointer, indices)?,
             ExprKind::FieldPtr(pointer, field) => {
                 let Some(Ty::Struct(name)) = pointer.ty.pointee() else { return Err(CodegenError::Other("sptradd on a non-struct".into())) };
                 let struct_type = self.struct_type(name);
@@ -503,6 +610,35 @@ impl<'ctx> Lowering<'ctx, '_> {
             ExprKind::Asm { template, constraints, args } => return self.asm(state, &expr.ty, template, constraints, args),
         };
         Ok(Some(value))
+    }
+
+    /// Brilisp's multi-index `ptradd`: the first index scales by the pointee, each later one
+    /// selects an array element or (a literal) a struct field.
+    fn gep_path(&mut self, state: &mut FunctionState<'ctx>, pointer: &Expr, indices: &[Expr]) -> Result<BasicValueEnum<'ctx>> {
+        let source = self.basic_type(pointer.ty.pointee().ok_or_else(|| CodegenError::Other("ptradd on a non-pointer".into()))?);
+        let base = self.value(state, pointer)?.into_pointer_value();
+        let mut current = source;
+        let mut values = Vec::with_capacity(indices.len());
+        for (position, index) in indices.iter().enumerate() {
+            if position == 0 {
+                values.push(self.index(state, index)?);
+                continue;
+            }
+            match current {
+                BasicTypeEnum::StructType(struct_type) => {
+                    let ExprKind::Int(field) = index.kind else { return Err(CodegenError::Other("a struct index that is not a literal".into())) };
+                    values.push(self.context.i32_type().const_int(field as u64, false));
+                    current = struct_type.get_field_type_at_index(field as u32).ok_or_else(|| CodegenError::Other("struct index out of range".into()))?;
+                }
+                BasicTypeEnum::ArrayType(array_type) => {
+                    values.push(self.index(state, index)?);
+                    current = array_type.get_element_type();
+                }
+                _ => return Err(CodegenError::Other("ptradd index into a scalar".into())),
+            }
+        }
+        // SAFETY: as for `ptradd`: no bounds are promised and the gep is not `inbounds`.
+        Ok(unsafe { self.builder.build_gep(source, base, &values, "")? }.into())
     }
 
     /// An offset widened to 64 bits, sign-extended as C-Lisp's `ptradd` specifies.
@@ -701,7 +837,8 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let function_type = self.function_type(signature, signature.variadic);
                 self.builder.build_indirect_call(function_type, pointer, &values, "")?
             }
-            Callee::Direct(link) | Callee::Intrinsic(link) => {
+            Callee::Intrinsic(link) => return self.call_intrinsic(link, signature, &values),
+            Callee::Direct(link) => {
                 let variadic = signature.variadic || is_c_variadic(name);
                 let function = match self.module.get_function(link) {
                     Some(function) => function,
@@ -715,21 +852,58 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.builder.build_call(function, &values, "")?
                 }
             }
-            Callee::Inline(def) => {
-                let function = self.inline_copy(def)?;
+            Callee::Inline(target) => {
+                let function = self.inline_copy(target)?;
                 self.builder.build_call(function, &values, "")?
             }
         };
         Ok(call.try_as_basic_value().basic())
     }
 
+    /// Intrinsics return structs as literal structs (`{ i32, i1 }`); C-Lisp's are named, so the
+    /// result is rebuilt field by field.
+    fn call_intrinsic(&mut self, link: &str, signature: &Signature, values: &[BasicMetadataValueEnum<'ctx>]) -> Result<Option<BasicValueEnum<'ctx>>> {
+        let params: Vec<BasicMetadataTypeEnum> = signature.params.iter().map(|ty| self.basic_type(ty).into()).collect();
+        let named = match &signature.ret {
+            Ty::Struct(name) => Some(self.struct_type(name)),
+            _ => None,
+        };
+        let function_type = match (&signature.ret, named) {
+            (Ty::Void, _) => self.context.void_type().fn_type(&params, signature.variadic),
+            (_, Some(named)) => self.context.struct_type(&named.get_field_types(), false).fn_type(&params, signature.variadic),
+            (ret, None) => self.basic_type(ret).fn_type(&params, signature.variadic),
+        };
+        let function = match self.module.get_function(link) {
+            Some(function) => function,
+            None => self.module.add_function(link, function_type, Some(Linkage::External)),
+        };
+        let result = self.builder.build_call(function, values, "")?.try_as_basic_value().basic();
+        match (result, named) {
+            (Some(BasicValueEnum::StructValue(literal)), Some(named)) => Ok(Some(self.rename_struct(literal, named)?)),
+            (result, _) => Ok(result),
+        }
+    }
+
+    /// Copies a literal struct value into a value of the named struct with the same fields.
+    fn rename_struct(&mut self, literal: inkwell::values::StructValue<'ctx>, named: StructType<'ctx>) -> Result<BasicValueEnum<'ctx>> {
+        let mut value: inkwell::values::AggregateValueEnum = named.get_undef().into();
+        for index in 0..named.count_fields() {
+            let field = self.builder.build_extract_value(literal, index, "")?;
+            value = self.builder.build_insert_value(value, field, index, "")?;
+        }
+        Ok(value.as_basic_value_enum())
+    }
+
     /// A private copy of a `define-inline` function in this module, so LLVM can inline it.
-    fn inline_copy(&mut self, def: &FunctionDef) -> Result<FunctionValue<'ctx>> {
-        if let Some(function) = self.inline_copies.get(&def.name) {
+    fn inline_copy(&mut self, name: &str) -> Result<FunctionValue<'ctx>> {
+        if let Some(function) = self.inline_copies.get(name) {
             return Ok(*function);
         }
+        let inline_bodies = self.inline_bodies;
+        let def = inline_bodies.get(name).ok_or_else(|| CodegenError::Other(format!("no body for the inline function `{name}`")))?;
         let function = self.module.add_function(&format!("{}#inline", def.name), self.function_type(&def.signature, false), Some(Linkage::Internal));
         self.mark_inline(function);
+        // Registered before its body is emitted, so a recursive inline function calls itself.
         self.inline_copies.insert(def.name.clone(), function);
         let saved = self.builder.get_insert_block();
         self.emit_function(def, function, None)?;
@@ -752,7 +926,11 @@ impl<'ctx> Lowering<'ctx, '_> {
             Ty::Struct(name) => {
                 let named = self.struct_type(name);
                 let field_types = named.get_field_types();
-                (self.context.struct_type(&field_types, false).fn_type(&param_types, false), Some(named))
+                let result = match field_types.as_slice() {
+                    [single] => *single,
+                    _ => self.context.struct_type(&field_types, false).into(),
+                };
+                (result.fn_type(&param_types, false), Some(named))
             }
             other => (self.basic_type(other).fn_type(&param_types, false), None),
         };
@@ -760,17 +938,19 @@ impl<'ctx> Lowering<'ctx, '_> {
         let call = self.builder.build_indirect_call(function_type, inline_asm, &values, "")?;
         let result = call.try_as_basic_value().basic();
         match (result, fields) {
-            (Some(BasicValueEnum::StructValue(literal)), Some(named)) => {
-                let mut value: inkwell::values::AggregateValueEnum = named.get_undef().into();
-                for index in 0..named.count_fields() {
-                    let field = self.builder.build_extract_value(literal, index, "")?;
-                    value = self.builder.build_insert_value(value, field, index, "")?;
-                }
+            // One output comes back as itself, several as a literal struct.
+            (Some(BasicValueEnum::StructValue(literal)), Some(named)) if named.count_fields() > 1 => Ok(Some(self.rename_struct(literal, named)?)),
+            (Some(single), Some(named)) => {
+                let value = self.builder.build_insert_value(named.get_undef(), single, 0, "")?;
                 Ok(Some(value.as_basic_value_enum()))
             }
             (result, _) => Ok(result),
         }
     }
+}
+
+fn label_block<'ctx>(state: &FunctionState<'ctx>, label: usize) -> Result<BasicBlock<'ctx>> {
+    state.labels.get(label).copied().ok_or_else(|| CodegenError::Other("a jump to an unknown label".into()))
 }
 
 /// C's variadic functions: declared with a fixed list, they are still called as variadic so
