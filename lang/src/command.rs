@@ -9,9 +9,11 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (":help", "show this help"),
     (":quit", "leave Quasi (or Ctrl-D)"),
     (":reset", "start a fresh session: definitions, globals and memory are dropped"),
-    (":load FILE", "evaluate a file as one cell"),
+    (":load FILE", "evaluate a file as one cell; a .rhai file runs as Rhai"),
     (":opt [N]", "show or set the optimisation level for later cells (0-3)"),
     (":defs", "list the session's definitions"),
+    (":expand [1] [TEXT]", "show the expansion of TEXT (default: the last cell); 1: one level"),
+    (":limits [NAME N]", "show or set the staging limits"),
 ];
 
 const HELP: &str = "Quasi: C-Lisp, compiled with LLVM and run as you type.
@@ -64,6 +66,18 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
             } else {
                 return session.load_file(argument);
             }
+        }
+        ":expand" => {
+            let (single_level, rest) = match argument.split_once(char::is_whitespace).map_or((argument, ""), |(first, rest)| (first, rest)) {
+                ("1", rest) => (true, rest.trim()),
+                _ if argument == "1" => (true, ""),
+                _ => (false, argument),
+            };
+            return session.expand_command((!rest.is_empty()).then_some(rest), single_level);
+        }
+        ":limits" => {
+            let mut words = argument.split_whitespace();
+            return session.limits_command(words.next(), words.next());
         }
         _ => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("unknown command `{command}`")).with_note("`:help` lists the commands")),
     }

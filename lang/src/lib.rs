@@ -11,6 +11,7 @@ mod check;
 mod codegen;
 pub mod command;
 mod diagnostics;
+mod expand;
 mod jit;
 mod reader;
 mod run;
@@ -21,7 +22,7 @@ mod value;
 
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use reader::{completeness, Completeness, SourceFile, SourceId, Span};
-pub use session::{Session, SessionConfig, SessionError};
+pub use session::{InterruptHandle, Session, SessionConfig, SessionError};
 pub use timing::{Phase, PhaseTimes};
 
 /// Everything one cell produced, in order. Plain data: nothing here renders itself.

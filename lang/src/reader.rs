@@ -139,7 +139,16 @@ pub enum Completeness {
 
 /// Reads every form of a text.
 pub(crate) fn read(source: SourceId, text: &str) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
-    let mut reader = Reader { source, text, bytes: text.as_bytes(), position: 0, open: Vec::new() };
+    read_forms(source, text, false)
+}
+
+/// Reads forms for Rhai's `parse`: a symbol may end in `#` (an auto-gensym in a template).
+pub(crate) fn read_template(source: SourceId, text: &str) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
+    read_forms(source, text, true)
+}
+
+fn read_forms(source: SourceId, text: &str, allow_trailing_hash: bool) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
+    let mut reader = Reader { source, text, bytes: text.as_bytes(), position: 0, open: Vec::new(), allow_trailing_hash };
     let mut forms = Vec::new();
     loop {
         match reader.next_form() {
@@ -156,7 +165,7 @@ pub fn completeness(text: &str) -> Completeness {
     if trimmed.starts_with(':') {
         return Completeness::Complete;
     }
-    let mut reader = Reader { source: SourceId(0), text, bytes: text.as_bytes(), position: 0, open: Vec::new() };
+    let mut reader = Reader { source: SourceId(0), text, bytes: text.as_bytes(), position: 0, open: Vec::new(), allow_trailing_hash: false };
     loop {
         match reader.next_form() {
             Ok(Some(_)) => continue,
@@ -182,6 +191,7 @@ struct Reader<'a> {
     position: usize,
     /// Byte offsets of the brackets still open, innermost last.
     open: Vec<usize>,
+    allow_trailing_hash: bool,
 }
 
 fn is_delimiter(byte: u8) -> bool {
@@ -465,7 +475,8 @@ impl<'a> Reader<'a> {
                 Err(message) => Err(self.error(start, end, message)),
             };
         }
-        if let Some((offset, character)) = token.char_indices().find(|&(_, character)| !is_symbol_char(character)) {
+        let checked = if self.allow_trailing_hash { token.strip_suffix('#').filter(|stem| !stem.is_empty()).unwrap_or(token) } else { token };
+        if let Some((offset, character)) = checked.char_indices().find(|&(_, character)| !is_symbol_char(character)) {
             let at = start + offset;
             let message = if character == '#' {
                 "`#` may not occur in a symbol: it is reserved for gensyms".to_string()
@@ -476,6 +487,11 @@ impl<'a> Reader<'a> {
         }
         Ok(Sexp { kind: SexpKind::Symbol(token.to_string()), span })
     }
+}
+
+/// Whether `text` reads as exactly one symbol (no `#`, not a number).
+pub(crate) fn is_symbol(text: &str) -> bool {
+    !text.is_empty() && !text.bytes().any(is_delimiter) && number(text).is_none() && text.chars().all(is_symbol_char)
 }
 
 fn unreachable_end() -> ! {

@@ -7,7 +7,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use inkwell::context::Context;
@@ -18,6 +19,7 @@ use inkwell::OptimizationLevel;
 use crate::check::{self, Constant, Env, FunctionEntry, FunctionKind, GlobalEntry, StructEntry, TypedCell};
 use crate::codegen::{self, CellModule, FaultSite, Naming};
 use crate::diagnostics::{Diagnostic, Kind};
+use crate::expand::{self, ExpansionSite, PendingPosition, SessionView, Stage};
 use crate::jit::{CellCode, Jit};
 use crate::reader::{self, SourceFile, SourceId, Span};
 use crate::run::{self, Fault, Runner};
@@ -38,11 +40,25 @@ pub struct SessionConfig {
     pub capture_output: bool,
     /// The initial optimisation level, 0 to 3.
     pub opt_level: u8,
+    /// Load the Rhai macro library of `prelude/` at start-up (and after `:reset`).
+    pub load_prelude: bool,
 }
 
 impl Default for SessionConfig {
     fn default() -> Self {
-        SessionConfig { capture_output: false, opt_level: DEFAULT_OPT_LEVEL }
+        SessionConfig { capture_output: false, opt_level: DEFAULT_OPT_LEVEL, load_prelude: true }
+    }
+}
+
+/// Lets another thread interrupt what a session is doing (Rhai expansion today; compiled
+/// loops check it in a later version).
+#[derive(Clone, Debug)]
+pub struct InterruptHandle(Arc<AtomicBool>);
+
+impl InterruptHandle {
+    /// Asks the running cell to stop as soon as it can.
+    pub fn interrupt(&self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
@@ -55,6 +71,9 @@ pub enum SessionError {
     /// The executor thread could not be started.
     #[error("could not start the executor thread: {0}")]
     Thread(#[from] std::io::Error),
+    /// The Rhai prelude failed to load.
+    #[error("the prelude {0} failed to load: {1}")]
+    Prelude(String, String),
 }
 
 /// Storage of one global, owned by the session and read by compiled code by symbol.
@@ -123,6 +142,12 @@ pub struct Session {
     session_memory: Vec<usize>,
     definitions: BTreeMap<DefinitionKey, u32>,
     definition_counter: u32,
+    stage: Stage,
+    interrupt: Arc<AtomicBool>,
+    /// The last cell's text, the default subject of `:expand`.
+    last_cell: Option<String>,
+    /// The last cell's expansion as it was compiled (same gensyms), for `:expand`.
+    last_expansion: Option<Vec<reader::Sexp>>,
 }
 
 const MACHINE_LEVELS: [OptimizationLevel; 4] = [OptimizationLevel::None, OptimizationLevel::Less, OptimizationLevel::Default, OptimizationLevel::Aggressive];
@@ -139,7 +164,9 @@ impl Session {
         let mut jit = Jit::new().map_err(|error| SessionError::Llvm(error.to_string()))?;
         jit.define_absolute(&run::runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
         let opt_level = config.opt_level.min(3);
-        Ok(Session {
+        let interrupt = expand::new_interrupt_flag();
+        let load_prelude = config.load_prelude;
+        let mut session = Session {
             config,
             opt_level,
             runner: Runner::new()?,
@@ -160,7 +187,32 @@ impl Session {
             session_memory: Vec::new(),
             definitions: BTreeMap::new(),
             definition_counter: 0,
-        })
+            stage: Stage::new(interrupt.clone()),
+            interrupt,
+            last_cell: None,
+            last_expansion: None,
+        };
+        if load_prelude {
+            session.load_prelude()?;
+        }
+        Ok(session)
+    }
+
+    fn load_prelude(&mut self) -> Result<(), SessionError> {
+        for (name, text) in quasi_prelude::FILES {
+            let source = self.source_id(format!("prelude/{name}"), text.to_string());
+            let span = Span::new(source, 0, 0);
+            if let Err(diagnostic) = self.stage.run_script(text, source, 0, span) {
+                return Err(SessionError::Prelude(name.to_string(), diagnostic.message));
+            }
+        }
+        self.stage.take_printed();
+        Ok(())
+    }
+
+    /// A handle that interrupts this session's running cell from another thread.
+    pub fn interrupt_handle(&self) -> InterruptHandle {
+        InterruptHandle(self.interrupt.clone())
     }
 
     /// The current optimisation level.
@@ -176,10 +228,12 @@ impl Session {
     /// Evaluates one cell: forms, or one `:command` line.
     pub fn eval(&mut self, text: &str) -> Outcome {
         self.cell_count += 1;
+        self.interrupt.store(false, Ordering::SeqCst);
         let name = format!("cell {}", self.cell_count);
         if text.trim_start().starts_with(':') {
             return crate::command::run(self, text.trim());
         }
+        self.last_cell = Some(text.to_string());
         self.eval_source(name, text.to_string(), EvalMode::Cell)
     }
 
@@ -221,9 +275,26 @@ impl Session {
         (outcome, if faulted { 2 } else { status })
     }
 
-    /// Evaluates a file as one cell (`:load`).
+    /// Evaluates a file as one cell (`:load`); a `.rhai` file runs as Rhai in the session scope.
     pub(crate) fn load_file(&mut self, path: &str) -> Outcome {
         match std::fs::read_to_string(path) {
+            Ok(text) if path.ends_with(".rhai") => {
+                let source = self.source_id(path.to_string(), text.clone());
+                let mut outcome = Outcome::default();
+                let start = Instant::now();
+                let result = self.stage.run_script(&text, source, 0, Span::new(source, 0, 0));
+                outcome.timing.add(Phase::Expand, start.elapsed());
+                let printed = self.stage.take_printed();
+                if !printed.is_empty() {
+                    outcome.items.push(Item::Output { stream: Stream::Stdout, text: printed });
+                }
+                match result {
+                    Ok(()) => outcome.items.push(Item::Message(format!("loaded {path}"))),
+                    Err(diagnostic) => outcome.diagnostics.push(*diagnostic),
+                }
+                self.attach_sources(&mut outcome);
+                outcome
+            }
             Ok(text) => self.eval_source(path.to_string(), text, EvalMode::Cell),
             Err(error) => {
                 let mut outcome = Outcome::default();
@@ -231,6 +302,56 @@ impl Session {
                 outcome
             }
         }
+    }
+
+    /// `:expand [N] [TEXT]`: the expansion of TEXT (default: the last cell), pretty-printed.
+    /// The session is left as it was: Rhai effects of the expansion are undone.
+    pub(crate) fn expand_command(&mut self, text: Option<&str>, single_level: bool) -> Outcome {
+        let mut outcome = Outcome::default();
+        if let (None, false, Some(forms)) = (text, single_level, &self.last_expansion) {
+            let listing: Vec<String> = forms.iter().map(|form| expand::pretty(form, 0)).collect();
+            outcome.items.push(Item::Message(listing.join("\n")));
+            return outcome;
+        }
+        let Some(text) = text.map(str::to_string).or_else(|| self.last_cell.clone()) else {
+            outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "`:expand` needs a cell: no cell was evaluated yet").with_note("write `:expand TEXT`"));
+            return outcome;
+        };
+        let source = self.source_id(format!("cell {}", self.cell_count), text.clone());
+        let forms = match reader::read(source, &text) {
+            Ok(forms) => forms,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        let saved = self.stage.snapshot();
+        let expanded = self.stage.expand(forms, &mut self.sources, single_level);
+        self.stage.restore(saved);
+        match expanded {
+            Ok(expanded) => {
+                let listing: Vec<String> = expanded.forms.iter().map(|form| expand::pretty(form, 0)).collect();
+                outcome.items.push(Item::Message(listing.join("\n")));
+                outcome
+            }
+            Err(diagnostics) => self.fail(outcome, diagnostics),
+        }
+    }
+
+    /// `:limits [NAME VALUE]`.
+    pub(crate) fn limits_command(&mut self, name: Option<&str>, value: Option<&str>) -> Outcome {
+        let mut outcome = Outcome::default();
+        if let Some(name) = name {
+            let parsed = value.and_then(|value| value.replace('_', "").parse::<u64>().ok());
+            match parsed {
+                Some(number) if self.stage.limits.set(name, number) => self.stage.apply_limits(),
+                _ => {
+                    let names: Vec<&str> = self.stage.limits.entries().iter().map(|(name, _)| *name).collect();
+                    outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("`:limits` takes a limit name and a number, found `{} {}`", name, value.unwrap_or(""))).with_note(format!("the limits are: {}", names.join(", "))));
+                    return outcome;
+                }
+            }
+        }
+        let lines: Vec<String> = self.stage.limits.entries().iter().map(|(name, value)| format!("{name:<17} {value}")).collect();
+        outcome.items.push(Item::Message(lines.join("\n")));
+        outcome
     }
 
     /// Starts over: a fresh session with the same configuration.
@@ -300,6 +421,11 @@ impl Session {
 
     /// Adds every source a diagnostic of the outcome points into.
     fn attach_sources(&self, outcome: &mut Outcome) {
+        for label in outcome.diagnostics.iter_mut().flat_map(|diagnostic| diagnostic.labels.iter_mut()) {
+            if let Some(file) = self.sources.get(label.span.source.0 as usize) {
+                label.span = PendingPosition::resolve(label.span, &file.text);
+            }
+        }
         let mut ids: Vec<SourceId> = outcome.diagnostics.iter().flat_map(|diagnostic| diagnostic.labels.iter().map(|label| label.span.source)).collect();
         ids.sort();
         ids.dedup();
@@ -324,19 +450,41 @@ impl Session {
             Ok(forms) => forms,
             Err(diagnostics) => return self.fail(outcome, diagnostics),
         };
-        let entry_prefix = format!("cell#{}", self.cell_count);
-        let checked = outcome.timing.time(Phase::Check, || check::check(&self.env, &forms, &Session::resolve_extern, &entry_prefix));
-        let cell = match checked {
-            Ok(cell) => cell,
+        let saved_stage = self.stage.snapshot();
+        let expand_start = Instant::now();
+        let expanded = self.stage.expand(forms, &mut self.sources, false);
+        outcome.timing.add(Phase::Expand, expand_start.elapsed());
+        let expanded = match expanded {
+            Ok(expanded) => expanded,
             Err(diagnostics) => return self.fail(outcome, diagnostics),
         };
-        outcome.diagnostics.extend(cell.warnings.iter().cloned());
+        if !expanded.printed.is_empty() {
+            outcome.items.push(Item::Output { stream: Stream::Stdout, text: expanded.printed.clone() });
+        }
+        if mode == EvalMode::Cell {
+            self.last_expansion = Some(expanded.forms.clone());
+        }
+        let entry_prefix = format!("cell#{}", self.cell_count);
+        let checked = outcome.timing.time(Phase::Check, || check::check(&self.env, &expanded.forms, &Session::resolve_extern, &entry_prefix));
+        let cell = match checked {
+            Ok(cell) => cell,
+            Err(diagnostics) => {
+                self.stage.restore(saved_stage);
+                let diagnostics = explain_expansions(diagnostics, &expanded.sites);
+                return self.fail(outcome, diagnostics);
+            }
+        };
+        outcome.diagnostics.extend(explain_expansions(cell.warnings.clone(), &expanded.sites));
         let linked = match self.compile_and_link(&cell, &entry_prefix, &mut outcome.timing) {
             Ok(linked) => linked,
-            Err(diagnostics) => return self.fail(outcome, diagnostics),
+            Err(diagnostics) => {
+                self.stage.restore(saved_stage);
+                return self.fail(outcome, diagnostics);
+            }
         };
         let entries = linked.entries.clone();
         let defined = self.commit(&cell, linked);
+        self.refresh_view();
         if mode == EvalMode::Cell {
             outcome.items.extend(defined);
         }
@@ -585,6 +733,40 @@ impl Session {
         items
     }
 
+    /// Refreshes what Rhai macros can see of the session (`signature`, `global_value`…).
+    fn refresh_view(&mut self) {
+        let mut view = SessionView::default();
+        let symbol = |name: &str| reader::Sexp { kind: reader::SexpKind::Symbol(name.to_string()), span: Span::new(SourceId(u32::MAX), 0, 0) };
+        let list = |items: Vec<reader::Sexp>| reader::Sexp { kind: reader::SexpKind::List(items), span: Span::new(SourceId(u32::MAX), 0, 0) };
+        let type_form = |ty: &Ty| reader::read(SourceId(u32::MAX), &ty.to_string()).ok().and_then(|mut forms| forms.pop());
+        for (name, entry) in &self.env.functions {
+            let mut items = vec![list(vec![symbol(name), type_form(&entry.signature.ret).unwrap_or_else(|| symbol("void"))])];
+            for (index, ty) in entry.signature.params.iter().enumerate() {
+                let param = entry.param_names.get(index).cloned().unwrap_or_else(|| format!("arg-{index}"));
+                items.push(list(vec![symbol(&param), type_form(ty).unwrap_or_else(|| symbol("void"))]));
+            }
+            if entry.signature.variadic {
+                items.push(symbol("..."));
+            }
+            view.signatures.insert(name.clone(), list(items));
+        }
+        for (name, entry) in &self.env.structs {
+            let fields = entry.fields.iter().flatten().map(|(field, ty)| (field.clone(), type_form(ty).unwrap_or_else(|| symbol("void")))).collect();
+            view.struct_fields.insert(name.clone(), fields);
+        }
+        for (name, entry) in &self.env.globals {
+            if entry.ty.is_scalar() && !entry.ty.is_ptr() {
+                let text = self.global_value_text(name, &entry.ty);
+                if let Ok(mut forms) = reader::read(SourceId(u32::MAX), &text.replace("inf", "+inf.0").replace("nan", "+nan.0")) {
+                    if let Some(form) = forms.pop() {
+                        view.global_values.insert(name.clone(), form);
+                    }
+                }
+            }
+        }
+        *self.stage.view.borrow_mut() = view;
+    }
+
     fn note_definition(&mut self, key: DefinitionKey) {
         if !self.definitions.contains_key(&key) {
             self.definition_counter += 1;
@@ -673,6 +855,30 @@ struct Linked {
     fault_sites: Vec<FaultSite>,
     new_globals: Vec<(String, GlobalStorage)>,
     struct_names: HashMap<String, String>,
+}
+
+/// Says which unquote generated the code a diagnostic points at, and what it expanded to.
+fn explain_expansions(mut diagnostics: Vec<Diagnostic>, sites: &[ExpansionSite]) -> Vec<Diagnostic> {
+    if sites.is_empty() {
+        return diagnostics;
+    }
+    for diagnostic in &mut diagnostics {
+        let mut notes = Vec::new();
+        for label in &mut diagnostic.labels {
+            let site = sites.iter().find(|site| site.span.source == label.span.source && site.span.start <= label.span.start && label.span.end <= site.span.end);
+            if let Some(site) = site {
+                if label.message.is_empty() {
+                    label.message = format!("in expansion of {}", site.written);
+                }
+                let note = format!("expanded to {}", site.expanded);
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
+            }
+        }
+        diagnostic.notes.splice(0..0, notes);
+    }
+    diagnostics
 }
 
 fn internal(message: String) -> Diagnostic {
