@@ -1,6 +1,7 @@
 //! Commands: the `:` lines every front end shares (`:help`, `:opt`, `:reset`, `:load`…).
 
 use crate::diagnostics::{Diagnostic, Kind};
+use crate::inspect;
 use crate::session::Session;
 use crate::{Item, Outcome};
 
@@ -14,6 +15,12 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (":defs", "list the session's definitions"),
     (":expand [1] [TEXT]", "show the expansion of TEXT (default: the last cell); 1: one level"),
     (":limits [NAME N]", "show or set the staging limits"),
+    (":stages [NAME]", "every stage of NAME (default: the last cell): source to assembly"),
+    (":types [NAME|TEXT]", "the typed tree"),
+    (":ir [opt] [NAME]", "LLVM IR before (or after) optimisation"),
+    (":asm [NAME]", "x86-64 assembly"),
+    (":time on|off|last", "show phase times after every cell, or of the last cell"),
+    (":bench TEXT", "benchmark TEXT, as (bench TEXT)"),
 ];
 
 const HELP: &str = "Quasi: C-Lisp, compiled with LLVM and run as you type.
@@ -75,6 +82,34 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
             };
             return session.expand_command((!rest.is_empty()).then_some(rest), single_level);
         }
+        ":stages" => return session.inspect_command(&inspect::Stage::ALL, subject(argument)),
+        ":types" => return session.inspect_command(&[inspect::Stage::Typed], subject(argument)),
+        ":ir" => {
+            let (stage, rest) = match argument.strip_prefix("opt") {
+                Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => (inspect::Stage::OptimisedIr, rest.trim()),
+                _ => (inspect::Stage::Ir, argument),
+            };
+            return session.inspect_command(&[stage], subject(rest));
+        }
+        ":asm" => return session.inspect_command(&[inspect::Stage::Assembly], subject(argument)),
+        ":time" => match argument {
+            "on" | "off" => {
+                session.show_timing = argument == "on";
+                message(&mut outcome, format!("timing {argument}"));
+            }
+            "last" | "" => match session.last_timing.clone() {
+                Some(timing) => outcome.items.push(Item::Timing(timing)),
+                None => message(&mut outcome, "no cell has run yet".into()),
+            },
+            _ => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("`:time` takes on, off or last, found `{argument}`"))),
+        },
+        ":bench" => {
+            if argument.is_empty() {
+                outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "`:bench` needs an expression"));
+            } else {
+                return session.eval_bench_command(argument);
+            }
+        }
         ":limits" => {
             let mut words = argument.split_whitespace();
             return session.limits_command(words.next(), words.next());
@@ -82,4 +117,8 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
         _ => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("unknown command `{command}`")).with_note("`:help` lists the commands")),
     }
     outcome
+}
+
+fn subject(argument: &str) -> Option<&str> {
+    (!argument.is_empty()).then_some(argument)
 }

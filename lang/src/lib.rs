@@ -12,6 +12,8 @@ mod codegen;
 pub mod command;
 mod diagnostics;
 mod expand;
+mod inspect;
+mod bench;
 mod jit;
 mod reader;
 mod run;
@@ -23,7 +25,7 @@ mod value;
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use reader::{completeness, Completeness, SourceFile, SourceId, Span};
 pub use session::{InterruptHandle, Session, SessionConfig, SessionError};
-pub use timing::{Phase, PhaseTimes};
+pub use timing::{AutotuneReport, BenchReport, Phase, PhaseTimes, Throughput, VariantReport};
 
 /// Everything one cell produced, in order. Plain data: nothing here renders itself.
 #[derive(Clone, Debug, Default)]
@@ -82,4 +84,32 @@ pub enum Item {
     },
     /// A message from a command (`:help`, `:opt`…).
     Message(String),
+    /// A listing of one stage of a definition (`:ir`, `:asm`, `:stages`…).
+    Listing {
+        /// What it shows, e.g. `fib: LLVM IR (opt 1)`.
+        title: String,
+        /// How to highlight it.
+        language: Language,
+        /// The text.
+        text: String,
+    },
+    /// Phase times of a cell (`:time on`, `:time last`).
+    Timing(PhaseTimes),
+    /// What `(bench …)` measured.
+    Bench(BenchReport),
+    /// What `(autotune …)` measured and chose.
+    Autotune(AutotuneReport),
+}
+
+/// The language of a listing, for highlighting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Language {
+    /// C-Lisp forms (source, expansion, typed tree).
+    CLisp,
+    /// LLVM IR.
+    LlvmIr,
+    /// x86-64 assembly.
+    Assembly,
+    /// NVIDIA PTX.
+    Ptx,
 }

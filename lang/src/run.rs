@@ -66,11 +66,19 @@ extern "C" fn fault_trampoline(code: i64, site: i64) {
     unsafe { quasi_fault(code, site) }
 }
 
+extern "C" fn monotonic_nanoseconds() -> i64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we pass; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec * 1_000_000_000 + now.tv_nsec
+}
+
 /// Addresses of the runtime functions compiled code may call, by link name.
 pub(crate) fn runtime_symbols() -> Vec<(String, usize)> {
     vec![
         (crate::codegen::RT_FAULT.to_string(), fault_trampoline as usize),
         (crate::codegen::RT_SESSION_ALLOC.to_string(), session_alloc as usize),
+        (crate::bench::CLOCK.to_string(), monotonic_nanoseconds as usize),
         ("quasi#print".to_string(), quasi_rt_print as usize),
         ("quasi#fprint".to_string(), quasi_rt_fprint as usize),
         ("quasi#dprint".to_string(), quasi_rt_dprint as usize),

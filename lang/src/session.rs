@@ -26,7 +26,7 @@ use crate::run::{self, Fault, Runner};
 use crate::timing::{Phase, PhaseTimes};
 use crate::types::Ty;
 use crate::value;
-use crate::{Item, Outcome, Stream};
+use crate::{inspect, Item, Language, Outcome, Stream};
 
 /// The optimisation level a session starts with: the lowest cell latency (see the README's
 /// measurements); `:opt 3` for fast code.
@@ -129,7 +129,7 @@ pub struct Session {
     context: Context,
     machines: Vec<Option<TargetMachine>>,
     triple: TargetTriple,
-    env: Env,
+    pub(crate) env: Env,
     sources: Vec<SourceFile>,
     cell_count: u32,
     /// One slot per function name, at a fixed address for the session's life.
@@ -148,6 +148,12 @@ pub struct Session {
     last_cell: Option<String>,
     /// The last cell's expansion as it was compiled (same gensyms), for `:expand`.
     last_expansion: Option<Vec<reader::Sexp>>,
+    /// The current body symbol of every defined function, for listings.
+    body_symbols: HashMap<String, String>,
+    /// Show the timing table after every cell (`:time on`).
+    pub(crate) show_timing: bool,
+    /// The last cell's phase times, for `:time last`.
+    pub(crate) last_timing: Option<PhaseTimes>,
 }
 
 const MACHINE_LEVELS: [OptimizationLevel; 4] = [OptimizationLevel::None, OptimizationLevel::Less, OptimizationLevel::Default, OptimizationLevel::Aggressive];
@@ -191,6 +197,9 @@ impl Session {
             interrupt,
             last_cell: None,
             last_expansion: None,
+            body_symbols: HashMap::new(),
+            show_timing: false,
+            last_timing: None,
         };
         if load_prelude {
             session.load_prelude()?;
@@ -234,7 +243,12 @@ impl Session {
             return crate::command::run(self, text.trim());
         }
         self.last_cell = Some(text.to_string());
-        self.eval_source(name, text.to_string(), EvalMode::Cell)
+        let mut outcome = self.eval_source(name, text.to_string(), EvalMode::Cell);
+        self.last_timing = Some(outcome.timing.clone());
+        if self.show_timing {
+            outcome.items.push(Item::Timing(outcome.timing.clone()));
+        }
+        outcome
     }
 
     /// Runs a whole file as `quasi run` does: the file is one cell, values are not shown,
@@ -260,6 +274,8 @@ impl Session {
                 program
             }
         };
+        // The call of `main` is a cell of its own (its entry must not reuse the file's names).
+        self.cell_count += 1;
         let main_outcome = self.eval_source(format!("{path} (main)"), call, EvalMode::Main);
         let status = match main_outcome.items.iter().find_map(|item| match item {
             Item::Value { text, .. } => text.parse::<i64>().ok(),
@@ -333,6 +349,122 @@ impl Session {
             }
             Err(diagnostics) => self.fail(outcome, diagnostics),
         }
+    }
+
+    /// The text a span covers in its source.
+    fn span_text(&self, span: Span) -> Option<String> {
+        self.sources.get(span.source.0 as usize).and_then(|file| file.text.get(span.start as usize..span.end as usize)).map(str::to_string)
+    }
+
+    /// `:stages`, `:types`, `:ir [opt]`, `:asm`: listings of a definition (or, without a name,
+    /// of the last cell), recompiled in a scratch module that is never linked.
+    pub(crate) fn inspect_command(&mut self, stages: &[inspect::Stage], subject: Option<&str>) -> Outcome {
+        let mut outcome = Outcome::default();
+        let defined = subject.and_then(|name| match self.env.functions.get(name) {
+            Some(FunctionEntry { kind: FunctionKind::Defined(def), .. }) => Some(def.clone()),
+            _ => None,
+        });
+        let (label, forms, source_text) = match (subject, defined) {
+            (Some(name), Some(def)) => (name.to_string(), vec![def.source.clone()], self.span_text(def.span)),
+            (Some(name), None) if reader::is_symbol(name) => {
+                let message = if self.env.functions.contains_key(name) { format!("`{name}` is declared without a body: there is nothing to list") } else { format!("no function named `{name}`") };
+                outcome.diagnostics.push(Diagnostic::error(Kind::UnknownName, message));
+                return outcome;
+            }
+            (Some(text), None) => {
+                // A cell's text (`:types (add 1 2)`): expanded here, never committed.
+                let source = self.source_id(format!("cell {}", self.cell_count), text.to_string());
+                let forms = match reader::read(source, text) {
+                    Ok(forms) => forms,
+                    Err(diagnostics) => return self.fail(outcome, diagnostics),
+                };
+                let saved = self.stage.snapshot();
+                let expanded = self.stage.expand(forms, &mut self.sources, false);
+                self.stage.restore(saved);
+                match expanded {
+                    Ok(expanded) => ("cell".to_string(), expanded.forms, Some(text.to_string())),
+                    Err(diagnostics) => return self.fail(outcome, diagnostics),
+                }
+            }
+            (None, _) => match &self.last_expansion {
+                Some(forms) => ("last cell".to_string(), forms.clone(), self.last_cell.clone()),
+                None => {
+                    outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "there is no cell to list yet").with_note("name a function, e.g. `:ir fib`"));
+                    return outcome;
+                }
+            },
+        };
+        let prefix = format!("inspect#{}", self.cell_count);
+        let mut cell = match check::check(&self.env, &forms, &Session::resolve_extern, &prefix) {
+            Ok(cell) => cell,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        // Only the subject itself: no recompiled dependents, no traps.
+        cell.recompiled.clear();
+        cell.invalidated.clear();
+        if let Some(name) = subject.filter(|_| label != "cell") {
+            cell.functions.retain(|function| function.name == name);
+            cell.top.clear();
+        } else if !cell.top.is_empty() {
+            cell.functions.clear();
+        }
+        let level = self.opt_level;
+        let needs_code = stages.iter().any(|stage| matches!(stage, inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly));
+        let code = if needs_code {
+            match self.scratch_listings(&cell, stages) {
+                Ok(code) => Some(code),
+                Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),
+            }
+        } else {
+            None
+        };
+        for stage in stages {
+            let (language, text) = match stage {
+                inspect::Stage::Source => (Language::CLisp, source_text.clone().unwrap_or_default()),
+                inspect::Stage::Expanded => (Language::CLisp, forms.iter().map(|form| expand::pretty(form, 0)).collect::<Vec<_>>().join("\n")),
+                inspect::Stage::Typed => {
+                    let mut parts: Vec<String> = cell.functions.iter().map(|function| expand::pretty(&inspect::typed_tree(function, &self.env), 0)).collect();
+                    for item in &cell.top {
+                        parts.extend(inspect::typed_statements(&item.function, &self.env).iter().map(|form| expand::pretty(form, 0)));
+                    }
+                    (Language::CLisp, parts.join("\n"))
+                }
+                inspect::Stage::Ir => (Language::LlvmIr, code.as_ref().map(|code| code.0.clone()).unwrap_or_default()),
+                inspect::Stage::OptimisedIr => (Language::LlvmIr, code.as_ref().map(|code| code.1.clone()).unwrap_or_default()),
+                inspect::Stage::Assembly => (Language::Assembly, code.as_ref().map(|code| code.2.clone()).unwrap_or_default()),
+            };
+            let title = match stage {
+                inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly => format!("{label}: {} (opt {level})", stage.title()),
+                _ => format!("{label}: {}", stage.title()),
+            };
+            outcome.items.push(Item::Listing { title, language, text });
+        }
+        outcome
+    }
+
+    /// IR before and after passes and assembly of a checked cell, from a module never linked.
+    fn scratch_listings(&mut self, cell: &TypedCell, stages: &[inspect::Stage]) -> Result<(String, String, String), Diagnostic> {
+        let global_symbols: HashMap<String, String> = self.globals.iter().map(|(name, storage)| (name.clone(), storage.symbol.clone())).collect();
+        let body_symbols: HashMap<String, String> = cell.functions.iter().map(|function| (function.name.clone(), self.body_symbols.get(&function.name).cloned().unwrap_or_else(|| function.name.clone()))).collect();
+        let struct_names = self.struct_names.clone();
+        let naming = Naming { global_symbols: &global_symbols, struct_names: &struct_names, body_symbols: &body_symbols, first_site: self.fault_sites.len() as u32 };
+        let level = self.opt_level;
+        let target_data = self.machine(level)?.get_target_data();
+        let triple = TargetTriple::create(&self.triple.as_str().to_string_lossy());
+        let machine = self.machines[level as usize].as_ref().ok_or_else(|| internal("no target machine".into()))?;
+        let CellModule { module, .. } = codegen::lower(&self.context, &target_data, &triple, cell, "inspect", &naming).map_err(|error| internal(format!("code generation failed: {error}")))?;
+        let ir = inspect::trim_ir(&module.print_to_string().to_string());
+        if level > 0 {
+            module.run_passes(pass_pipeline(level), machine, PassBuilderOptions::create()).map_err(|error| internal(format!("LLVM passes failed: {error}")))?;
+        }
+        let optimised = inspect::trim_ir(&module.print_to_string().to_string());
+        let assembly = if stages.contains(&inspect::Stage::Assembly) {
+            let buffer = machine.write_to_memory_buffer(&module, FileType::Assembly).map_err(|error| internal(format!("LLVM could not emit assembly: {error}")))?;
+            inspect::trim_assembly(&String::from_utf8_lossy(buffer.as_slice()))
+        } else {
+            String::new()
+        };
+        Ok((ir, optimised, assembly))
     }
 
     /// `:limits [NAME VALUE]`.
@@ -464,8 +596,10 @@ impl Session {
         if mode == EvalMode::Cell {
             self.last_expansion = Some(expanded.forms.clone());
         }
+        // `(bench …)` and `(autotune …)` run after the cell's other code.
+        let (session_forms, code_forms): (Vec<reader::Sexp>, Vec<reader::Sexp>) = expanded.forms.iter().cloned().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
         let entry_prefix = format!("cell#{}", self.cell_count);
-        let checked = outcome.timing.time(Phase::Check, || check::check(&self.env, &expanded.forms, &Session::resolve_extern, &entry_prefix));
+        let checked = outcome.timing.time(Phase::Check, || check::check(&self.env, &code_forms, &Session::resolve_extern, &entry_prefix));
         let cell = match checked {
             Ok(cell) => cell,
             Err(diagnostics) => {
@@ -508,9 +642,57 @@ impl Session {
                 }
             }
         }
+        if !session_forms.is_empty() && !outcome.failed() {
+            self.run_session_forms(&session_forms, &mut outcome);
+        }
         outcome.timing.add(Phase::Run, run_start.elapsed());
         self.attach_sources(&mut outcome);
         outcome
+    }
+
+    /// Checks, compiles and commits forms without showing anything; returns the value types of
+    /// the top-level items and their entries. `with_clock` lets the code call the bench clock.
+    pub(crate) fn compile_quietly(&mut self, forms: &[reader::Sexp], with_clock: bool) -> Result<(Vec<Option<Ty>>, Vec<usize>), Vec<Diagnostic>> {
+        self.cell_count += 1;
+        let prefix = format!("cell#{}", self.cell_count);
+        let checked = if with_clock {
+            let mut env = self.env.clone();
+            env.functions.insert(crate::bench::CLOCK.to_string(), crate::bench::clock_entry());
+            check::check(&env, forms, &Session::resolve_extern, &prefix)
+        } else {
+            check::check(&self.env, forms, &Session::resolve_extern, &prefix)
+        };
+        let cell = checked?;
+        let mut timing = PhaseTimes::default();
+        let linked = self.compile_and_link(&cell, &prefix, &mut timing)?;
+        let entries = linked.entries.clone();
+        self.commit(&cell, linked);
+        self.refresh_view();
+        Ok((cell.top.iter().map(|item| item.value.clone()).collect(), entries))
+    }
+
+    /// Runs an entry; a fault becomes the error.
+    pub(crate) fn call_quietly(&mut self, entry: usize, span: Span) -> Result<(), Vec<Diagnostic>> {
+        self.call_for_value(entry, 0, span).map(|_| ())
+    }
+
+    /// Runs an entry and returns the bytes of its value.
+    pub(crate) fn call_for_value(&mut self, entry: usize, size: usize, span: Span) -> Result<Vec<u8>, Vec<Diagnostic>> {
+        let report = self.runner.call(entry, size, self.config.capture_output);
+        self.session_memory.extend(report.allocations);
+        match report.fault {
+            Some(fault) => Err(vec![self.fault_diagnostic(&fault, span)]),
+            None => Ok(report.result),
+        }
+    }
+
+    /// Expands one form (a generator call) in the session's Rhai scope.
+    pub(crate) fn expand_quietly(&mut self, form: &reader::Sexp) -> Result<Vec<reader::Sexp>, Vec<Diagnostic>> {
+        self.stage.expand(vec![form.clone()], &mut self.sources, false).map(|expanded| expanded.forms)
+    }
+
+    pub(crate) fn env_structs(&self) -> HashMap<String, StructEntry> {
+        self.env.structs.clone()
     }
 
     fn fault_diagnostic(&self, fault: &Fault, item_span: Span) -> Diagnostic {
@@ -596,13 +778,8 @@ impl Session {
         timing.add(Phase::Codegen, codegen_start.elapsed());
         let CellModule { module, entries, fault_sites, traps } = lowered.map_err(|error| vec![lowering_error(error, cell)])?;
         if level > 0 {
-            let pipeline = match level {
-                1 => "function(mem2reg,instcombine<no-verify-fixpoint>,simplifycfg)",
-                2 => "default<O2>",
-                _ => "default<O3>",
-            };
             let optimise_start = Instant::now();
-            module.run_passes(pipeline, machine, PassBuilderOptions::create()).map_err(|error| vec![internal(format!("LLVM passes failed: {error}"))])?;
+            module.run_passes(pass_pipeline(level), machine, PassBuilderOptions::create()).map_err(|error| vec![internal(format!("LLVM passes failed: {error}"))])?;
             timing.add(Phase::Optimise, optimise_start.elapsed());
         }
         let link_start = Instant::now();
@@ -629,6 +806,7 @@ impl Session {
         let (trap_addresses, entry_addresses) = rest.split_at(traps.len());
         Ok(Linked {
             bodies: function_names.into_iter().zip(body_addresses.iter().copied()).collect(),
+            body_symbols: body_symbols.clone(),
             traps: traps.into_iter().zip(trap_addresses.iter().copied()).collect(),
             entries: entry_addresses.to_vec(),
             code,
@@ -661,7 +839,7 @@ impl Session {
 
     /// Makes a linked cell part of the session. Nothing here can fail.
     fn commit(&mut self, cell: &TypedCell, linked: Linked) -> Vec<Item> {
-        let Linked { bodies, traps, code, fault_sites, new_globals, struct_names, .. } = linked;
+        let Linked { bodies, traps, code, fault_sites, new_globals, struct_names, body_symbols, .. } = linked;
         let mut items = Vec::new();
         self.cells.push(code);
         self.fault_sites.extend(fault_sites);
@@ -705,6 +883,7 @@ impl Session {
             self.env.functions.insert(decl.name.clone(), entry);
             self.note_definition(DefinitionKey::Function(decl.name.clone()));
         }
+        self.body_symbols.extend(body_symbols);
         let addresses: HashMap<String, usize> = bodies.into_iter().collect();
         for function in cell.functions.iter().chain(&cell.recompiled) {
             if let (Some(slot), Some(address)) = (self.slots.get(&function.name), addresses.get(&function.name)) {
@@ -849,12 +1028,22 @@ enum EvalMode {
 
 struct Linked {
     bodies: Vec<(String, usize)>,
+    body_symbols: HashMap<String, String>,
     traps: Vec<(String, usize)>,
     entries: Vec<usize>,
     code: CellCode,
     fault_sites: Vec<FaultSite>,
     new_globals: Vec<(String, GlobalStorage)>,
     struct_names: HashMap<String, String>,
+}
+
+/// The LLVM pass pipeline of an optimisation level above 0.
+fn pass_pipeline(level: u8) -> &'static str {
+    match level {
+        1 => "function(mem2reg,instcombine<no-verify-fixpoint>,simplifycfg)",
+        2 => "default<O2>",
+        _ => "default<O3>",
+    }
 }
 
 /// Says which unquote generated the code a diagnostic points at, and what it expanded to.

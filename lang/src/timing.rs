@@ -40,7 +40,7 @@ impl Phase {
 }
 
 /// Time per phase for one cell.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PhaseTimes {
     /// Phases in the order they ran, each with its total duration.
     pub phases: Vec<(Phase, Duration)>,
@@ -71,4 +71,82 @@ impl PhaseTimes {
     pub fn total(&self) -> Duration {
         self.phases.iter().map(|(_, duration)| *duration).sum()
     }
+}
+
+/// Throughput of a benchmark, from the work per run the user gave.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Throughput {
+    /// Bytes per second (`(bytes E)`).
+    Bytes(f64),
+    /// Floating-point operations per second (`(flops E)`).
+    Flops(f64),
+}
+
+/// What `(bench EXPR)` measured: per-run statistics after warm-up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchReport {
+    /// Timed runs.
+    pub runs: u64,
+    /// Wall time of all timed runs.
+    pub elapsed: Duration,
+    /// Untimed warm-up runs.
+    pub warmup: u64,
+    /// Fastest run.
+    pub min: Duration,
+    /// Median run.
+    pub median: Duration,
+    /// Mean run.
+    pub mean: Duration,
+    /// Standard deviation of the runs.
+    pub std: Duration,
+    /// Work per second at the median, when the user gave the work per run.
+    pub throughput: Option<Throughput>,
+}
+
+impl BenchReport {
+    /// Statistics over per-run durations in nanoseconds (not empty).
+    pub(crate) fn from_samples(mut samples: Vec<f64>, warmup: u64, elapsed: Duration) -> BenchReport {
+        samples.sort_by(f64::total_cmp);
+        let count = samples.len().max(1) as f64;
+        let mean = samples.iter().sum::<f64>() / count;
+        let variance = samples.iter().map(|sample| (sample - mean).powi(2)).sum::<f64>() / (count - 1.0).max(1.0);
+        let median = match samples.len() {
+            0 => 0.0,
+            length if length % 2 == 1 => samples[length / 2],
+            length => (samples[length / 2 - 1] + samples[length / 2]) / 2.0,
+        };
+        let nanos = |value: f64| Duration::from_nanos(value.max(0.0).round() as u64);
+        BenchReport {
+            runs: samples.len() as u64,
+            elapsed,
+            warmup,
+            min: nanos(samples.first().copied().unwrap_or(0.0)),
+            median: nanos(median),
+            mean: nanos(mean),
+            std: nanos(variance.sqrt()),
+            throughput: None,
+        }
+    }
+}
+
+/// One variant of an autotuning run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VariantReport {
+    /// The parameter values, in the order of `AutotuneReport::params`.
+    pub values: Vec<String>,
+    /// Its timing, or why it was dropped.
+    pub result: Result<BenchReport, String>,
+}
+
+/// What `(autotune …)` found: every variant, sorted fastest first (failures last).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutotuneReport {
+    /// The tuned definition's name.
+    pub name: String,
+    /// Parameter names.
+    pub params: Vec<String>,
+    /// The variants, fastest first.
+    pub variants: Vec<VariantReport>,
+    /// Median of the first variant (in parameter order), the baseline of "vs first".
+    pub baseline: Option<Duration>,
 }

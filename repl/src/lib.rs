@@ -5,7 +5,10 @@ use codespan_reporting::diagnostic::{Diagnostic as Report, Label as ReportLabel,
 use codespan_reporting::files::SimpleFiles;
 use codespan_reporting::term::termcolor::{Ansi, NoColor, WriteColor};
 use codespan_reporting::term::{self, Chars, Config};
-use quasi_lang::{Diagnostic, Item, Kind, Outcome, Severity};
+use std::time::Duration;
+
+use comfy_table::{presets, Table};
+use quasi_lang::{AutotuneReport, BenchReport, Diagnostic, Item, Kind, Outcome, PhaseTimes, Severity, Throughput};
 
 /// Whether to colour diagnostics (terminals) or not (transcripts, files).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,7 +24,8 @@ pub enum Style {
 pub enum Masking {
     /// Everything as it is (terminals).
     None,
-    /// Addresses replaced by `0x<address>`, so transcripts compare across runs.
+    /// Addresses replaced by `0x<address>`, durations by `<time>` (and what depends on them,
+    /// like the order of autotuned variants), so transcripts compare across runs.
     Addresses,
 }
 
@@ -52,7 +56,15 @@ pub fn render_item(item: &Item, masking: Masking) -> String {
     match item {
         Item::Value { text, ty } if masking == Masking::Addresses && ty.starts_with("(ptr") && text != "0x0" => format!("0x<address> : {ty}\n"),
         Item::Value { text, ty } => format!("{text} : {ty}\n"),
+        Item::Defined { name, description } if masking == Masking::Addresses && description.contains("autotuned: ") => {
+            let kept = description.split("autotuned: ").next().unwrap_or("");
+            format!("{name} : {kept}autotuned: <fastest>)\n")
+        }
         Item::Defined { name, description } => format!("{name} : {description}\n"),
+        Item::Listing { title, text, .. } => format!("== {title} ==\n{text}\n"),
+        Item::Timing(timing) => render_timing(timing, masking),
+        Item::Bench(report) => render_bench(report, masking),
+        Item::Autotune(report) => render_autotune(report, masking),
         Item::Output { text, .. } => text.clone(),
         Item::Message(message) => format!("{message}\n"),
     }
@@ -95,4 +107,97 @@ pub fn render_diagnostic(diagnostic: &Diagnostic, outcome: &Outcome, style: Styl
 
 fn emit(writer: &mut dyn WriteColor, config: &Config, files: &SimpleFiles<String, String>, report: &Report<usize>) -> Result<(), codespan_reporting::files::Error> {
     term::emit(writer, config, files, report)
+}
+
+/// A duration in the unit that keeps three significant decimals readable.
+pub fn format_duration(duration: Duration) -> String {
+    let nanos = duration.as_nanos() as f64;
+    if nanos >= 100_000.0 {
+        format!("{:.3} ms", nanos / 1e6)
+    } else if nanos >= 100.0 {
+        format!("{:.3} µs", nanos / 1e3)
+    } else {
+        format!("{nanos:.0} ns")
+    }
+}
+
+fn masked_duration(duration: Duration, masking: Masking) -> String {
+    if masking == Masking::Addresses { "<time>".into() } else { format_duration(duration) }
+}
+
+/// The phase table of a cell (`:time`).
+fn render_timing(timing: &PhaseTimes, masking: Masking) -> String {
+    let mut table = Table::new();
+    table.load_style(presets::UTF8_FULL_CONDENSED).set_header(vec!["phase", "time", "share"]);
+    let total = timing.total().as_secs_f64().max(1e-12);
+    for (phase, duration) in &timing.phases {
+        let share = if masking == Masking::Addresses { "<share>".to_string() } else { format!("{:.1}%", 100.0 * duration.as_secs_f64() / total) };
+        table.add_row(vec![phase.name().to_string(), masked_duration(*duration, masking), share]);
+    }
+    table.add_row(vec!["total".to_string(), masked_duration(timing.total(), masking), "100%".to_string()]);
+    format!("{table}\n")
+}
+
+fn throughput_text(throughput: Throughput) -> String {
+    let (value, unit) = match throughput {
+        Throughput::Bytes(bytes) => (bytes, "B/s"),
+        Throughput::Flops(flops) => (flops, "FLOP/s"),
+    };
+    let (scaled, prefix) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")].into_iter().find(|(scale, _)| value >= *scale).map_or((value, ""), |(scale, prefix)| (value / scale, prefix));
+    format!("{scaled:.1} {prefix}{unit}")
+}
+
+/// `(bench …)` as BenchmarkTools/`%timeit` users expect it.
+fn render_bench(report: &BenchReport, masking: Masking) -> String {
+    let time = |duration| masked_duration(duration, masking);
+    let runs = if masking == Masking::Addresses { "<runs>".to_string() } else { report.runs.to_string() };
+    let elapsed = if masking == Masking::Addresses { "<time>".to_string() } else { format!("{:.2} s", report.elapsed.as_secs_f64()) };
+    let mut text = format!("bench: {runs} runs in {elapsed} ({} warm-up)\n", report.warmup);
+    text.push_str(&format!("  min {}  median {}  mean {}  std {}", time(report.min), time(report.median), time(report.mean), time(report.std)));
+    if let Some(throughput) = report.throughput {
+        text.push_str("  ");
+        text.push_str(&if masking == Masking::Addresses { "<throughput>".to_string() } else { throughput_text(throughput) });
+    }
+    text.push('\n');
+    text
+}
+
+/// The autotuning table, fastest first (in parameter order when masked: the order depends on
+/// timings).
+fn render_autotune(report: &AutotuneReport, masking: Masking) -> String {
+    let ok = report.variants.iter().filter(|variant| variant.result.is_ok()).count();
+    let mut text = format!("autotune {}: {} variants, {ok} ok\n", report.name, report.variants.len());
+    let mut table = Table::new();
+    table.load_style(presets::UTF8_FULL_CONDENSED);
+    let mut header = vec!["rank".to_string()];
+    header.extend(report.params.iter().cloned());
+    header.extend(["median", "min", "vs first", "check"].map(String::from));
+    table.set_header(header);
+    let mut variants: Vec<_> = report.variants.iter().collect();
+    if masking == Masking::Addresses {
+        variants.sort_by(|a, b| a.values.cmp(&b.values));
+    }
+    for (rank, variant) in variants.iter().enumerate() {
+        let rank_text = match (&variant.result, masking) {
+            (Err(_), _) => "-".to_string(),
+            (Ok(_), Masking::Addresses) => "<rank>".to_string(),
+            (Ok(_), Masking::None) => (rank + 1).to_string(),
+        };
+        let mut row = vec![rank_text];
+        row.extend(variant.values.iter().cloned());
+        match &variant.result {
+            Ok(bench) => {
+                let speedup = match (report.baseline, masking) {
+                    (_, Masking::Addresses) => "<ratio>".to_string(),
+                    (Some(baseline), Masking::None) => format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12)),
+                    (None, Masking::None) => "-".to_string(),
+                };
+                row.extend([masked_duration(bench.median, masking), masked_duration(bench.min, masking), speedup, "ok".to_string()]);
+            }
+            Err(reason) => row.extend(["-".to_string(), "-".to_string(), "-".to_string(), reason.clone()]),
+        }
+        table.add_row(row);
+    }
+    text.push_str(&format!("{table}\n"));
+    text
 }

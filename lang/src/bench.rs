@@ -1,0 +1,371 @@
+//! Bench: `(bench EXPR …)` and `(autotune NAME …)` — repeated timed runs of compiled code,
+//! statistics, and Caiman-style "time every variant" tuning over a Rhai generator.
+//!
+//! The timing loop is itself C-Lisp, generated here and compiled like any cell, so a run costs
+//! one clock read per sample and no call back into Rust; parameters and samples live in session
+//! buffers whose addresses are literals in the generated code.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::check::{FunctionEntry, FunctionKind};
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::reader::{Sexp, SexpKind, Span};
+use crate::session::Session;
+use crate::timing::{AutotuneReport, BenchReport, Throughput, VariantReport};
+use crate::types::{Signature, Ty};
+use crate::value;
+use crate::{Item, Outcome};
+
+/// The runtime clock compiled code calls (`run` provides it).
+pub(crate) const CLOCK: &str = "quasi#now";
+
+/// Samples are timed over enough evaluations to last at least this long, so the clock's own
+/// cost (tens of nanoseconds) stays below a percent.
+const SAMPLE_TARGET_NS: f64 = 10_000.0;
+const MAX_SAMPLES: usize = 100_000;
+
+fn sym(text: &str, span: Span) -> Sexp {
+    Sexp { kind: SexpKind::Symbol(text.to_string()), span }
+}
+
+fn int(value: i128, span: Span) -> Sexp {
+    Sexp { kind: SexpKind::Int(value), span }
+}
+
+fn list(items: Vec<Sexp>, span: Span) -> Sexp {
+    Sexp { kind: SexpKind::List(items), span }
+}
+
+fn syntax(span: Span, message: impl Into<String>) -> Vec<Diagnostic> {
+    vec![Diagnostic::error(Kind::Syntax, message).with_label(span, "")]
+}
+
+/// Options of a `(bench …)` form.
+struct BenchOptions {
+    seconds: f64,
+    iterations: Option<u64>,
+    warmup: u64,
+    bytes: Option<Sexp>,
+    flops: Option<Sexp>,
+}
+
+fn bench_options(options: &[Sexp]) -> Result<BenchOptions, Vec<Diagnostic>> {
+    let mut parsed = BenchOptions { seconds: 1.0, iterations: None, warmup: 3, bytes: None, flops: None };
+    for option in options {
+        let Some([name, value]) = option.list() else {
+            return Err(syntax(option.span, "a bench option is `(time S)`, `(iters N)`, `(warmup N)`, `(bytes E)` or `(flops E)`"));
+        };
+        let number = || match value.kind {
+            SexpKind::Int(number) if number >= 0 => Some(number as f64),
+            SexpKind::Float(number) if number >= 0.0 => Some(number),
+            _ => None,
+        };
+        match (name.symbol(), number()) {
+            (Some("time"), Some(seconds)) => parsed.seconds = seconds,
+            (Some("iters"), Some(count)) if count >= 1.0 => parsed.iterations = Some(count as u64),
+            (Some("warmup"), Some(count)) => parsed.warmup = count as u64,
+            (Some("bytes"), _) => parsed.bytes = Some(value.clone()),
+            (Some("flops"), _) => parsed.flops = Some(value.clone()),
+            _ => return Err(syntax(option.span, format!("bad bench option `{option}`"))),
+        }
+    }
+    Ok(parsed)
+}
+
+/// A compiled timing loop: `count` samples of `evals` evaluations of an expression.
+struct Harness {
+    entry: usize,
+    parameters: Box<[i64; 2]>,
+    samples: Vec<i64>,
+}
+
+impl Session {
+    /// Runs the cell's `(bench …)` and `(autotune …)` forms, in order, after its other code.
+    pub(crate) fn run_session_forms(&mut self, forms: &[Sexp], outcome: &mut Outcome) {
+        for form in forms {
+            let result = match form.head() {
+                Some("bench") => self.bench_form(form).map(|report| outcome.items.push(Item::Bench(report))),
+                _ => self.autotune_form(form, outcome),
+            };
+            if let Err(diagnostics) = result {
+                outcome.diagnostics.extend(diagnostics);
+                break;
+            }
+        }
+    }
+
+    /// `:bench TEXT` is `(bench TEXT)`.
+    pub(crate) fn eval_bench_command(&mut self, text: &str) -> Outcome {
+        self.eval(&format!("(bench {text})"))
+    }
+
+    fn bench_form(&mut self, form: &Sexp) -> Result<BenchReport, Vec<Diagnostic>> {
+        let items = form.list().unwrap_or(&[]);
+        let Some(expression) = items.get(1) else {
+            return Err(syntax(form.span, "`bench` is `(bench EXPR [(time S)] [(iters N)] [(warmup N)] [(bytes E)] [(flops E)])`"));
+        };
+        let options = bench_options(&items[2..])?;
+        let mut harness = self.build_harness(expression)?;
+        let mut report = self.measure(&mut harness, &options, expression.span)?;
+        let median_seconds = report.median.as_secs_f64().max(1e-12);
+        if let Some(bytes) = &options.bytes {
+            report.throughput = Some(Throughput::Bytes(self.evaluate_number(bytes)? / median_seconds));
+        } else if let Some(flops) = &options.flops {
+            report.throughput = Some(Throughput::Flops(self.evaluate_number(flops)? / median_seconds));
+        }
+        Ok(report)
+    }
+
+    /// Compiles the timing loop around an expression (as top-level code, so nothing is defined).
+    fn build_harness(&mut self, expression: &Sexp) -> Result<Harness, Vec<Diagnostic>> {
+        let span = expression.span;
+        let parameters = Box::new([0i64; 2]);
+        let samples = vec![0i64; MAX_SAMPLES];
+        let pointer = |address: usize, ty: &str| list(vec![sym("inttoptr", span), list(vec![sym("int64", span), int(address as i128, span)], span), list(vec![sym("ptr", span), sym(ty, span)], span)], span);
+        let load = |address: usize, index: i128| list(vec![sym("load", span), list(vec![sym("ptradd", span), pointer(address, "int64"), int(index, span)], span)], span);
+        // Names with `#` cannot clash with anything the expression refers to.
+        let (sample, eval, start) = ("sample#bench", "eval#bench", "start#bench");
+        let text = format!(
+            "((declare {sample} int64) (declare {eval} int64) (declare {start} int64)
+              (for ((set {sample} (int64 0)) (lt {sample} COUNT) (set {sample} (add {sample} (int64 1))))
+                (set {start} (call {CLOCK}))
+                (for ((set {eval} (int64 0)) (lt {eval} EVALS) (set {eval} (add {eval} (int64 1)))) EXPR)
+                (store (ptradd SAMPLES {sample}) (sub (call {CLOCK}) {start}))))"
+        );
+        let template = crate::reader::read_template(span.source, &text.replace('#', "_q_")).map_err(|_| syntax(span, "internal: bad bench template"))?;
+        let substitute = |form: &Sexp| -> Option<Sexp> {
+            match form.symbol()? {
+                "COUNT" => Some(load(parameters.as_ptr() as usize, 0)),
+                "EVALS" => Some(load(parameters.as_ptr() as usize, 1)),
+                "SAMPLES" => Some(pointer(samples.as_ptr() as usize, "int64")),
+                "EXPR" => Some(expression.clone()),
+                name if name.contains("_q_") => Some(sym(&name.replace("_q_", "#"), span)),
+                _ => None,
+            }
+        };
+        let harness = map_tree(&template[0], &substitute, span);
+        let (_, entries) = self.compile_quietly(&[harness], true)?;
+        let entry = entries.first().copied().ok_or_else(|| syntax(span, "internal: the bench loop has no entry"))?;
+        Ok(Harness { entry, parameters, samples })
+    }
+
+    fn run_harness(&mut self, harness: &mut Harness, count: usize, evals: i64, span: Span) -> Result<Vec<f64>, Vec<Diagnostic>> {
+        harness.parameters[0] = count.min(MAX_SAMPLES) as i64;
+        harness.parameters[1] = evals;
+        self.call_quietly(harness.entry, span)?;
+        Ok(harness.samples[..count.min(MAX_SAMPLES)].iter().map(|&nanos| nanos as f64 / evals as f64).collect())
+    }
+
+    fn measure(&mut self, harness: &mut Harness, options: &BenchOptions, span: Span) -> Result<BenchReport, Vec<Diagnostic>> {
+        if options.warmup > 0 {
+            self.run_harness(harness, options.warmup as usize, 1, span)?;
+        }
+        let single = self.run_harness(harness, 1, 1, span)?.first().copied().unwrap_or(1.0).max(1.0);
+        let start = Instant::now();
+        let samples = match options.iterations {
+            Some(runs) => self.run_harness(harness, runs as usize, 1, span)?,
+            None => {
+                let evals = (SAMPLE_TARGET_NS / single).ceil().max(1.0);
+                let count = ((options.seconds * 1e9) / (single * evals)).clamp(1.0, MAX_SAMPLES as f64) as usize;
+                let mut samples = self.run_harness(harness, count, evals as i64, span)?;
+                // Report runs, not samples: each sample stands for `evals` runs.
+                let runs = count as u64 * evals as u64;
+                let elapsed = start.elapsed();
+                let mut report = BenchReport::from_samples(std::mem::take(&mut samples), options.warmup, elapsed);
+                report.runs = runs;
+                return Ok(report);
+            }
+        };
+        Ok(BenchReport::from_samples(samples, options.warmup, start.elapsed()))
+    }
+
+    /// The value of a constant expression, as a number (for `(bytes E)`, `(flops E)`).
+    fn evaluate_number(&mut self, expression: &Sexp) -> Result<f64, Vec<Diagnostic>> {
+        let (text, _) = self.evaluate_quietly(expression)?;
+        text.parse::<f64>().map_err(|_| vec![Diagnostic::error(Kind::Type, format!("expected a number, `{expression}` gave `{text}`")).with_label(expression.span, "")])
+    }
+
+    /// Runs one top-level expression without printing; returns its value's text and type.
+    fn evaluate_quietly(&mut self, expression: &Sexp) -> Result<(String, Ty), Vec<Diagnostic>> {
+        let (cell, entries) = self.compile_quietly(std::slice::from_ref(expression), false)?;
+        let (Some(item), Some(&entry)) = (cell.first(), entries.first()) else {
+            return Err(vec![Diagnostic::error(Kind::Type, "expected an expression with a value").with_label(expression.span, "")]);
+        };
+        let Some(ty) = item.clone() else {
+            return Err(vec![Diagnostic::error(Kind::Type, format!("`{expression}` has no value")).with_label(expression.span, "")]);
+        };
+        let size = value::size_align(&ty, &self.env_structs()).0;
+        let bytes = self.call_for_value(entry, size, expression.span)?;
+        Ok((value::format_value(&bytes, 0, &ty, &self.env_structs()), ty))
+    }
+
+    fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
+        let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)])`";
+        let items = form.list().unwrap_or(&[]);
+        let Some(name) = items.get(1).and_then(Sexp::symbol) else { return Err(syntax(form.span, shape)) };
+        let clause = |head: &str| items[2..].iter().find(|item| item.head() == Some(head)).and_then(Sexp::list);
+        let (Some(generator), Some(params), Some(run)) = (clause("gen"), clause("params"), clause("run")) else { return Err(syntax(form.span, shape)) };
+        let Some(run) = run.get(1) else { return Err(syntax(form.span, shape)) };
+        let tolerance = match clause("tolerance").and_then(|items| items.get(1)).map(|value| &value.kind) {
+            Some(SexpKind::Float(value)) => *value,
+            Some(SexpKind::Int(value)) => *value as f64,
+            _ => 1e-6,
+        };
+        let check = clause("check").and_then(|items| items.get(1)).cloned();
+        let check_buffer = clause("check-buffer").and_then(|items| (items.len() == 3).then(|| (items[1].clone(), items[2].clone())));
+        let mut names = Vec::new();
+        let mut values: Vec<Vec<Sexp>> = Vec::new();
+        for param in &params[1..] {
+            let Some((param_name, choices)) = param.list().and_then(|items| items.split_first()) else { return Err(syntax(param.span, "a parameter is `(P V…)`")) };
+            let Some(param_name) = param_name.symbol() else { return Err(syntax(param.span, "a parameter is `(P V…)`")) };
+            names.push(param_name.to_string());
+            values.push(choices.to_vec());
+        }
+        let points = cartesian(&values);
+        let mut variants = Vec::new();
+        let mut reference: Option<Vec<String>> = None;
+        let mut definitions: Vec<Option<Vec<Sexp>>> = Vec::new();
+        for point in &points {
+            let bindings: HashMap<&str, &Sexp> = names.iter().map(String::as_str).zip(point.iter()).collect();
+            let arguments: Vec<Sexp> = generator[2..].iter().map(|argument| map_tree(argument, &|form: &Sexp| form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone())), argument.span)).collect();
+            let call = Sexp { kind: SexpKind::Unquote(Box::new(list(generator[1..2].iter().cloned().chain(arguments).collect(), form.span))), span: form.span };
+            let labels: Vec<String> = point.iter().map(ToString::to_string).collect();
+            let result = self.autotune_variant(name, &call, run, check.as_ref(), check_buffer.as_ref(), &mut reference, tolerance);
+            match result {
+                Ok((report, definition)) => {
+                    variants.push(VariantReport { values: labels, result: Ok(report) });
+                    definitions.push(Some(definition));
+                }
+                Err(reason) => {
+                    variants.push(VariantReport { values: labels, result: Err(reason) });
+                    definitions.push(None);
+                }
+            }
+        }
+        let baseline = variants.first().and_then(|variant| variant.result.as_ref().ok()).map(|report| report.median);
+        let fastest = variants.iter().enumerate().filter_map(|(index, variant)| variant.result.as_ref().ok().map(|report| (index, report.median))).min_by_key(|(_, median)| *median).map(|(index, _)| index);
+        let mut order: Vec<usize> = (0..variants.len()).collect();
+        order.sort_by_key(|&index| (variants[index].result.is_err(), variants[index].result.as_ref().map(|report| report.median).unwrap_or(Duration::MAX)));
+        let chosen_label = fastest.map(|index| names.iter().zip(&variants[index].values).map(|(name, value)| format!("{name}={value}")).collect::<Vec<_>>().join(", "));
+        let sorted: Vec<VariantReport> = order.iter().map(|&index| variants[index].clone()).collect();
+        outcome.items.push(Item::Autotune(AutotuneReport { name: name.to_string(), params: names.clone(), variants: sorted, baseline }));
+        match (fastest, chosen_label) {
+            (Some(index), Some(label)) => {
+                let definition = definitions[index].clone().unwrap_or_default();
+                self.compile_quietly(&definition, false)?;
+                if let Some(entry) = self.env.functions.get(name) {
+                    outcome.items.push(Item::Defined { name: name.to_string(), description: format!("{}  (redefined, autotuned: {label})", entry.signature) });
+                }
+                Ok(())
+            }
+            _ => Err(vec![Diagnostic::error(Kind::Type, format!("no variant of `{name}` compiled, ran and passed its check")).with_label(form.span, "")]),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn autotune_variant(&mut self, name: &str, call: &Sexp, run: &Sexp, check: Option<&Sexp>, check_buffer: Option<&(Sexp, Sexp)>, reference: &mut Option<Vec<String>>, tolerance: f64) -> Result<(BenchReport, Vec<Sexp>), String> {
+        let first_line = |diagnostics: Vec<Diagnostic>| diagnostics.first().map_or_else(|| "failed".to_string(), |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message));
+        let definition = self.expand_quietly(call).map_err(first_line)?;
+        if !definition.iter().any(|form| crate::bench::defines(form, name)) {
+            return Err(format!("the generator did not return a definition of `{name}`"));
+        }
+        self.compile_quietly(&definition, false).map_err(first_line)?;
+        let (run_value, _) = match self.evaluate_quietly(run) {
+            Ok(value) => value,
+            Err(diagnostics) if diagnostics.iter().any(|diagnostic| diagnostic.message.contains("has no value")) => {
+                self.compile_and_run_statement(run).map_err(first_line)?;
+                (String::new(), Ty::Void)
+            }
+            Err(diagnostics) => return Err(first_line(diagnostics)),
+        };
+        let check_values = match (check, check_buffer) {
+            (Some(check), _) => vec![self.evaluate_quietly(check).map_err(first_line)?.0],
+            (None, Some((pointer, count))) => self.read_buffer(pointer, count).map_err(first_line)?,
+            (None, None) => vec![run_value],
+        };
+        match reference {
+            None => *reference = Some(check_values),
+            Some(expected) => {
+                if let Some((index, (want, got))) = expected.iter().zip(&check_values).enumerate().find(|(_, (want, got))| !values_match(want, got, tolerance)) {
+                    return Err(format!("check failed: element {index} is {got}, the first variant gave {want}"));
+                }
+            }
+        }
+        let mut harness = self.build_harness(run).map_err(first_line)?;
+        let options = BenchOptions { seconds: 0.2, iterations: None, warmup: 1, bytes: None, flops: None };
+        let report = self.measure(&mut harness, &options, run.span).map_err(first_line)?;
+        Ok((report, definition))
+    }
+
+    fn compile_and_run_statement(&mut self, statement: &Sexp) -> Result<(), Vec<Diagnostic>> {
+        let (_, entries) = self.compile_quietly(std::slice::from_ref(statement), false)?;
+        for entry in entries {
+            self.call_quietly(entry, statement.span)?;
+        }
+        Ok(())
+    }
+
+    /// N elements at a pointer, copied by compiled code (so a bad pointer faults in the guard).
+    fn read_buffer(&mut self, pointer: &Sexp, count: &Sexp) -> Result<Vec<String>, Vec<Diagnostic>> {
+        let span = pointer.span;
+        let (count_text, _) = self.evaluate_quietly(count)?;
+        let count: usize = count_text.parse().map_err(|_| vec![Diagnostic::error(Kind::Type, "the element count must be an integer").with_label(count.span, "")])?;
+        let (_, pointer_type) = self.evaluate_quietly(pointer)?;
+        let Some(element) = pointer_type.pointee().cloned() else {
+            return Err(vec![Diagnostic::error(Kind::Type, format!("`check-buffer` needs a pointer, found `{pointer_type}`")).with_label(span, "")]);
+        };
+        let (size, _) = value::size_align(&element, &self.env_structs());
+        let buffer = vec![0u8; size * count.max(1)];
+        let text = format!(
+            "((declare k_q_copy int64) (for ((set k_q_copy (int64 0)) (lt k_q_copy (int64 {count})) (set k_q_copy (add k_q_copy (int64 1)))) (store (ptradd (inttoptr (int64 {}) (ptr {element})) k_q_copy) (load (ptradd POINTER k_q_copy)))))",
+            buffer.as_ptr() as usize
+        );
+        let template = crate::reader::read_template(span.source, &text).map_err(|_| syntax(span, "internal: bad copy template"))?;
+        let copy = map_tree(&template[0], &|form: &Sexp| match form.symbol()? {
+            "POINTER" => Some(pointer.clone()),
+            name if name.contains("_q_") => Some(sym(&name.replace("_q_", "#"), span)),
+            _ => None,
+        }, span);
+        self.compile_and_run_statement(&copy)?;
+        let structs = self.env_structs();
+        Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, &structs)).collect())
+    }
+}
+
+/// Whether a definition form defines `name`.
+pub(crate) fn defines(form: &Sexp, name: &str) -> bool {
+    form.head().is_some_and(|head| head.starts_with("define")) && form.list().and_then(|items| items.get(1)).and_then(Sexp::list).and_then(|prototype| prototype.first()).and_then(Sexp::list).and_then(|head| head.first()).and_then(Sexp::symbol) == Some(name)
+}
+
+/// Values equal, floats within a relative tolerance.
+fn values_match(want: &str, got: &str, tolerance: f64) -> bool {
+    if want == got {
+        return true;
+    }
+    match (want.parse::<f64>(), got.parse::<f64>()) {
+        (Ok(want), Ok(got)) => (want - got).abs() <= tolerance * want.abs().max(got.abs()).max(f64::MIN_POSITIVE),
+        _ => false,
+    }
+}
+
+/// Every combination of the parameters' values, the first parameter varying slowest.
+fn cartesian(values: &[Vec<Sexp>]) -> Vec<Vec<Sexp>> {
+    values.iter().fold(vec![Vec::new()], |points, choices| points.iter().flat_map(|point| choices.iter().map(move |choice| point.iter().cloned().chain(std::iter::once(choice.clone())).collect())).collect())
+}
+
+/// Rebuilds a tree, replacing nodes for which `substitute` gives a form; every node gets `span`.
+fn map_tree(form: &Sexp, substitute: &dyn Fn(&Sexp) -> Option<Sexp>, span: Span) -> Sexp {
+    if let Some(replacement) = substitute(form) {
+        return replacement;
+    }
+    match &form.kind {
+        SexpKind::List(items) => list(items.iter().map(|item| map_tree(item, substitute, span)).collect(), span),
+        kind => Sexp { kind: kind.clone(), span },
+    }
+}
+
+/// The clock's entry in the checker's environment.
+pub(crate) fn clock_entry() -> FunctionEntry {
+    FunctionEntry { signature: Signature { params: Vec::new(), ret: Ty::Int(64), variadic: false }, param_names: Vec::new(), kind: FunctionKind::External(CLOCK.to_string()), invalidated: None }
+}

@@ -1,0 +1,252 @@
+//! Inspect: listings of every stage of a definition — expanded forms, the typed tree, LLVM IR
+//! before and after passes, x86-64 assembly — made by recompiling it in a scratch module that
+//! is never linked, so inspecting changes nothing.
+
+use crate::check::{BinOp, CastOp, Env, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt};
+use crate::reader::{Sexp, SexpKind, SourceId, Span};
+use crate::types::Ty;
+
+/// The stages a listing command can show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Source,
+    Expanded,
+    Typed,
+    Ir,
+    OptimisedIr,
+    Assembly,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 6] = [Stage::Source, Stage::Expanded, Stage::Typed, Stage::Ir, Stage::OptimisedIr, Stage::Assembly];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Stage::Source => "source",
+            Stage::Expanded => "expanded",
+            Stage::Typed => "typed",
+            Stage::Ir => "LLVM IR",
+            Stage::OptimisedIr => "optimised LLVM IR",
+            Stage::Assembly => "x86-64 assembly",
+        }
+    }
+}
+
+const NO_SPAN: Span = Span { source: SourceId(u32::MAX), start: 0, end: 0 };
+
+fn symbol(text: impl Into<String>) -> Sexp {
+    Sexp { kind: SexpKind::Symbol(text.into()), span: NO_SPAN }
+}
+
+fn list(items: Vec<Sexp>) -> Sexp {
+    Sexp { kind: SexpKind::List(items), span: NO_SPAN }
+}
+
+/// `head:type` for an annotated node.
+fn annotated(head: &str, ty: &Ty) -> Sexp {
+    symbol(format!("{head}:{ty}"))
+}
+
+/// A function's typed tree as forms whose heads and leaves carry their types, e.g.
+/// `(set:int y (add:int x:int 1:int))`, laid out by the same pretty printer as `:expand`.
+pub(crate) fn typed_tree(function: &FunctionDef, env: &Env) -> Sexp {
+    let printer = TypedPrinter { function, env };
+    let mut prototype = vec![list(vec![symbol(function.name.clone()), symbol(function.signature.ret.to_string())])];
+    for (local, ty) in function.locals.iter().zip(&function.signature.params) {
+        prototype.push(list(vec![symbol(local.name.clone()), symbol(ty.to_string())]));
+    }
+    let mut items = vec![symbol(if function.inline { "define-inline" } else { "define" }), list(prototype)];
+    items.extend(function.body.iter().map(|stmt| printer.stmt(stmt)));
+    list(items)
+}
+
+/// Top-level code: its statements, without a prototype.
+pub(crate) fn typed_statements(function: &FunctionDef, env: &Env) -> Vec<Sexp> {
+    let printer = TypedPrinter { function, env };
+    function.body.iter().map(|stmt| printer.stmt(stmt)).collect()
+}
+
+struct TypedPrinter<'a> {
+    function: &'a FunctionDef,
+    env: &'a Env,
+}
+
+impl TypedPrinter<'_> {
+    fn place(&self, place: &Place) -> String {
+        match place {
+            Place::Local(index) => self.function.locals.get(*index).map_or_else(|| format!("local{index}"), |local| local.name.clone()),
+            Place::Global(name) => name.clone(),
+        }
+    }
+
+    fn label(&self, index: usize) -> Sexp {
+        symbol(self.function.labels.get(index).cloned().unwrap_or_else(|| format!("L{index}")))
+    }
+
+    fn stmts(&self, head: Vec<Sexp>, body: &[Stmt]) -> Sexp {
+        let mut items = head;
+        items.extend(body.iter().map(|stmt| self.stmt(stmt)));
+        list(items)
+    }
+
+    fn stmt(&self, stmt: &Stmt) -> Sexp {
+        match stmt {
+            Stmt::Expr(expr) => self.expr(expr),
+            Stmt::Declare(index) => {
+                let local = &self.function.locals[*index];
+                list(vec![symbol("declare"), symbol(local.name.clone()), symbol(local.ty.to_string())])
+            }
+            Stmt::If(cond, then, otherwise) => {
+                let mut items = vec![symbol("if"), self.expr(cond), self.stmt(then)];
+                items.extend(otherwise.iter().map(|otherwise| self.stmt(otherwise)));
+                list(items)
+            }
+            Stmt::While(cond, body) => self.stmts(vec![symbol("while"), self.expr(cond)], body),
+            Stmt::For(init, cond, step, body) => {
+                let part = |expr: &Option<Expr>| expr.as_ref().map_or_else(|| list(Vec::new()), |expr| self.expr(expr));
+                self.stmts(vec![symbol("for"), list(vec![part(init), self.expr(cond), part(step)])], body)
+            }
+            Stmt::Ret(value) => list(std::iter::once(symbol("ret")).chain(value.iter().map(|value| self.expr(value))).collect()),
+            Stmt::Break => list(vec![symbol("break")]),
+            Stmt::Continue => list(vec![symbol("continue")]),
+            Stmt::Block(body) => list(body.iter().map(|stmt| self.stmt(stmt)).collect()),
+            Stmt::Label(index) => list(vec![symbol("label"), self.label(*index)]),
+            Stmt::Jump(index) => list(vec![symbol("jmp"), self.label(*index)]),
+            Stmt::Branch(cond, then, otherwise) => list(vec![symbol("br"), self.expr(cond), self.label(*then), self.label(*otherwise)]),
+        }
+    }
+
+    fn node(&self, head: &str, ty: &Ty, operands: Vec<Sexp>) -> Sexp {
+        list(std::iter::once(annotated(head, ty)).chain(operands).collect())
+    }
+
+    fn exprs(&self, exprs: &[&Expr]) -> Vec<Sexp> {
+        exprs.iter().map(|expr| self.expr(expr)).collect()
+    }
+
+    fn expr(&self, expr: &Expr) -> Sexp {
+        let ty = &expr.ty;
+        match &expr.kind {
+            ExprKind::Int(value) => symbol(format!("{value}:{ty}")),
+            ExprKind::Float(value) => symbol(format!("{}:{ty}", crate::reader::format_float_literal(*value))),
+            ExprKind::Bool(value) => symbol(format!("{}:{ty}", if *value { "#t" } else { "#f" })),
+            ExprKind::Str(bytes) => symbol(format!("{:?}:{ty}", String::from_utf8_lossy(bytes))),
+            ExprKind::Zero => symbol(format!("0:{ty}")),
+            ExprKind::Read(place) => symbol(format!("{}:{ty}", self.place(place))),
+            ExprKind::Set(place, value) => self.node("set", ty, vec![symbol(self.place(place)), self.expr(value)]),
+            ExprKind::Binary(op, left, right) => self.node(binary_name(*op, &left.ty), ty, self.exprs(&[left, right])),
+            ExprKind::Not(operand) => self.node("not", ty, self.exprs(&[operand])),
+            ExprKind::FNeg(operand) => self.node("fneg", ty, self.exprs(&[operand])),
+            ExprKind::Select(cond, then, otherwise) => self.node("select", ty, self.exprs(&[cond, then, otherwise])),
+            ExprKind::Load(pointer) => self.node("load", ty, self.exprs(&[pointer])),
+            ExprKind::Store(pointer, value) => self.node("store", ty, self.exprs(&[pointer, value])),
+            ExprKind::PtrAdd(pointer, index) => self.node("ptradd", ty, self.exprs(&[pointer, index])),
+            ExprKind::GepPath(pointer, indices) => self.node("ptradd", ty, std::iter::once(self.expr(pointer)).chain(indices.iter().map(|index| self.expr(index))).collect()),
+            ExprKind::FieldPtr(pointer, field) => {
+                let field_name = match pointer.ty.pointee() {
+                    Some(Ty::Struct(name)) => self.env.structs.get(&**name).and_then(|entry| entry.fields.as_ref()).and_then(|fields| fields.get(*field as usize)).map(|(name, _)| name.clone()),
+                    _ => None,
+                };
+                self.node("sptradd", ty, vec![self.expr(pointer), symbol(field_name.unwrap_or_else(|| field.to_string()))])
+            }
+            ExprKind::ElemPtr(array, index) => self.node("aptradd", ty, self.exprs(&[array, index])),
+            ExprKind::AddressOf(place) => self.node("ptr-to", ty, vec![symbol(self.place(place))]),
+            ExprKind::Alloc(element, count) | ExprKind::SessionAlloc(element, count) => self.node("alloc", ty, vec![symbol(element.to_string()), self.expr(count)]),
+            ExprKind::Extract(aggregate, index) => self.node("extractvalue", ty, vec![self.expr(aggregate), symbol(index.to_string())]),
+            ExprKind::Insert(aggregate, value, index) => self.node("insertvalue", ty, vec![self.expr(aggregate), self.expr(value), symbol(index.to_string())]),
+            ExprKind::Call { name, args, .. } => self.node("call", ty, std::iter::once(symbol(name.clone())).chain(args.iter().map(|arg| self.expr(arg))).collect()),
+            ExprKind::Cast(op, value) => self.node(cast_name(*op), ty, vec![self.expr(value)]),
+            ExprKind::Asm { template, constraints, args } => {
+                let strings = [template, constraints].into_iter().map(|text| symbol(format!("{text:?}")));
+                self.node("asm", ty, strings.chain(args.iter().map(|arg| self.expr(arg))).collect())
+            }
+        }
+    }
+}
+
+fn binary_name(op: BinOp, operand: &Ty) -> &'static str {
+    let pointers = operand.is_ptr();
+    match op {
+        BinOp::Add => "add",
+        BinOp::Sub => "sub",
+        BinOp::Mul => "mul",
+        BinOp::Div => "div",
+        BinOp::Rem => "rem",
+        BinOp::UDiv => "udiv",
+        BinOp::URem => "urem",
+        BinOp::Shl => "shl",
+        BinOp::LShr => "lshr",
+        BinOp::AShr => "ashr",
+        BinOp::Xor => "xor",
+        BinOp::And => "and",
+        BinOp::Or => "or",
+        BinOp::FAdd => "fadd",
+        BinOp::FSub => "fsub",
+        BinOp::FMul => "fmul",
+        BinOp::FDiv => "fdiv",
+        BinOp::ICmp(cmp) => match cmp {
+            IntCmp::Eq => "eq",
+            IntCmp::Ne => "ne",
+            IntCmp::Slt | IntCmp::Ult if pointers => "lt",
+            IntCmp::Sgt | IntCmp::Ugt if pointers => "gt",
+            IntCmp::Sle | IntCmp::Ule if pointers => "le",
+            IntCmp::Sge | IntCmp::Uge if pointers => "ge",
+            IntCmp::Slt => "lt",
+            IntCmp::Sgt => "gt",
+            IntCmp::Sle => "le",
+            IntCmp::Sge => "ge",
+            IntCmp::Ult => "ult",
+            IntCmp::Ugt => "ugt",
+            IntCmp::Ule => "ule",
+            IntCmp::Uge => "uge",
+        },
+        BinOp::FCmp(cmp) => match cmp {
+            FloatCmp::Oeq => "feq",
+            FloatCmp::One => "fne",
+            FloatCmp::Olt => "flt",
+            FloatCmp::Ogt => "fgt",
+            FloatCmp::Ole => "fle",
+            FloatCmp::Oge => "fge",
+        },
+    }
+}
+
+fn cast_name(op: CastOp) -> &'static str {
+    match op {
+        CastOp::Sext => "sext",
+        CastOp::Zext => "zext",
+        CastOp::Trunc => "trunc",
+        CastOp::FpExt => "fpext",
+        CastOp::FpTrunc => "fptrunc",
+        CastOp::SiToFp => "sitofp",
+        CastOp::UiToFp => "uitofp",
+        CastOp::FpToSi => "fptosi",
+        CastOp::FpToUi => "fptoui",
+        CastOp::PtrToInt => "ptrtoint",
+        CastOp::IntToPtr => "inttoptr",
+        CastOp::Bitcast => "bitcast",
+        CastOp::AddrSpaceCast => "addrspacecast",
+    }
+}
+
+/// IR text without the module boilerplate (ID, data layout, triple).
+pub(crate) fn trim_ir(ir: &str) -> String {
+    ir.lines()
+        .filter(|line| !(line.starts_with("; ModuleID") || line.starts_with("source_filename") || line.starts_with("target datalayout") || line.starts_with("target triple")))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
+}
+
+/// Assembly with only labels and instructions: directives and comment lines go.
+pub(crate) fn trim_assembly(assembly: &str) -> String {
+    assembly
+        .lines()
+        .filter(|line| {
+            let trimmed = line.trim_start();
+            !(trimmed.is_empty() || trimmed.starts_with('.') && !trimmed.contains(':') || trimmed.starts_with('#') || trimmed.starts_with(".Lfunc_end"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
