@@ -332,7 +332,28 @@ fn arity(span: Span, message: impl Into<String>) -> Diagnostic {
     Diagnostic::error(Kind::Arity, message).with_label(span, "")
 }
 
-const CAST_NOTE: &str = "C-Lisp converts only with explicit casts, e.g. (fptosi e int)";
+/// The note after a type mismatch: the cast that converts `found` to `wanted`, if one does.
+pub(crate) fn cast_note(found: &Ty, wanted: &Ty) -> String {
+    let cast = match (found, wanted) {
+        (Ty::Int(from), Ty::Int(to)) if from < to => Some("sext"),
+        (Ty::Int(_), Ty::Int(_)) => Some("trunc"),
+        (Ty::Bool, Ty::Int(_)) => Some("zext"),
+        (Ty::Int(_), Ty::Bool) => Some("trunc"),
+        (Ty::Float, Ty::Double) => Some("fpext"),
+        (Ty::Double, Ty::Float) => Some("fptrunc"),
+        (Ty::Int(_), Ty::Float | Ty::Double) => Some("sitofp"),
+        (Ty::Float | Ty::Double, Ty::Int(_)) => Some("fptosi"),
+        (Ty::Int(_), Ty::Ptr(..)) => Some("inttoptr"),
+        (Ty::Ptr(..), Ty::Int(_)) => Some("ptrtoint"),
+        (Ty::Ptr(_, a), Ty::Ptr(_, b)) if a == b => Some("bitcast"),
+        (Ty::Ptr(..), Ty::Ptr(..)) => Some("addrspacecast"),
+        _ => None,
+    };
+    match cast {
+        Some(cast) => format!("C-Lisp converts only with explicit casts: ({cast} e {wanted})"),
+        None => "C-Lisp converts only with explicit casts, and none converts these types".to_string(),
+    }
+}
 
 /// The parts of a function head `((NAME RET) (P T)… [...])`.
 struct Prototype<'f> {
@@ -476,15 +497,20 @@ impl<'a> CellChecker<'a> {
             }
         }
         self.reject_struct_cycles();
-        let mut declared: HashMap<String, (Signature, Span)> = HashMap::new();
         for form in forms {
             match form.head() {
                 Some("define-global") => self.collect_global(form),
                 Some("declare") => self.collect_top_declare(form),
-                Some(head) if define_attributes(head).is_some() => self.collect_function(form, &mut declared),
-                Some("define-kernel" | "define-shared") => {}
                 _ => {}
             }
+        }
+        // Definitions before declarations: a forward declaration of a function the cell defines
+        // (before or after it) is checked against the definition, not taken as an extern.
+        let functions: Vec<&Sexp> = forms.iter().copied().filter(|form| form.head().is_some_and(|head| define_attributes(head).is_some())).collect();
+        let (definitions, declarations): (Vec<&Sexp>, Vec<&Sexp>) = functions.into_iter().partition(|form| form.list().is_some_and(|items| items.len() > 2));
+        let mut declared: HashMap<String, (Signature, Span)> = HashMap::new();
+        for form in definitions.into_iter().chain(declarations) {
+            self.collect_function(form, &mut declared);
         }
     }
 
@@ -532,40 +558,28 @@ impl<'a> CellChecker<'a> {
     fn reject_struct_cycles(&mut self) {
         let mut cyclic = Vec::new();
         for structure in &self.cell.structs {
-            let mut path = Vec::new();
-            if self.contains_by_value(&Ty::Struct(structure.name.as_str().into()), &structure.name, &mut path, true) {
-                cyclic.push((structure.name.clone(), structure.span, path));
+            let fields = structure.fields.clone().unwrap_or_default();
+            let mut visited = BTreeSet::new();
+            if fields.iter().any(|(_, field)| self.contains_by_value(field, &structure.name, &mut visited)) {
+                cyclic.push((structure.name.clone(), structure.span));
             }
         }
-        for (name, span, path) in cyclic {
-            let chain: Vec<String> = std::iter::once(name.clone()).chain(path).collect();
-            self.error(type_error(span, format!("struct `{name}` contains itself by value ({})", chain.join(" → "))).with_note("use a pointer: (ptr (struct NAME))"));
+        for (name, span) in cyclic {
+            self.error(type_error(span, format!("struct `{name}` contains itself by value, through its fields")).with_note("use a pointer: (ptr (struct NAME))"));
             self.cell.structs.retain(|structure| structure.name != name);
         }
     }
 
-    fn contains_by_value(&self, ty: &Ty, target: &str, path: &mut Vec<String>, start: bool) -> bool {
+    fn contains_by_value(&self, ty: &Ty, target: &str, visited: &mut BTreeSet<String>) -> bool {
         match ty {
-            Ty::Arr(_, element) => self.contains_by_value(element, target, path, false),
-            Ty::Struct(name) if !start && &**name == target => true,
+            Ty::Arr(_, element) => self.contains_by_value(element, target, visited),
+            Ty::Struct(name) if &**name == target => true,
             Ty::Struct(name) => {
-                if path.len() > 64 || (!start && path.iter().any(|seen| seen == &**name)) {
+                if !visited.insert(name.to_string()) {
                     return false;
                 }
                 let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
-                for (_, field) in &fields {
-                    let inner = field_struct_name(field);
-                    if let Some(inner) = &inner {
-                        path.push(inner.clone());
-                    }
-                    if self.contains_by_value(field, target, path, false) {
-                        return true;
-                    }
-                    if inner.is_some() {
-                        path.pop();
-                    }
-                }
-                false
+                fields.iter().any(|(_, field)| self.contains_by_value(field, target, visited))
             }
             _ => false,
         }
@@ -1095,15 +1109,6 @@ fn contains_break(body: &[Stmt]) -> bool {
     })
 }
 
-/// The struct a field holds by value, directly or as array elements.
-fn field_struct_name(ty: &Ty) -> Option<String> {
-    match ty {
-        Ty::Struct(name) => Some(name.to_string()),
-        Ty::Arr(_, element) => field_struct_name(element),
-        _ => None,
-    }
-}
-
 /// The diagnostic for an intrinsic declaration LLVM rejects.
 fn intrinsic_error(name: &str, link: &str, signature: &Signature, error: crate::codegen::IntrinsicError, span: Span) -> Diagnostic {
     match error {
@@ -1172,7 +1177,7 @@ pub(crate) fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic>
             make(ExprKind::Float(*value as f32 as f64))
         }
         (SexpKind::Float(value), Ty::Double) => make(ExprKind::Float(*value)),
-        (SexpKind::Float(_), Ty::Int(_)) => Err(type_error(span, format!("a float literal cannot be `{ty}`")).with_note("convert with (fptosi e TYPE)")),
+        (SexpKind::Float(_), Ty::Int(_)) => Err(type_error(span, format!("a float literal cannot be `{ty}`")).with_note(format!("convert with (fptosi e {ty})"))),
         _ => Err(type_error(span, format!("`{literal}` is not a literal of type `{ty}`"))),
     }
 }
@@ -1435,7 +1440,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                     return None;
                 }
                 if value.ty != self.ret {
-                    self.error(type_error(value.span, format!("`{}` returns `{}`, found `{}`", self.name, self.ret, value.ty)).with_note(CAST_NOTE));
+                    self.error(type_error(value.span, format!("`{}` returns `{}`, found `{}`", self.name, self.ret, value.ty)).with_note(cast_note(&value.ty, &self.ret)));
                     return None;
                 }
                 Some(Stmt::Ret(Some(value)))
@@ -1541,6 +1546,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` needs Quasi's GPU support, which this build does not have yet")).with_label(span, ""));
                 None
             }
+            _ if name.starts_with("define-") && define_attributes(name).is_none() && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") => {
+                self.error(syntax(head.span, format!("`{name}` is not a definition form")).with_note("definitions are define, define-inline, define-brilisp, define-inline-brilisp, define-struct, define-global"));
+                None
+            }
             _ if define_attributes(name).is_some() || matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared" | "c-lisp" | "cuda-lisp") => {
                 self.error(syntax(span, format!("`{name}` is only allowed at the top level of a cell")));
                 None
@@ -1607,9 +1616,8 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 }
             } else if lt.is_int() && rt.is_int() && matches!(op, BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_)) && same {
                 error = error.with_note(format!("for integers use `{}`", &name[1..]));
-            } else if same {
-            } else {
-                error = error.with_note(CAST_NOTE);
+            } else if !same && lt.is_value() && rt.is_value() {
+                error = error.with_note(cast_note(rt, lt));
             }
             self.error(error);
             return None;
@@ -1719,7 +1727,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 Some(Expr { kind: ExprKind::Cast(CastOp::AddrSpaceCast, Box::new(value)), ty: ty.clone(), span })
             }
             _ => {
-                self.error(type_error(value.span, format!("`{name}` is `{ty}`, but the value is `{}`", value.ty)).with_note(CAST_NOTE));
+                self.error(type_error(value.span, format!("`{name}` is `{ty}`, but the value is `{}`", value.ty)).with_note(cast_note(&value.ty, ty)));
                 None
             }
         }
@@ -1808,7 +1816,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let pointer = values.pop()?;
         let ty = self.pointer_operand("store", &pointer)?;
         if ty != value.ty {
-            self.error(type_error(value.span, format!("`store` through `{}` needs a `{ty}` value, found `{}`", pointer.ty, value.ty)).with_note(CAST_NOTE));
+            self.error(type_error(value.span, format!("`store` through `{}` needs a value of type `{ty}`, found `{}`", pointer.ty, value.ty)).with_note(cast_note(&value.ty, &ty)));
             return None;
         }
         Some(Expr { kind: ExprKind::Store(Box::new(pointer), Box::new(value)), ty, span: form.span })
@@ -1816,7 +1824,8 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
 
     fn check_index(&mut self, name: &str, index: &Expr) -> bool {
         if !index.ty.is_int() {
-            self.error(type_error(index.span, format!("the offset of `{name}` must be an integer, found `{}`", index.ty)));
+            let what = if name == "alloc" { "count" } else { "offset" };
+            self.error(type_error(index.span, format!("the {what} of `{name}` must be an integer, found `{}`", index.ty)));
             return false;
         }
         true
@@ -1937,20 +1946,22 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     }
 
     fn field_index(&mut self, form: &Sexp, aggregate: &Ty, index_form: &Sexp) -> Option<(u32, Ty)> {
+        let op = form.head().unwrap_or("extractvalue");
+        if !matches!(aggregate, Ty::Struct(_) | Ty::Arr(..)) {
+            self.error(type_error(form.span, format!("`{op}` needs a struct or array value, found `{aggregate}`")));
+            return None;
+        }
         let SexpKind::Int(index) = index_form.kind else {
-            self.error(type_error(index_form.span, "the index must be an integer literal"));
+            self.error(type_error(index_form.span, format!("the index of `{op}` must be an integer literal, found `{index_form}`")).with_note("fields are numbered from 0; by name, use (sptradd POINTER FIELD)"));
             return None;
         };
         let element = match aggregate {
             Ty::Struct(name) => {
-                let fields = self.cell.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
-                usize::try_from(index).ok().and_then(|index| fields.get(index)).map(|(_, ty)| ty.clone())
+                let fields = self.struct_fields(name);
+                usize::try_from(index).ok().and_then(|index| fields.get(index).cloned())
             }
             Ty::Arr(length, element) => (index >= 0 && (index as u64) < *length).then(|| (**element).clone()),
-            other => {
-                self.error(type_error(form.span, format!("needs a struct or array value, found `{other}`")));
-                return None;
-            }
+            _ => None,
         };
         match element {
             Some(ty) => Some((index as u32, ty)),
@@ -1980,7 +1991,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let value = self.check_expr(value_form)?;
         let (index, field_ty) = self.field_index(form, &aggregate.ty.clone(), index_form)?;
         if value.ty != field_ty {
-            self.error(type_error(value.span, format!("field {index} is `{field_ty}`, found `{}`", value.ty)));
+            self.error(type_error(value.span, format!("element {index} of `{}` is `{field_ty}`, found `{}`", aggregate.ty, value.ty)).with_note(cast_note(&value.ty, &field_ty)));
             return None;
         }
         let ty = aggregate.ty.clone();
@@ -2012,22 +2023,26 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let fixed = signature.params.len();
         if args.len() < fixed || (!signature.variadic && args.len() != fixed) {
             let expected = if signature.variadic { format!("at least {fixed}") } else { fixed.to_string() };
-            self.error(arity(form.span, format!("`{name}` takes {expected} argument{}, found {}", if fixed == 1 && !signature.variadic { "" } else { "s" }, args.len())).with_note(format!("{name} : {signature}")));
+            self.error(arity(form.span, format!("`{name}` takes {expected} argument{}, found {}", if fixed == 1 { "" } else { "s" }, args.len())).with_note(format!("{name} : {signature}")));
             return None;
         }
         let mut ok = true;
         for (index, arg) in args.iter().enumerate() {
             match signature.params.get(index) {
                 Some(param) if *param != arg.ty => {
-                    let param_name = entry.param_names.get(index).cloned().unwrap_or_default();
-                    self.error(type_error(arg.span, format!("argument {} of `{name}` (`{param_name}`) must be `{param}`, found `{}`", index + 1, arg.ty)).with_note(CAST_NOTE));
+                    let param_name = entry.param_names.get(index).filter(|param_name| !param_name.is_empty()).map(|param_name| format!(" (`{param_name}`)")).unwrap_or_default();
+                    let mut error = type_error(arg.span, format!("argument {} of `{name}`{param_name} must be `{param}`, found `{}`", index + 1, arg.ty));
+                    if arg.ty.is_value() {
+                        error = error.with_note(cast_note(&arg.ty, param));
+                    }
+                    self.error(error);
                     ok = false;
                 }
                 Some(_) => {}
                 None => {
                     let allowed = matches!(arg.ty, Ty::Int(32) | Ty::Int(64) | Ty::Double | Ty::Ptr(..));
                     if !allowed {
-                        let hint = match arg.ty { Ty::Float => " (widen with (fpext x double))", Ty::Int(_) | Ty::Bool => " (widen with (sext x int))", _ => "" };
+                        let hint = match arg.ty { Ty::Float => " (widen with (fpext x double))", Ty::Int(_) => " (widen with (sext x int))", Ty::Bool => " (widen with (zext x int))", _ => "" };
                         self.error(type_error(arg.span, format!("a variadic argument must be `int`, `int64`, `double` or a pointer, found `{}`{hint}", arg.ty)));
                         ok = false;
                     }
