@@ -135,6 +135,8 @@ pub struct Session {
     /// One slot per function name, at a fixed address for the session's life.
     slots: HashMap<String, Box<AtomicUsize>>,
     globals: HashMap<String, GlobalStorage>,
+    /// Storage of globals that were replaced (retyped): freed with the session, not before.
+    retired_globals: Vec<GlobalStorage>,
     struct_names: HashMap<String, String>,
     used_symbols: HashSet<String>,
     symbol_counter: u64,
@@ -180,6 +182,7 @@ impl Session {
             cell_count: 0,
             slots: HashMap::new(),
             globals: HashMap::new(),
+            retired_globals: Vec::new(),
             struct_names: HashMap::new(),
             used_symbols: HashSet::new(),
             symbol_counter: 0,
@@ -566,10 +569,16 @@ impl Session {
             if global.init.is_none() {
                 continue;
             }
-            self.symbol_counter += 1;
-            let symbol = format!("{}#g{}", global.name, self.symbol_counter);
             let overlay_structs = self.structs_with(cell);
             let (size, align) = value::size_align(&global.ty, &overlay_structs);
+            // A global defined again with its type keeps its storage (commit re-initialises it):
+            // code compiled earlier, and pointers the program holds, still refer to it.
+            let same_type = self.env.globals.get(&global.name).is_some_and(|existing| existing.ty == global.ty);
+            if same_type && self.globals.get(&global.name).is_some_and(|storage| storage.layout.size() >= size) {
+                continue;
+            }
+            self.symbol_counter += 1;
+            let symbol = format!("{}#g{}", global.name, self.symbol_counter);
             new_globals.push((global.name.clone(), GlobalStorage::new(symbol.clone(), size, align)));
             global_symbols.insert(global.name.clone(), symbol);
         }
@@ -675,7 +684,10 @@ impl Session {
         // Struct LLVM names: the next module looks them up by these.
         self.struct_names.extend(struct_names);
         for (name, storage) in new_globals {
-            self.globals.insert(name, storage);
+            // Replaced storage stays allocated: pointers into it may survive in the program.
+            if let Some(replaced) = self.globals.insert(name, storage) {
+                self.retired_globals.push(replaced);
+            }
         }
         for global in &cell.globals {
             let redefined = self.env.globals.contains_key(&global.name);
