@@ -232,6 +232,8 @@ pub(crate) struct TypedCell {
     /// The finished body of every `define-inline` function the cell's code calls, directly or
     /// through other inline functions: codegen emits a private copy of each into the module.
     pub inline_bodies: HashMap<String, Rc<FunctionDef>>,
+    /// Where the cell's inline assembly is, to point at when the assembler rejects it.
+    pub asm_spans: Vec<Span>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -350,7 +352,7 @@ pub(crate) fn cast_note(found: &Ty, wanted: &Ty) -> String {
         _ => None,
     };
     match cast {
-        Some(cast) => format!("C-Lisp converts only with explicit casts: ({cast} e {wanted})"),
+        Some(cast) => format!("C-Lisp converts only with explicit casts, e.g. ({cast} e {wanted})"),
         None => "C-Lisp converts only with explicit casts, and none converts these types".to_string(),
     }
 }
@@ -2102,18 +2104,28 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         };
         let declared = if typed { Some(self.ty(&operands[0])?) } else { None };
+        let template_span = template.span;
         let (SexpKind::Str(template), SexpKind::Str(constraints_bytes)) = (&template.kind, &constraints.kind) else {
             self.error(syntax(form.span, shape).with_note("the template and the constraints are string literals"));
             return None;
         };
         let constraints_text = String::from_utf8_lossy(constraints_bytes).to_string();
-        let parts: Vec<&str> = if constraints_text.is_empty() { Vec::new() } else { constraints_text.split(',').map(str::trim).collect() };
-        if parts.iter().any(|part| part.starts_with('+')) {
-            self.error(syntax(constraints.span, "`+` (read-write) constraints are not supported").with_note("use an output `=r` and a tied input `0`"));
+        // LLVM reports malformed templates and constraints with a fatal error that would end
+        // the process, so they are checked here.
+        let operands = match parse_asm_constraints(&constraints_text) {
+            Ok(operands) => operands,
+            Err(message) => {
+                self.error(syntax(constraints.span, format!("bad inline assembly constraints `{constraints_text}`: {message}")).with_note(ASM_CONSTRAINTS_NOTE));
+                return None;
+            }
+        };
+        let template_text = String::from_utf8_lossy(template).to_string();
+        if let Err(message) = check_asm_template(&template_text, operands.len()) {
+            self.error(syntax(template_span, format!("bad inline assembly template: {message}")).with_note("operands are $0, $1…, or ${0:k} with a modifier; $$ is a dollar sign"));
             return None;
         }
-        let outputs = parts.iter().filter(|part| part.starts_with('=')).count();
-        let inputs = parts.iter().filter(|part| !part.starts_with('=') && !part.starts_with('~')).count();
+        let outputs = operands.iter().filter(|operand| operand.output).count();
+        let inputs = operands.len() - outputs;
         let ty = match (declared, expected) {
             (Some(ty), _) => ty,
             (None, _) if outputs == 0 => Ty::Void,
@@ -2152,8 +2164,156 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(type_error(arg.span, format!("an inline assembly input must be a scalar, found `{}`", arg.ty)).with_note("pass fields with (extractvalue s k)"));
             return None;
         }
-        Some(Expr { kind: ExprKind::Asm { template: String::from_utf8_lossy(template).to_string(), constraints: constraints_text, args }, ty, span: form.span })
+        let output_types: Vec<Ty> = match &ty {
+            Ty::Void => Vec::new(),
+            Ty::Struct(name) => self.struct_fields(name),
+            other => vec![other.clone()],
+        };
+        for (operand, arg) in operands.iter().filter(|operand| !operand.output).zip(&args) {
+            if operand.immediate && !matches!(arg.kind, ExprKind::Int(_)) {
+                self.error(type_error(arg.span, format!("the constraint `{}` needs an integer literal", operand.text)));
+                return None;
+            }
+            if let Some(tied) = operand.tied {
+                match output_types.get(tied) {
+                    Some(output) if *output == arg.ty => {}
+                    Some(output) => {
+                        self.error(type_error(arg.span, format!("this input is tied to output {tied}, of type `{output}`, but is `{}`", arg.ty)).with_note(cast_note(&arg.ty, output)));
+                        return None;
+                    }
+                    None => {
+                        self.error(syntax(constraints.span, format!("the constraint `{}` ties an input to output {tied}, which does not exist", operand.text)));
+                        return None;
+                    }
+                }
+            }
+        }
+        self.cell.cell.asm_spans.push(form.span);
+        Some(Expr { kind: ExprKind::Asm { template: template_text, constraints: constraints_text, args }, ty, span: form.span })
     }
+}
+
+const ASM_CONSTRAINTS_NOTE: &str = "outputs (=r, =x, ={eax}…) come first, then inputs (r, x, m, i, g, a tied 0…), then clobbers (~{memory}…)";
+
+/// One operand constraint of inline assembly.
+#[derive(Debug, PartialEq)]
+struct AsmOperand {
+    text: String,
+    output: bool,
+    /// The output a tied input (`0`) shares its register with.
+    tied: Option<usize>,
+    /// Only immediates fit (`i`, `n`): the argument must be a literal.
+    immediate: bool,
+}
+
+/// Reads an x86-64 constraint string (`=r,=x,r,0,~{memory}`) into its operands, accepting a
+/// conservative subset of what LLVM knows: outputs, then inputs, then clobbers.
+fn parse_asm_constraints(text: &str) -> Result<Vec<AsmOperand>, String> {
+    let mut operands: Vec<AsmOperand> = Vec::new();
+    let mut seen_input = false;
+    let mut seen_clobber = false;
+    if text.trim().is_empty() {
+        return Ok(operands);
+    }
+    for part in text.split(',').map(str::trim) {
+        if part.is_empty() {
+            return Err("an empty constraint".into());
+        }
+        if let Some(clobber) = part.strip_prefix('~') {
+            if !(clobber.starts_with('{') && clobber.ends_with('}') && clobber.len() > 2) {
+                return Err(format!("the clobber `{part}` is not `~{{NAME}}`"));
+            }
+            seen_clobber = true;
+            continue;
+        }
+        if seen_clobber {
+            return Err(format!("`{part}` comes after a clobber"));
+        }
+        if part.starts_with('+') {
+            return Err("`+` (read-write) constraints are not supported; use an output `=r` and a tied input `0`".into());
+        }
+        let output = part.starts_with('=');
+        let codes = part.trim_start_matches('=').trim_start_matches('&');
+        if output && seen_input {
+            return Err(format!("the output `{part}` comes after an input"));
+        }
+        if !output && part.contains('&') {
+            return Err(format!("`&` (early clobber) belongs to outputs, not `{part}`"));
+        }
+        seen_input |= !output;
+        let allowed = if output { "rqQRabcdSDAx" } else { "rqQRabcdSDAxmoginX" };
+        let mut tied = None;
+        let mut letters = String::new();
+        let mut rest = codes;
+        if rest.is_empty() {
+            return Err(format!("`{part}` names no register class"));
+        }
+        while let Some(character) = rest.chars().next() {
+            if character == '{' {
+                let end = rest.find('}').ok_or_else(|| format!("`{part}` has an unclosed register name"))?;
+                let register = &rest[1..end];
+                if register.is_empty() || !register.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    return Err(format!("`{part}` has a bad register name"));
+                }
+                rest = &rest[end + 1..];
+            } else if character.is_ascii_digit() && !output {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                let index: usize = digits.parse().map_err(|_| format!("`{part}` ties to a bad operand number"))?;
+                tied = Some(index);
+                rest = &rest[digits.len()..];
+            } else if allowed.contains(character) {
+                letters.push(character);
+                rest = &rest[1..];
+            } else {
+                return Err(format!("`{character}` in `{part}` is not a constraint Quasi accepts for {}", if output { "outputs" } else { "inputs" }));
+            }
+        }
+        let immediate = !letters.is_empty() && letters.chars().all(|letter| matches!(letter, 'i' | 'n')) && tied.is_none();
+        operands.push(AsmOperand { text: part.to_string(), output, tied, immediate });
+    }
+    Ok(operands)
+}
+
+/// Checks the `$` references of an inline assembly template against the operand count.
+fn check_asm_template(template: &str, operands: usize) -> Result<(), String> {
+    let bytes = template.as_bytes();
+    let mut position = 0;
+    let operand = |digits: &[u8]| -> Result<(), String> {
+        let text = std::str::from_utf8(digits).unwrap_or("");
+        match text.parse::<usize>() {
+            Ok(index) if index < operands => Ok(()),
+            Ok(index) => Err(format!("`${index}` refers to operand {index}, but there {} {operands}", if operands == 1 { "is" } else { "are" })),
+            Err(_) => Err("`$` must be followed by an operand number, `{`, or `$`".into()),
+        }
+    };
+    while position < bytes.len() {
+        if bytes[position] != b'$' {
+            position += 1;
+            continue;
+        }
+        position += 1;
+        match bytes.get(position) {
+            Some(b'$' | b'(' | b'|' | b')') => position += 1,
+            Some(b'{') => {
+                let close = template[position..].find('}').ok_or("`${` is never closed")? + position;
+                let inner = &template[position + 1..close];
+                let (number, modifier) = inner.split_once(':').unwrap_or((inner, ""));
+                operand(number.as_bytes())?;
+                if !modifier.is_empty() && !(modifier.len() == 1 && modifier.chars().all(|c| c.is_ascii_alphabetic())) {
+                    return Err(format!("`${{{inner}}}` has a bad modifier"));
+                }
+                position = close + 1;
+            }
+            _ => {
+                let start = position;
+                while bytes.get(position).is_some_and(u8::is_ascii_digit) {
+                    position += 1;
+                }
+                operand(&bytes[start..position])?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn binary_op(name: &str) -> Option<BinOp> {
@@ -2226,5 +2386,75 @@ fn cast_rule(op: CastOp) -> &'static str {
         CastOp::IntToPtr => "inttoptr converts an integer to a pointer",
         CastOp::Bitcast => "bitcast reinterprets a value of the same size: integer <-> float, or pointer <-> pointer in one address space",
         CastOp::AddrSpaceCast => "addrspacecast converts a pointer to another address space",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{expect, Expect};
+
+    fn constraints(input: &str, expected: Expect) {
+        let actual = match parse_asm_constraints(input) {
+            Ok(operands) => operands
+                .iter()
+                .map(|operand| format!("{}{}{}{}", operand.text, if operand.output { " out" } else { " in" }, operand.tied.map(|tied| format!(" tied {tied}")).unwrap_or_default(), if operand.immediate { " imm" } else { "" }))
+                .collect::<Vec<_>>()
+                .join("; "),
+            Err(message) => format!("error: {message}"),
+        };
+        expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn asm_constraints() {
+        constraints("", expect![[""]]);
+        constraints("=r,=x,r,0,i,~{memory}", expect![["=r out; =x out; r in; 0 in tied 0; i in imm"]]);
+        constraints("={eax},&r", expect![["error: `&` (early clobber) belongs to outputs, not `&r`"]]);
+        constraints("=&r,{ecx}", expect![["=&r out; {ecx} in"]]);
+        constraints("r,=r", expect![["error: the output `=r` comes after an input"]]);
+        constraints("=r,~{cc},r", expect![["error: `r` comes after a clobber"]]);
+        constraints("+r", expect![["error: `+` (read-write) constraints are not supported; use an output `=r` and a tied input `0`"]]);
+        constraints("=Z", expect![["error: `Z` in `=Z` is not a constraint Quasi accepts for outputs"]]);
+        constraints("=m", expect![["error: `m` in `=m` is not a constraint Quasi accepts for outputs"]]);
+        constraints("=r,", expect![["error: an empty constraint"]]);
+        constraints("~memory", expect![["error: the clobber `~memory` is not `~{NAME}`"]]);
+        constraints("={eax", expect![["error: `={eax` has an unclosed register name"]]);
+        constraints("=", expect![["error: `=` names no register class"]]);
+    }
+
+    fn template(input: &str, operands: usize, expected: Expect) {
+        let actual = match check_asm_template(input, operands) {
+            Ok(()) => "ok".to_string(),
+            Err(message) => message,
+        };
+        expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn asm_templates() {
+        template("movl $$42, $0", 1, expect![["ok"]]);
+        template("movl ${1:k}, $0; $(nop$)", 2, expect![["ok"]]);
+        template("movl $5, $0", 2, expect![["`$5` refers to operand 5, but there are 2"]]);
+        template("movl $x, $0", 1, expect![["`$` must be followed by an operand number, `{`, or `$`"]]);
+        template("ends with $", 1, expect![["`$` must be followed by an operand number, `{`, or `$`"]]);
+        template("${0", 1, expect![["`${` is never closed"]]);
+        template("${:uid}", 1, expect![["`$` must be followed by an operand number, `{`, or `$`"]]);
+        template("${0:kk}", 1, expect![["`${0:kk}` has a bad modifier"]]);
+    }
+
+    #[test]
+    fn intrinsic_names_lose_typed_pointer_manglings() {
+        assert_eq!(intrinsic_name("llvm.memcpy.p0i8.p0i8.i64"), "llvm.memcpy.p0.p0.i64");
+        assert_eq!(intrinsic_name("llvm.memset.p1i8.i32"), "llvm.memset.p1.i32");
+        assert_eq!(intrinsic_name("llvm.sqrt.f32"), "llvm.sqrt.f32");
+        assert_eq!(intrinsic_name("llvm.ptrmask.p0.i64"), "llvm.ptrmask.p0.i64");
+    }
+
+    #[test]
+    fn cast_notes_name_the_conversion() {
+        assert_eq!(cast_note(&Ty::Int(32), &Ty::Int(64)), "C-Lisp converts only with explicit casts, e.g. (sext e int64)");
+        assert_eq!(cast_note(&Ty::Float, &Ty::Double), "C-Lisp converts only with explicit casts, e.g. (fpext e double)");
+        assert_eq!(cast_note(&Ty::Bool, &Ty::Float), "C-Lisp converts only with explicit casts, and none converts these types");
     }
 }
