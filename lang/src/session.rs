@@ -20,7 +20,7 @@ use crate::check::{self, Constant, Env, FunctionEntry, FunctionKind, GlobalEntry
 use crate::codegen::{self, CellModule, FaultSite, Naming};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{self, ExpansionSite, PendingPosition, SessionView, Stage};
-use crate::jit::{CellCode, Jit};
+use crate::jit::{CellCode, Jit, LlvmDiagnostics};
 use crate::reader::{self, SourceFile, SourceId, Span};
 use crate::run::{self, Fault, Runner};
 use crate::timing::{Phase, PhaseTimes};
@@ -127,6 +127,8 @@ pub struct Session {
     cells: Vec<CellCode>,
     jit: Jit,
     context: Context,
+    /// LLVM's errors about the context's code (after `context`, so it is dropped after it).
+    llvm_diagnostics: Box<LlvmDiagnostics>,
     machines: Vec<Option<TargetMachine>>,
     triple: TargetTriple,
     env: Env,
@@ -168,13 +170,16 @@ impl Session {
         let opt_level = config.opt_level.min(3);
         let interrupt = expand::new_interrupt_flag();
         let load_prelude = config.load_prelude;
+        let context = Context::create();
+        let llvm_diagnostics = LlvmDiagnostics::install(&context);
         let mut session = Session {
             config,
             opt_level,
             runner: Runner::new()?,
             cells: Vec::new(),
             jit,
-            context: Context::create(),
+            context,
+            llvm_diagnostics,
             machines: (0..4).map(|_| None).collect(),
             triple: TargetMachine::get_default_triple(),
             env: Env::default(),
@@ -600,6 +605,8 @@ impl Session {
         let level = self.opt_level;
         let target_data = self.machine(level).map_err(|error| vec![error])?.get_target_data();
         let machine = self.machines[level as usize].as_ref().ok_or_else(|| vec![internal("no target machine".into())])?;
+        // Errors left over from inspection commands belong to no cell.
+        self.llvm_diagnostics.take_errors();
         let codegen_start = Instant::now();
         let lowered = codegen::lower(&self.context, &target_data, &triple, cell, module_name, &naming);
         timing.add(Phase::Codegen, codegen_start.elapsed());
@@ -616,6 +623,11 @@ impl Session {
         }
         let link_start = Instant::now();
         let object = machine.write_to_memory_buffer(&module, FileType::Object).map_err(|error| vec![internal(format!("LLVM could not emit code: {error}"))])?;
+        // Inline assembly the assembler rejects is reported through the context, not as an error.
+        let llvm_errors = self.llvm_diagnostics.take_errors();
+        if !llvm_errors.is_empty() {
+            return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
+        }
         drop(module);
         // Slots for every function the cell defines or declares, created once per name.
         let mut absolute = Vec::new();
@@ -895,6 +907,14 @@ fn explain_expansions(mut diagnostics: Vec<Diagnostic>, sites: &[ExpansionSite])
 
 fn internal(message: String) -> Diagnostic {
     Diagnostic::error(Kind::Internal, message).with_note("this is a bug in Quasi; the session is unchanged")
+}
+
+fn assembly_error(message: String, cell: &TypedCell) -> Diagnostic {
+    let mut diagnostic = Diagnostic::error(Kind::Syntax, format!("LLVM rejected inline assembly: {}", message.trim())).with_note("the session is unchanged");
+    if let Some(span) = cell.asm_spans.first() {
+        diagnostic = diagnostic.with_label(*span, "");
+    }
+    diagnostic
 }
 
 fn lowering_error(error: codegen::CodegenError, cell: &TypedCell) -> Diagnostic {
