@@ -268,14 +268,20 @@ impl Drop for ScratchDirectory {
     }
 }
 
-/// Flags of the reference build. `-ffp-contract=off` because C-Lisp never contracts `a*b+c`
-/// into an FMA (LANGUAGE.md §4: results identical at every level); with clang's default
-/// (`on`) checksums differ, so that build is shown apart, for information.
-const STRICT_FLAGS: &[&str] = &["-O3", "-march=native", "-ffp-contract=off"];
-const DEFAULT_FLAGS: &[&str] = &["-O3", "-march=native"];
+/// The C builds, all of the same sources. The first is the reference of the goal:
+/// `-ffp-contract=off` because C-Lisp never contracts `a*b+c` into an FMA (LANGUAGE.md §4:
+/// results are identical at every level), so only then can every checksum match. The others
+/// are shown for information: clang's default (`-ffp-contract=on`, FMAs allowed) and
+/// `-fwrapv`, which gives C C-Lisp's integer semantics (signed overflow wraps, §4), so that
+/// what that costs C is visible next to what it costs C-Lisp.
+const C_BUILDS: [(&str, &[&str]); 3] = [
+    ("clang", &["-O3", "-march=native", "-ffp-contract=off"]),
+    ("clang default", &["-O3", "-march=native"]),
+    ("clang -fwrapv", &["-O3", "-march=native", "-ffp-contract=off", "-fwrapv"]),
+];
 
-fn build_library(clang: &str, directory: &Path, flags: &[&str], name: &str) -> Result<(PathBuf, Duration)> {
-    let output_path = directory.join(format!("lib{name}.so"));
+fn build_library(clang: &str, directory: &Path, flags: &[&str], index: usize) -> Result<(PathBuf, Duration)> {
+    let output_path = directory.join(format!("libkernels{index}.so"));
     let sources: Vec<PathBuf> = KERNELS.iter().map(|kernel| directory.join(format!("{}.c", kernel.name))).collect();
     let start = Instant::now();
     let output = Command::new(clang)
@@ -292,6 +298,30 @@ fn build_library(clang: &str, directory: &Path, flags: &[&str], name: &str) -> R
     Ok((output_path, start.elapsed()))
 }
 
+/// Builds and opens every C build, or none when clang is missing or fails.
+fn c_libraries(options: &Options, directory: &Path) -> Result<Vec<CLibrary>> {
+    std::fs::write(directory.join("common.h"), COMMON_HEADER)?;
+    for kernel in &KERNELS {
+        std::fs::write(directory.join(format!("{}.c", kernel.name)), kernel.c)?;
+    }
+    let mut libraries = Vec::new();
+    for (index, (_, flags)) in C_BUILDS.iter().enumerate() {
+        match build_library(&options.clang, directory, flags, index) {
+            Ok((path, time)) => {
+                if index == 0 {
+                    println!("{} built the reference library ({}) from six C files in {} ms", options.clang, flags.join(" "), ms(time));
+                }
+                libraries.push(CLibrary::open(&path)?);
+            }
+            Err(error) => {
+                println!("no C reference: {error:#}\n(C-Lisp times only)");
+                return Ok(Vec::new());
+            }
+        }
+    }
+    Ok(libraries)
+}
+
 /// Timings and checksums of one implementation of one kernel.
 #[derive(Default)]
 struct Measured {
@@ -306,60 +336,59 @@ impl Measured {
         self.wall.push(run.wall);
         self.checksum = run.checksum;
     }
+
+    fn cpu(&self) -> Samples {
+        Samples::new(self.cpu.clone())
+    }
+}
+
+/// One kernel's measurements: C-Lisp, and each C build of `C_BUILDS` in order (none without clang).
+struct KernelResult<'k> {
+    kernel: &'k Kernel,
+    clisp: Measured,
+    c: Vec<Measured>,
 }
 
 pub fn run(options: &Options) -> Result<()> {
     println!("== Generated code: C-Lisp at :opt 3 against clang-19 ==");
     let scratch = ScratchDirectory::new()?;
-    std::fs::write(scratch.0.join("common.h"), COMMON_HEADER)?;
-    for kernel in &KERNELS {
-        std::fs::write(scratch.0.join(format!("{}.c", kernel.name)), kernel.c)?;
-    }
-    let strict = build_library(&options.clang, &scratch.0, STRICT_FLAGS, "strict");
-    let default = build_library(&options.clang, &scratch.0, DEFAULT_FLAGS, "default");
-    let (strict, default) = match (strict, default) {
-        (Ok((strict_path, strict_time)), Ok((default_path, _))) => {
-            println!("{} built the reference library ({}) from six C files in {} ms", options.clang, STRICT_FLAGS.join(" "), ms(strict_time));
-            (Some(CLibrary::open(&strict_path)?), Some(CLibrary::open(&default_path)?))
-        }
-        (Err(error), _) | (_, Err(error)) => {
-            println!("no C reference: {error:#}\n(C-Lisp times only)");
-            (None, None)
-        }
-    };
+    let libraries = c_libraries(options, &scratch.0)?;
     let start = Instant::now();
     let mut clisp = ClispKernels::new(&KERNELS, 3)?;
     println!("the session compiled every C-Lisp kernel at :opt 3 in {} ms", ms(start.elapsed()));
     let mut results = Vec::new();
     for kernel in &KERNELS {
-        let (mut c_strict, mut c_default, mut quasi) = (Measured::default(), Measured::default(), Measured::default());
+        let mut result = KernelResult { kernel, clisp: Measured::default(), c: libraries.iter().map(|_| Measured::default()).collect() };
         // One untimed warm-up run each, then repetitions interleaved so that drifts of the
         // machine (frequency, other builds) fall on all of them alike. `setup` before every
         // run restores the input of kernels that work in place; it writes all the memory the
         // run touches, so no page fault is timed.
         for repetition in 0..=options.reps {
             let timed = repetition > 0;
-            if let Some(library) = &strict {
+            for (index, library) in libraries.iter().enumerate() {
                 library.setup(kernel, kernel.size)?;
-                let measured = library.run(kernel)?;
+                let run = library.run(kernel)?;
                 if timed {
-                    c_strict.add(measured);
+                    result.c[index].add(run);
+                }
+                if index == 0 {
+                    // C-Lisp right after the reference, so the two compared share conditions.
+                    clisp.setup(kernel, kernel.size)?;
+                    let run = clisp.run(kernel)?;
+                    if timed {
+                        result.clisp.add(run);
+                    }
                 }
             }
-            clisp.setup(kernel, kernel.size)?;
-            let measured = clisp.run(kernel)?;
-            if timed {
-                quasi.add(measured);
-            }
-            if let Some(library) = &default {
-                library.setup(kernel, kernel.size)?;
-                let measured = library.run(kernel)?;
+            if libraries.is_empty() {
+                clisp.setup(kernel, kernel.size)?;
+                let run = clisp.run(kernel)?;
                 if timed {
-                    c_default.add(measured);
+                    result.clisp.add(run);
                 }
             }
         }
-        results.push((kernel, c_strict, quasi, c_default));
+        results.push(result);
     }
     print_results(&results, options);
     Ok(())
@@ -381,15 +410,17 @@ fn compare(ours: &str, reference: &str) -> &'static str {
     }
 }
 
-fn print_results(results: &[(&Kernel, Measured, Measured, Measured)], options: &Options) {
+fn print_results(results: &[KernelResult<'_>], options: &Options) {
     let mut table = new_table(
         &["kernel", "work per run", "clang best ms", "C-Lisp best ms", "ratio best", "clang median ms", "C-Lisp median ms", "ratio median", "ratio best, wall", "goal <= 1.10"],
         &[2, 3, 4, 5, 6, 7, 8],
     );
-    for (kernel, strict, quasi, _) in results {
-        let (c, q) = (Samples::new(strict.cpu.clone()), Samples::new(quasi.cpu.clone()));
-        let (c_wall, q_wall) = (Samples::new(strict.wall.clone()), Samples::new(quasi.wall.clone()));
-        let verdict = if strict.cpu.is_empty() {
+    let empty = Measured::default();
+    for result in results {
+        let reference = result.c.first().unwrap_or(&empty);
+        let (c, q) = (reference.cpu(), result.clisp.cpu());
+        let (c_wall, q_wall) = (Samples::new(reference.wall.clone()), Samples::new(result.clisp.wall.clone()));
+        let verdict = if reference.cpu.is_empty() {
             "-"
         } else if q.best().as_secs_f64() <= 1.10 * c.best().as_secs_f64() {
             "meets"
@@ -397,8 +428,8 @@ fn print_results(results: &[(&Kernel, Measured, Measured, Measured)], options: &
             "misses"
         };
         table.add_row(vec![
-            kernel.name.to_string(),
-            kernel.work.to_string(),
+            result.kernel.name.to_string(),
+            result.kernel.work.to_string(),
             ms(c.best()),
             ms(q.best()),
             ratio(q.best(), c.best()),
@@ -412,34 +443,36 @@ fn print_results(results: &[(&Kernel, Measured, Measured, Measured)], options: &
     println!(
         "\nclang = clang-19 {} -fPIC -shared of kernels/*.c, dlopened; C-Lisp = kernels/*.cl in one session\n\
          at :opt 3. Ratio = C-Lisp time / clang time (lower is better for C-Lisp).\n\
-         Method: {} timed runs per kernel and side after one warm-up run, interleaved (clang, C-Lisp, clang\n\
-         default); before each run an untimed `setup` rebuilds the input and writes all memory the run touches.\n\
-         A run is one call of the kernel's `run` function (>= 50 ms of work). Times are the CPU time of the\n\
-         thread running the kernel (CLOCK_THREAD_CPUTIME_ID: time spent preempted by other processes is not\n\
+         Method: {} timed runs per kernel and build after one warm-up run, interleaved (clang, C-Lisp, then the\n\
+         other C builds); before each run an untimed `setup` rebuilds the input and writes all memory the run\n\
+         touches. A run is one call of the kernel's `run` function (>= 50 ms of work). Times are the CPU time of\n\
+         the thread running the kernel (CLOCK_THREAD_CPUTIME_ID: time spent preempted by other processes is not\n\
          counted), read around that one call: by compiled C-Lisp code (a declared `clock_gettime` in\n\
          `bench-time-NAME`, around `(call NAME-run)`) and by Rust around the dlsym'd C function, so no\n\
          compilation is timed. `ratio best, wall` takes CLOCK_MONOTONIC instead.",
-        STRICT_FLAGS.join(" "),
+        C_BUILDS[0].1.join(" "),
         options.reps
     );
     println!("{table}\n");
-    let mut checks = new_table(&["kernel", "C-Lisp checksum", "clang checksum", "C-Lisp vs clang", "clang default best ms", "C-Lisp / clang default", "clang default vs clang"], &[4, 5]);
-    for (kernel, strict, quasi, default) in results {
-        let d = Samples::new(default.cpu.clone());
-        let q = Samples::new(quasi.cpu.clone());
-        checks.add_row(vec![
-            kernel.name.to_string(),
-            quasi.checksum.clone(),
-            strict.checksum.clone(),
-            compare(&quasi.checksum, &strict.checksum).to_string(),
-            ms(d.best()),
-            ratio(q.best(), d.best()),
-            compare(&default.checksum, &strict.checksum).to_string(),
-        ]);
+    let mut header = vec!["kernel".to_string(), "C-Lisp checksum".to_string(), "vs clang".to_string()];
+    for (name, _) in C_BUILDS.iter().skip(1) {
+        header.extend([format!("{name} best ms"), format!("C-Lisp / {name}"), format!("{name} checksum")]);
     }
-    println!("Checksums (doubles hashed bit by bit), and clang's default build, -O3 -march=native with fp-contract=on:");
-    println!("it may fuse a*b+c into one FMA, which C-Lisp never does (LANGUAGE.md section 4), so its results may");
-    println!("differ; shown for information, not for the goal.");
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let right: Vec<usize> = (0..C_BUILDS.len() - 1).flat_map(|build| [3 + 3 * build, 4 + 3 * build]).collect();
+    let mut checks = new_table(&header, &right);
+    for result in results {
+        let reference = result.c.first().map_or("", |measured| measured.checksum.as_str());
+        let mut row = vec![result.kernel.name.to_string(), result.clisp.checksum.clone(), compare(&result.clisp.checksum, reference).to_string()];
+        for measured in result.c.iter().skip(1) {
+            row.extend([ms(measured.cpu().best()), ratio(result.clisp.cpu().best(), measured.cpu().best()), compare(&measured.checksum, reference).to_string()]);
+        }
+        checks.add_row(row);
+    }
+    println!("Checksums (doubles hashed bit by bit; `same` = equal to the clang reference's), and two more C builds for");
+    println!("information, not for the goal: clang's default -O3 -march=native (fp-contract=on: it may fuse a*b+c into");
+    println!("one FMA, which C-Lisp never does, so its results may differ), and the reference flags plus -fwrapv (signed");
+    println!("overflow wraps, as in C-Lisp: C then has to sign-extend 32-bit indices as C-Lisp does).");
     println!("{checks}\n");
 }
 
