@@ -12,6 +12,14 @@ use crate::types::{parse_addrspace, parse_type, scalar_type_name, Signature, Ty,
 
 const MAX_ERRORS: usize = 20;
 
+/// The largest global or top-level value in bytes: the session holds globals in its memory and
+/// copies a top-level value out to print it.
+pub(crate) const MAX_VALUE_BYTES: u64 = 1 << 30;
+
+/// The largest local variable or by-value parameter in bytes: they live in the frame, and
+/// compiled code runs on a 64 MiB stack.
+pub(crate) const MAX_LOCAL_BYTES: u64 = 16 << 20;
+
 /// How deeply statements and expressions may nest. Checking and code generation recurse over
 /// the tree, and the caller's thread (a REPL's main thread, 8 MiB) must not run out of stack:
 /// a debug build needs about 16 KiB per level for both.
@@ -587,6 +595,44 @@ impl<'a> CellChecker<'a> {
         }
     }
 
+    /// Size and alignment of a type in bytes, as LLVM lays it out for x86-64; saturating, and
+    /// safe on the struct cycles `reject_struct_cycles` reports.
+    fn layout_of(&self, ty: &Ty, depth: usize) -> (u64, u64) {
+        match ty {
+            Ty::Bool | Ty::Int(8) => (1, 1),
+            Ty::Int(16) => (2, 2),
+            Ty::Int(32) | Ty::Float => (4, 4),
+            Ty::Int(_) | Ty::Double | Ty::Ptr(..) => (8, 8),
+            Ty::Void => (0, 1),
+            _ if depth > MAX_NESTING => (u64::MAX, 1),
+            Ty::Arr(length, element) => {
+                let (size, align) = self.layout_of(element, depth + 1);
+                (size.saturating_mul(*length), align)
+            }
+            Ty::Struct(name) => {
+                let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+                let (mut offset, mut max_align) = (0u64, 1u64);
+                for (_, field) in &fields {
+                    let (size, align) = self.layout_of(field, depth + 1);
+                    offset = offset.checked_next_multiple_of(align).unwrap_or(u64::MAX).saturating_add(size);
+                    max_align = max_align.max(align);
+                }
+                (offset.checked_next_multiple_of(max_align).unwrap_or(u64::MAX), max_align)
+            }
+        }
+    }
+
+    /// Reports a value too large for where it lives (`what`), against `limit` bytes.
+    fn require_size(&mut self, ty: &Ty, span: Span, what: &str, limit: u64) -> bool {
+        let (size, _) = self.layout_of(ty, 0);
+        if size > limit {
+            let note = if limit == MAX_LOCAL_BYTES { "locals live on the 64 MiB stack: use a global, or memory from malloc" } else { "use memory from malloc, and pointers" };
+            self.error(Diagnostic::error(Kind::Limit, format!("{what} of type `{ty}` takes {size} bytes, more than the {limit} allowed")).with_label(span, "").with_note(note));
+            return false;
+        }
+        true
+    }
+
     /// Reports a by-value use of an opaque struct (directly or as array elements): such a value
     /// has no size. `what` names the use.
     fn require_sized(&mut self, ty: &Ty, span: Span, what: &str) -> bool {
@@ -630,7 +676,7 @@ impl<'a> CellChecker<'a> {
             self.error(type_error(items[1].span, "a global cannot be `void`"));
             return;
         }
-        if !self.require_sized(&ty, items[1].span, "a global") {
+        if !self.require_sized(&ty, items[1].span, "a global") || !self.require_size(&ty, items[1].span, "a global", MAX_VALUE_BYTES) {
             return;
         }
         let init = match items.get(2) {
@@ -722,7 +768,7 @@ impl<'a> CellChecker<'a> {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return;
         }
-        if !self.require_sized(&ty, items[2].span, "a variable") {
+        if !self.require_sized(&ty, items[2].span, "a variable") || !self.require_size(&ty, items[2].span, "a global", MAX_VALUE_BYTES) {
             return;
         }
         // The same type again keeps the value; another type replaces the global.
@@ -746,13 +792,13 @@ impl<'a> CellChecker<'a> {
                     self.error(type_error(ty_form.span, "a parameter cannot be `void`"));
                     ok = false;
                 }
-                Some(ty) if !self.require_sized(&ty, ty_form.span, "a parameter") => ok = false,
+                Some(ty) if !self.require_sized(&ty, ty_form.span, "a parameter") || !self.require_size(&ty, ty_form.span, "a parameter", MAX_LOCAL_BYTES) => ok = false,
                 Some(ty) => params.push(ty),
                 None => ok = false,
             }
         }
         if let Some(ret_ty) = &ret {
-            if !self.require_sized(&ret_ty.clone(), prototype.ret.span, "a result") {
+            if !self.require_sized(&ret_ty.clone(), prototype.ret.span, "a result") || !self.require_size(&ret_ty.clone(), prototype.ret.span, "a result", MAX_LOCAL_BYTES) {
                 ok = false;
             }
         }
@@ -928,6 +974,9 @@ impl<'a> CellChecker<'a> {
             (vec![body_checker.check_stmt(form)?], None)
         } else {
             let expr = body_checker.check_expr(form)?;
+            if !body_checker.cell.require_size(&expr.ty, form.span, "a top-level value", MAX_VALUE_BYTES) {
+                return None;
+            }
             let value = expr.ty.is_value().then(|| expr.ty.clone());
             (vec![Stmt::Expr(expr)], value)
         };
@@ -1370,7 +1419,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return None;
         }
-        if !self.cell.require_sized(&ty, items[2].span, "a variable") {
+        if !self.cell.require_sized(&ty, items[2].span, "a variable") || !self.cell.require_size(&ty, items[2].span, "a local variable", MAX_LOCAL_BYTES) {
             return None;
         }
         self.declare_local(name, ty, items[1].span).map(Stmt::Declare)
@@ -1538,6 +1587,14 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             "asm" => self.check_asm(form, operands, None),
             "declare" | "declare-global" | "if" | "while" | "for" | "ret" | "break" | "continue" => {
                 self.error(syntax(span, format!("`{name}` is a statement and has no value")));
+                None
+            }
+            "ptr" | "arr" | "struct" | "void" | "gpu-buf" | "addrspace" => {
+                self.error(syntax(span, format!("`{form}` is a type, not an expression")).with_note("types appear in declarations, casts and (alloc TYPE N); typed literals are (int64 5)"));
+                None
+            }
+            "quasiquote" | "unquote" | "unquote-splicing" => {
+                self.error(syntax(span, format!("`{name}` left in C-Lisp code")).with_note("C-Lisp code is already quasiquoted; backquotes pass templates to Rhai"));
                 None
             }
             "tid.x" | "tid.y" | "tid.z" | "bid.x" | "bid.y" | "bid.z" | "bdim.x" | "bdim.y" | "bdim.z" | "gdim.x" | "gdim.y" | "gdim.z" | "__syncthreads" | "syncthreads" => {
