@@ -643,7 +643,7 @@ impl Session {
         }
         self.jit.define_absolute(&absolute).map_err(|error| vec![internal(error.to_string())])?;
         let function_names: Vec<String> = cell.functions.iter().chain(&cell.recompiled).map(|function| function.name.clone()).collect();
-        let lookups: Vec<String> = function_names.iter().map(|name| body_symbols[name].clone()).chain(traps.iter().map(|name| codegen::trap_symbol(name))).chain(entries.iter().cloned()).collect();
+        let lookups: Vec<String> = function_names.iter().map(|name| body_symbols[name].clone()).chain(traps.iter().map(|name| codegen::trap_symbol(name, module_name))).chain(entries.iter().cloned()).collect();
         let (code, addresses) = self.jit.link(object.as_slice(), module_name, &lookups).map_err(|error| vec![internal(error.to_string())])?;
         timing.add(Phase::Link, link_start.elapsed());
         let (body_addresses, rest) = addresses.split_at(function_names.len());
