@@ -771,8 +771,9 @@ impl<'a> CellChecker<'a> {
         if !self.require_sized(&ty, items[2].span, "a variable") || !self.require_size(&ty, items[2].span, "a global", MAX_VALUE_BYTES) {
             return;
         }
-        // The same type again keeps the value; another type replaces the global.
-        let keep = self.env.globals.get(name).is_some_and(|existing| existing.ty == ty);
+        // The same type again keeps the value; another type (or a layout this cell changes)
+        // replaces the global.
+        let keep = self.env.globals.get(name).is_some_and(|existing| existing.ty == ty) && !self.layout_changes_here(&ty, 0);
         self.overlay.globals.insert(name.to_string(), GlobalEntry { ty: ty.clone() });
         self.cell.globals.push(GlobalDef { name: name.to_string(), ty, init: if keep { None } else { Some(Constant::Zero) }, span: form.span });
     }
@@ -1056,38 +1057,135 @@ impl<'a> CellChecker<'a> {
                 changed.insert(format!("struct:{}", structure.name));
             }
         }
+        self.relayout_containers(&mut changed);
         if changed.is_empty() {
             return;
         }
-        let mut dependents: Vec<(String, Rc<FunctionDef>)> = self
-            .env
-            .functions
-            .iter()
-            .filter(|(name, _)| !self.overlay.defined_here.contains_key(*name))
-            .filter_map(|(name, entry)| match &entry.kind {
-                FunctionKind::Defined(def) if entry.invalidated.is_none() && def.uses.iter().any(|used| changed.contains(used)) => Some((name.clone(), def.clone())),
-                _ => None,
-            })
-            .collect();
-        dependents.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, def) in dependents {
-            let errors_before = self.errors.len();
-            let rechecked = self.check_function(&def.source);
-            let new_errors: Vec<Diagnostic> = self.errors.drain(errors_before..).collect();
-            match rechecked {
-                Some(function) if new_errors.is_empty() => self.cell.recompiled.push(function),
-                _ => {
-                    let cause = changed.iter().find(|used| def.uses.contains(*used)).map(|used| used.split_once(':').map_or(used.as_str(), |(_, name)| name)).unwrap_or("a definition").to_string();
-                    let mut warning = Diagnostic::warning(Kind::Type, format!("`{name}` no longer type-checks after the redefinition of `{cause}` and is invalidated")).with_note(format!("redefine `{name}` to use it again"));
-                    // Point at the call sites that no longer check, the first one primary.
-                    for (index, error) in new_errors.iter().take(3).enumerate() {
-                        if let Some(label) = error.labels.first() {
-                            warning = if index == 0 { warning.with_label(label.span, error.message.clone()) } else { warning.with_secondary(label.span, error.message.clone()) };
-                        }
-                    }
-                    self.cell.warnings.push(warning);
-                    self.cell.invalidated.push(Invalidation { name, message: format!("`{cause}` (cell {cell_label})"), span: def.span });
+        // Recompiling an inline function changes the code its callers inline, so dependents
+        // are re-checked until nothing more changes.
+        let mut done: BTreeSet<String> = BTreeSet::new();
+        let mut broken_inline: HashMap<String, String> = HashMap::new();
+        loop {
+            let mut dependents: Vec<(String, Rc<FunctionDef>)> = self
+                .env
+                .functions
+                .iter()
+                .filter(|(name, _)| !self.overlay.defined_here.contains_key(*name) && !done.contains(*name))
+                .filter_map(|(name, entry)| match &entry.kind {
+                    FunctionKind::Defined(def) if entry.invalidated.is_none() && def.uses.iter().any(|used| changed.contains(used)) => Some((name.clone(), def.clone())),
+                    _ => None,
+                })
+                .collect();
+            if dependents.is_empty() {
+                break;
+            }
+            dependents.sort_by(|a, b| a.0.cmp(&b.0));
+            for (name, def) in dependents {
+                done.insert(name.clone());
+                self.recheck_dependent(name, &def, cell_label, &mut changed, &mut broken_inline);
+            }
+        }
+    }
+
+    /// Whether the cell redefines, with other fields, a struct that `ty` holds by value
+    /// (directly, in arrays, or in the fields of structs it holds).
+    fn layout_changes_here(&self, ty: &Ty, depth: usize) -> bool {
+        match ty {
+            _ if depth > MAX_NESTING => false,
+            Ty::Arr(_, element) => self.layout_changes_here(element, depth + 1),
+            Ty::Struct(name) => {
+                let here = self.overlay.structs.get(&**name);
+                let changed = here.is_some_and(|entry| self.env.structs.get(&**name).is_some_and(|old| old.fields != entry.fields));
+                let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+                changed || fields.iter().any(|(_, field)| self.layout_changes_here(field, depth + 1))
+            }
+            _ => false,
+        }
+    }
+
+    /// A struct whose layout changed changes the layout of every struct that holds it by value,
+    /// and of every global that does: such structs are defined again in this cell (same fields,
+    /// new layout), and such globals are made again, zeroed, since their storage no longer fits.
+    fn relayout_containers(&mut self, changed: &mut BTreeSet<String>) {
+        let mut changed_structs: Vec<(String, Span)> = self.cell.structs.iter().filter(|structure| changed.contains(&format!("struct:{}", structure.name))).map(|structure| (structure.name.clone(), structure.span)).collect();
+        if changed_structs.is_empty() {
+            return;
+        }
+        let mut env_structs: Vec<(&String, &StructEntry)> = self.env.structs.iter().collect();
+        env_structs.sort_by(|a, b| a.0.cmp(b.0));
+        loop {
+            let mut grown = false;
+            for (name, entry) in &env_structs {
+                if self.overlay.structs.contains_key(*name) || changed.contains(&format!("struct:{name}")) {
+                    continue;
                 }
+                let fields = entry.fields.clone().unwrap_or_default();
+                let cause = changed_structs.iter().find(|(inner, _)| fields.iter().any(|(_, ty)| holds_by_value(ty, inner))).cloned();
+                if let Some((_, span)) = cause {
+                    self.cell.structs.push(StructDef { name: (*name).clone(), fields: entry.fields.clone(), span });
+                    changed.insert(format!("struct:{name}"));
+                    changed_structs.push(((*name).clone(), span));
+                    grown = true;
+                }
+            }
+            if !grown {
+                break;
+            }
+        }
+        let mut globals: Vec<(&String, &GlobalEntry)> = self.env.globals.iter().filter(|(name, _)| !self.overlay.globals.contains_key(*name)).collect();
+        globals.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, global) in globals {
+            let Some((inner, span)) = changed_structs.iter().find(|(inner, _)| holds_by_value(&global.ty, inner)) else { continue };
+            self.cell.warnings.push(Diagnostic::warning(Kind::Type, format!("the global `{name}` holds a `(struct {inner})`, whose layout changed: it is made again, zeroed")).with_label(*span, ""));
+            self.cell.globals.push(GlobalDef { name: name.clone(), ty: global.ty.clone(), init: Some(Constant::Zero), span: *span });
+            changed.insert(format!("global:{name}"));
+        }
+    }
+
+    /// Re-checks one session function after a change it depends on: recompiled if it still
+    /// type-checks, invalidated (with a warning at the call sites) otherwise.
+    /// `broken_inline` maps the inline functions invalidated so far (`fn:NAME`) to the name
+    /// whose redefinition caused it.
+    fn recheck_dependent(&mut self, name: String, def: &Rc<FunctionDef>, cell_label: &str, changed: &mut BTreeSet<String>, broken_inline: &mut HashMap<String, String>) {
+        let cause_of = |used: &String| used.split_once(':').map_or(used.as_str(), |(_, name)| name).to_string();
+        // A caller of an inline function that was just invalidated holds a copy of a body that
+        // no longer type-checks: (the inline function, the root cause).
+        let inlined_broken = def.uses.iter().find_map(|used| broken_inline.get(used).map(|root| (cause_of(used), root.clone())));
+        let errors_before = self.errors.len();
+        let rechecked = if inlined_broken.is_some() { None } else { self.check_function(&def.source) };
+        let new_errors: Vec<Diagnostic> = self.errors.drain(errors_before..).collect();
+        match rechecked {
+            Some(function) if new_errors.is_empty() => {
+                if function.inline || def.inline {
+                    changed.insert(format!("fn:{name}"));
+                }
+                self.cell.recompiled.push(function);
+            }
+            _ => {
+                let cause = match &inlined_broken {
+                    Some((_, root)) => root.clone(),
+                    None => changed.iter().find(|used| def.uses.contains(*used)).map(cause_of).unwrap_or_else(|| "a definition".to_string()),
+                };
+                let headline = match &inlined_broken {
+                    Some((inlined, _)) => format!("`{name}` inlines `{inlined}`, which the redefinition of `{cause}` invalidated, and is invalidated too"),
+                    None => format!("`{name}` no longer type-checks after the redefinition of `{cause}` and is invalidated"),
+                };
+                let mut warning = Diagnostic::warning(Kind::Type, headline).with_note(format!("redefine `{name}` to use it again"));
+                // Point at the call sites that no longer check, the first one primary.
+                for (index, error) in new_errors.iter().take(3).enumerate() {
+                    if let Some(label) = error.labels.first() {
+                        warning = if index == 0 { warning.with_label(label.span, error.message.clone()) } else { warning.with_secondary(label.span, error.message.clone()) };
+                    }
+                }
+                if new_errors.is_empty() {
+                    warning = warning.with_label(def.span, "");
+                }
+                if def.inline {
+                    broken_inline.insert(format!("fn:{name}"), cause.clone());
+                    changed.insert(format!("fn:{name}"));
+                }
+                self.cell.warnings.push(warning);
+                self.cell.invalidated.push(Invalidation { name, message: format!("`{cause}` (cell {cell_label})"), span: def.span });
             }
         }
     }
@@ -1158,6 +1256,15 @@ fn contains_break(body: &[Stmt]) -> bool {
         Stmt::If(_, then, otherwise) => contains_break(std::slice::from_ref(then)) || otherwise.as_ref().is_some_and(|otherwise| contains_break(std::slice::from_ref(otherwise))),
         _ => false,
     })
+}
+
+/// Whether a value of type `ty` contains a `(struct name)` by value (not through a pointer).
+fn holds_by_value(ty: &Ty, name: &str) -> bool {
+    match ty {
+        Ty::Struct(own) => &**own == name,
+        Ty::Arr(_, element) => holds_by_value(element, name),
+        _ => false,
+    }
 }
 
 /// The diagnostic for an intrinsic declaration LLVM rejects.
