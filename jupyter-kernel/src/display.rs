@@ -43,7 +43,7 @@ pub fn outputs(outcome: &Outcome) -> Vec<Output> {
                 outputs.push(if Some(index) == last_value { Output::Result(bundle) } else { Output::Display(bundle) });
             }
             Item::Output { stream, text } => push_stream(&mut outputs, *stream, text),
-            Item::Message(_) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item))]))),
+            Item::Message(_) | Item::Listing { .. } | Item::Timing(_) | Item::Bench(_) | Item::Autotune(_) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item))]))),
             Item::Defined { .. } => {}
         }
     }

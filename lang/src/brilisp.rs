@@ -189,7 +189,7 @@ fn check_set(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp]) -> 
         return Some(Stmt::Expr(value));
     }
     if value.ty != ty {
-        checker.error(type_error(value_form.span, format!("`{name}` is set as `{ty}`, but the value is `{}`", value.ty)).with_note("C-Lisp converts only with explicit casts, e.g. (fptosi e int)"));
+        checker.error(type_error(value_form.span, format!("`{name}` is set as `{ty}`, but the value is `{}`", value.ty)).with_note(crate::check::cast_note(&value.ty, &ty)));
         return None;
     }
     let local = checker.bind_variable(name, ty.clone());

@@ -12,6 +12,14 @@ use crate::types::{parse_addrspace, parse_type, scalar_type_name, Signature, Ty,
 
 const MAX_ERRORS: usize = 20;
 
+/// The largest global or top-level value in bytes: the session holds globals in its memory and
+/// copies a top-level value out to print it.
+pub(crate) const MAX_VALUE_BYTES: u64 = 1 << 30;
+
+/// The largest local variable or by-value parameter in bytes: they live in the frame, and
+/// compiled code runs on a 64 MiB stack.
+pub(crate) const MAX_LOCAL_BYTES: u64 = 16 << 20;
+
 /// How deeply statements and expressions may nest. Checking and code generation recurse over
 /// the tree, and the caller's thread (a REPL's main thread, 8 MiB) must not run out of stack:
 /// a debug build needs about 16 KiB per level for both.
@@ -232,6 +240,8 @@ pub(crate) struct TypedCell {
     /// The finished body of every `define-inline` function the cell's code calls, directly or
     /// through other inline functions: codegen emits a private copy of each into the module.
     pub inline_bodies: HashMap<String, Rc<FunctionDef>>,
+    /// Where the cell's inline assembly is, to point at when the assembler rejects it.
+    pub asm_spans: Vec<Span>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -332,7 +342,28 @@ fn arity(span: Span, message: impl Into<String>) -> Diagnostic {
     Diagnostic::error(Kind::Arity, message).with_label(span, "")
 }
 
-const CAST_NOTE: &str = "C-Lisp converts only with explicit casts, e.g. (fptosi e int)";
+/// The note after a type mismatch: the cast that converts `found` to `wanted`, if one does.
+pub(crate) fn cast_note(found: &Ty, wanted: &Ty) -> String {
+    let cast = match (found, wanted) {
+        (Ty::Int(from), Ty::Int(to)) if from < to => Some("sext"),
+        (Ty::Int(_), Ty::Int(_)) => Some("trunc"),
+        (Ty::Bool, Ty::Int(_)) => Some("zext"),
+        (Ty::Int(_), Ty::Bool) => Some("trunc"),
+        (Ty::Float, Ty::Double) => Some("fpext"),
+        (Ty::Double, Ty::Float) => Some("fptrunc"),
+        (Ty::Int(_), Ty::Float | Ty::Double) => Some("sitofp"),
+        (Ty::Float | Ty::Double, Ty::Int(_)) => Some("fptosi"),
+        (Ty::Int(_), Ty::Ptr(..)) => Some("inttoptr"),
+        (Ty::Ptr(..), Ty::Int(_)) => Some("ptrtoint"),
+        (Ty::Ptr(_, a), Ty::Ptr(_, b)) if a == b => Some("bitcast"),
+        (Ty::Ptr(..), Ty::Ptr(..)) => Some("addrspacecast"),
+        _ => None,
+    };
+    match cast {
+        Some(cast) => format!("C-Lisp converts only with explicit casts, e.g. ({cast} e {wanted})"),
+        None => "C-Lisp converts only with explicit casts, and none converts these types".to_string(),
+    }
+}
 
 /// The parts of a function head `((NAME RET) (P T)… [...])`.
 struct Prototype<'f> {
@@ -476,15 +507,20 @@ impl<'a> CellChecker<'a> {
             }
         }
         self.reject_struct_cycles();
-        let mut declared: HashMap<String, (Signature, Span)> = HashMap::new();
         for form in forms {
             match form.head() {
                 Some("define-global") => self.collect_global(form),
                 Some("declare") => self.collect_top_declare(form),
-                Some(head) if define_attributes(head).is_some() => self.collect_function(form, &mut declared),
-                Some("define-kernel" | "define-shared") => {}
                 _ => {}
             }
+        }
+        // Definitions before declarations: a forward declaration of a function the cell defines
+        // (before or after it) is checked against the definition, not taken as an extern.
+        let functions: Vec<&Sexp> = forms.iter().copied().filter(|form| form.head().is_some_and(|head| define_attributes(head).is_some())).collect();
+        let (definitions, declarations): (Vec<&Sexp>, Vec<&Sexp>) = functions.into_iter().partition(|form| form.list().is_some_and(|items| items.len() > 2));
+        let mut declared: HashMap<String, (Signature, Span)> = HashMap::new();
+        for form in definitions.into_iter().chain(declarations) {
+            self.collect_function(form, &mut declared);
         }
     }
 
@@ -532,43 +568,69 @@ impl<'a> CellChecker<'a> {
     fn reject_struct_cycles(&mut self) {
         let mut cyclic = Vec::new();
         for structure in &self.cell.structs {
-            let mut path = Vec::new();
-            if self.contains_by_value(&Ty::Struct(structure.name.as_str().into()), &structure.name, &mut path, true) {
-                cyclic.push((structure.name.clone(), structure.span, path));
+            let fields = structure.fields.clone().unwrap_or_default();
+            let mut visited = BTreeSet::new();
+            if fields.iter().any(|(_, field)| self.contains_by_value(field, &structure.name, &mut visited)) {
+                cyclic.push((structure.name.clone(), structure.span));
             }
         }
-        for (name, span, path) in cyclic {
-            let chain: Vec<String> = std::iter::once(name.clone()).chain(path).collect();
-            self.error(type_error(span, format!("struct `{name}` contains itself by value ({})", chain.join(" → "))).with_note("use a pointer: (ptr (struct NAME))"));
+        for (name, span) in cyclic {
+            self.error(type_error(span, format!("struct `{name}` contains itself by value, through its fields")).with_note("use a pointer: (ptr (struct NAME))"));
             self.cell.structs.retain(|structure| structure.name != name);
         }
     }
 
-    fn contains_by_value(&self, ty: &Ty, target: &str, path: &mut Vec<String>, start: bool) -> bool {
+    fn contains_by_value(&self, ty: &Ty, target: &str, visited: &mut BTreeSet<String>) -> bool {
         match ty {
-            Ty::Arr(_, element) => self.contains_by_value(element, target, path, false),
-            Ty::Struct(name) if !start && &**name == target => true,
+            Ty::Arr(_, element) => self.contains_by_value(element, target, visited),
+            Ty::Struct(name) if &**name == target => true,
             Ty::Struct(name) => {
-                if path.len() > 64 || (!start && path.iter().any(|seen| seen == &**name)) {
+                if !visited.insert(name.to_string()) {
                     return false;
                 }
                 let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
-                for (_, field) in &fields {
-                    let inner = field_struct_name(field);
-                    if let Some(inner) = &inner {
-                        path.push(inner.clone());
-                    }
-                    if self.contains_by_value(field, target, path, false) {
-                        return true;
-                    }
-                    if inner.is_some() {
-                        path.pop();
-                    }
-                }
-                false
+                fields.iter().any(|(_, field)| self.contains_by_value(field, target, visited))
             }
             _ => false,
         }
+    }
+
+    /// Size and alignment of a type in bytes, as LLVM lays it out for x86-64; saturating, and
+    /// safe on the struct cycles `reject_struct_cycles` reports.
+    fn layout_of(&self, ty: &Ty, depth: usize) -> (u64, u64) {
+        match ty {
+            Ty::Bool | Ty::Int(8) => (1, 1),
+            Ty::Int(16) => (2, 2),
+            Ty::Int(32) | Ty::Float => (4, 4),
+            Ty::Int(_) | Ty::Double | Ty::Ptr(..) => (8, 8),
+            Ty::Void => (0, 1),
+            _ if depth > MAX_NESTING => (u64::MAX, 1),
+            Ty::Arr(length, element) => {
+                let (size, align) = self.layout_of(element, depth + 1);
+                (size.saturating_mul(*length), align)
+            }
+            Ty::Struct(name) => {
+                let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+                let (mut offset, mut max_align) = (0u64, 1u64);
+                for (_, field) in &fields {
+                    let (size, align) = self.layout_of(field, depth + 1);
+                    offset = offset.checked_next_multiple_of(align).unwrap_or(u64::MAX).saturating_add(size);
+                    max_align = max_align.max(align);
+                }
+                (offset.checked_next_multiple_of(max_align).unwrap_or(u64::MAX), max_align)
+            }
+        }
+    }
+
+    /// Reports a value too large for where it lives (`what`), against `limit` bytes.
+    fn require_size(&mut self, ty: &Ty, span: Span, what: &str, limit: u64) -> bool {
+        let (size, _) = self.layout_of(ty, 0);
+        if size > limit {
+            let note = if limit == MAX_LOCAL_BYTES { "locals live on the 64 MiB stack: use a global, or memory from malloc" } else { "use memory from malloc, and pointers" };
+            self.error(Diagnostic::error(Kind::Limit, format!("{what} of type `{ty}` takes {size} bytes, more than the {limit} allowed")).with_label(span, "").with_note(note));
+            return false;
+        }
+        true
     }
 
     /// Reports a by-value use of an opaque struct (directly or as array elements): such a value
@@ -614,7 +676,7 @@ impl<'a> CellChecker<'a> {
             self.error(type_error(items[1].span, "a global cannot be `void`"));
             return;
         }
-        if !self.require_sized(&ty, items[1].span, "a global") {
+        if !self.require_sized(&ty, items[1].span, "a global") || !self.require_size(&ty, items[1].span, "a global", MAX_VALUE_BYTES) {
             return;
         }
         let init = match items.get(2) {
@@ -706,11 +768,12 @@ impl<'a> CellChecker<'a> {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return;
         }
-        if !self.require_sized(&ty, items[2].span, "a variable") {
+        if !self.require_sized(&ty, items[2].span, "a variable") || !self.require_size(&ty, items[2].span, "a global", MAX_VALUE_BYTES) {
             return;
         }
-        // The same type again keeps the value; another type replaces the global.
-        let keep = self.env.globals.get(name).is_some_and(|existing| existing.ty == ty);
+        // The same type again keeps the value; another type (or a layout this cell changes)
+        // replaces the global.
+        let keep = self.env.globals.get(name).is_some_and(|existing| existing.ty == ty) && !self.layout_changes_here(&ty, 0);
         self.overlay.globals.insert(name.to_string(), GlobalEntry { ty: ty.clone() });
         self.cell.globals.push(GlobalDef { name: name.to_string(), ty, init: if keep { None } else { Some(Constant::Zero) }, span: form.span });
     }
@@ -730,13 +793,13 @@ impl<'a> CellChecker<'a> {
                     self.error(type_error(ty_form.span, "a parameter cannot be `void`"));
                     ok = false;
                 }
-                Some(ty) if !self.require_sized(&ty, ty_form.span, "a parameter") => ok = false,
+                Some(ty) if !self.require_sized(&ty, ty_form.span, "a parameter") || !self.require_size(&ty, ty_form.span, "a parameter", MAX_LOCAL_BYTES) => ok = false,
                 Some(ty) => params.push(ty),
                 None => ok = false,
             }
         }
         if let Some(ret_ty) = &ret {
-            if !self.require_sized(&ret_ty.clone(), prototype.ret.span, "a result") {
+            if !self.require_sized(&ret_ty.clone(), prototype.ret.span, "a result") || !self.require_size(&ret_ty.clone(), prototype.ret.span, "a result", MAX_LOCAL_BYTES) {
                 ok = false;
             }
         }
@@ -912,6 +975,9 @@ impl<'a> CellChecker<'a> {
             (vec![body_checker.check_stmt(form)?], None)
         } else {
             let expr = body_checker.check_expr(form)?;
+            if !body_checker.cell.require_size(&expr.ty, form.span, "a top-level value", MAX_VALUE_BYTES) {
+                return None;
+            }
             let value = expr.ty.is_value().then(|| expr.ty.clone());
             (vec![Stmt::Expr(expr)], value)
         };
@@ -991,38 +1057,135 @@ impl<'a> CellChecker<'a> {
                 changed.insert(format!("struct:{}", structure.name));
             }
         }
+        self.relayout_containers(&mut changed);
         if changed.is_empty() {
             return;
         }
-        let mut dependents: Vec<(String, Rc<FunctionDef>)> = self
-            .env
-            .functions
-            .iter()
-            .filter(|(name, _)| !self.overlay.defined_here.contains_key(*name))
-            .filter_map(|(name, entry)| match &entry.kind {
-                FunctionKind::Defined(def) if entry.invalidated.is_none() && def.uses.iter().any(|used| changed.contains(used)) => Some((name.clone(), def.clone())),
-                _ => None,
-            })
-            .collect();
-        dependents.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, def) in dependents {
-            let errors_before = self.errors.len();
-            let rechecked = self.check_function(&def.source);
-            let new_errors: Vec<Diagnostic> = self.errors.drain(errors_before..).collect();
-            match rechecked {
-                Some(function) if new_errors.is_empty() => self.cell.recompiled.push(function),
-                _ => {
-                    let cause = changed.iter().find(|used| def.uses.contains(*used)).map(|used| used.split_once(':').map_or(used.as_str(), |(_, name)| name)).unwrap_or("a definition").to_string();
-                    let mut warning = Diagnostic::warning(Kind::Type, format!("`{name}` no longer type-checks after the redefinition of `{cause}` and is invalidated")).with_note(format!("redefine `{name}` to use it again"));
-                    // Point at the call sites that no longer check, the first one primary.
-                    for (index, error) in new_errors.iter().take(3).enumerate() {
-                        if let Some(label) = error.labels.first() {
-                            warning = if index == 0 { warning.with_label(label.span, error.message.clone()) } else { warning.with_secondary(label.span, error.message.clone()) };
-                        }
-                    }
-                    self.cell.warnings.push(warning);
-                    self.cell.invalidated.push(Invalidation { name, message: format!("`{cause}` (cell {cell_label})"), span: def.span });
+        // Recompiling an inline function changes the code its callers inline, so dependents
+        // are re-checked until nothing more changes.
+        let mut done: BTreeSet<String> = BTreeSet::new();
+        let mut broken_inline: HashMap<String, String> = HashMap::new();
+        loop {
+            let mut dependents: Vec<(String, Rc<FunctionDef>)> = self
+                .env
+                .functions
+                .iter()
+                .filter(|(name, _)| !self.overlay.defined_here.contains_key(*name) && !done.contains(*name))
+                .filter_map(|(name, entry)| match &entry.kind {
+                    FunctionKind::Defined(def) if entry.invalidated.is_none() && def.uses.iter().any(|used| changed.contains(used)) => Some((name.clone(), def.clone())),
+                    _ => None,
+                })
+                .collect();
+            if dependents.is_empty() {
+                break;
+            }
+            dependents.sort_by(|a, b| a.0.cmp(&b.0));
+            for (name, def) in dependents {
+                done.insert(name.clone());
+                self.recheck_dependent(name, &def, cell_label, &mut changed, &mut broken_inline);
+            }
+        }
+    }
+
+    /// Whether the cell redefines, with other fields, a struct that `ty` holds by value
+    /// (directly, in arrays, or in the fields of structs it holds).
+    fn layout_changes_here(&self, ty: &Ty, depth: usize) -> bool {
+        match ty {
+            _ if depth > MAX_NESTING => false,
+            Ty::Arr(_, element) => self.layout_changes_here(element, depth + 1),
+            Ty::Struct(name) => {
+                let here = self.overlay.structs.get(&**name);
+                let changed = here.is_some_and(|entry| self.env.structs.get(&**name).is_some_and(|old| old.fields != entry.fields));
+                let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+                changed || fields.iter().any(|(_, field)| self.layout_changes_here(field, depth + 1))
+            }
+            _ => false,
+        }
+    }
+
+    /// A struct whose layout changed changes the layout of every struct that holds it by value,
+    /// and of every global that does: such structs are defined again in this cell (same fields,
+    /// new layout), and such globals are made again, zeroed, since their storage no longer fits.
+    fn relayout_containers(&mut self, changed: &mut BTreeSet<String>) {
+        let mut changed_structs: Vec<(String, Span)> = self.cell.structs.iter().filter(|structure| changed.contains(&format!("struct:{}", structure.name))).map(|structure| (structure.name.clone(), structure.span)).collect();
+        if changed_structs.is_empty() {
+            return;
+        }
+        let mut env_structs: Vec<(&String, &StructEntry)> = self.env.structs.iter().collect();
+        env_structs.sort_by(|a, b| a.0.cmp(b.0));
+        loop {
+            let mut grown = false;
+            for (name, entry) in &env_structs {
+                if self.overlay.structs.contains_key(*name) || changed.contains(&format!("struct:{name}")) {
+                    continue;
                 }
+                let fields = entry.fields.clone().unwrap_or_default();
+                let cause = changed_structs.iter().find(|(inner, _)| fields.iter().any(|(_, ty)| holds_by_value(ty, inner))).cloned();
+                if let Some((_, span)) = cause {
+                    self.cell.structs.push(StructDef { name: (*name).clone(), fields: entry.fields.clone(), span });
+                    changed.insert(format!("struct:{name}"));
+                    changed_structs.push(((*name).clone(), span));
+                    grown = true;
+                }
+            }
+            if !grown {
+                break;
+            }
+        }
+        let mut globals: Vec<(&String, &GlobalEntry)> = self.env.globals.iter().filter(|(name, _)| !self.overlay.globals.contains_key(*name)).collect();
+        globals.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, global) in globals {
+            let Some((inner, span)) = changed_structs.iter().find(|(inner, _)| holds_by_value(&global.ty, inner)) else { continue };
+            self.cell.warnings.push(Diagnostic::warning(Kind::Type, format!("the global `{name}` holds a `(struct {inner})`, whose layout changed: it is made again, zeroed")).with_label(*span, ""));
+            self.cell.globals.push(GlobalDef { name: name.clone(), ty: global.ty.clone(), init: Some(Constant::Zero), span: *span });
+            changed.insert(format!("global:{name}"));
+        }
+    }
+
+    /// Re-checks one session function after a change it depends on: recompiled if it still
+    /// type-checks, invalidated (with a warning at the call sites) otherwise.
+    /// `broken_inline` maps the inline functions invalidated so far (`fn:NAME`) to the name
+    /// whose redefinition caused it.
+    fn recheck_dependent(&mut self, name: String, def: &Rc<FunctionDef>, cell_label: &str, changed: &mut BTreeSet<String>, broken_inline: &mut HashMap<String, String>) {
+        let cause_of = |used: &String| used.split_once(':').map_or(used.as_str(), |(_, name)| name).to_string();
+        // A caller of an inline function that was just invalidated holds a copy of a body that
+        // no longer type-checks: (the inline function, the root cause).
+        let inlined_broken = def.uses.iter().find_map(|used| broken_inline.get(used).map(|root| (cause_of(used), root.clone())));
+        let errors_before = self.errors.len();
+        let rechecked = if inlined_broken.is_some() { None } else { self.check_function(&def.source) };
+        let new_errors: Vec<Diagnostic> = self.errors.drain(errors_before..).collect();
+        match rechecked {
+            Some(function) if new_errors.is_empty() => {
+                if function.inline || def.inline {
+                    changed.insert(format!("fn:{name}"));
+                }
+                self.cell.recompiled.push(function);
+            }
+            _ => {
+                let cause = match &inlined_broken {
+                    Some((_, root)) => root.clone(),
+                    None => changed.iter().find(|used| def.uses.contains(*used)).map(cause_of).unwrap_or_else(|| "a definition".to_string()),
+                };
+                let headline = match &inlined_broken {
+                    Some((inlined, _)) => format!("`{name}` inlines `{inlined}`, which the redefinition of `{cause}` invalidated, and is invalidated too"),
+                    None => format!("`{name}` no longer type-checks after the redefinition of `{cause}` and is invalidated"),
+                };
+                let mut warning = Diagnostic::warning(Kind::Type, headline).with_note(format!("redefine `{name}` to use it again"));
+                // Point at the call sites that no longer check, the first one primary.
+                for (index, error) in new_errors.iter().take(3).enumerate() {
+                    if let Some(label) = error.labels.first() {
+                        warning = if index == 0 { warning.with_label(label.span, error.message.clone()) } else { warning.with_secondary(label.span, error.message.clone()) };
+                    }
+                }
+                if new_errors.is_empty() {
+                    warning = warning.with_label(def.span, "");
+                }
+                if def.inline {
+                    broken_inline.insert(format!("fn:{name}"), cause.clone());
+                    changed.insert(format!("fn:{name}"));
+                }
+                self.cell.warnings.push(warning);
+                self.cell.invalidated.push(Invalidation { name, message: format!("`{cause}` (cell {cell_label})"), span: def.span });
             }
         }
     }
@@ -1095,12 +1258,12 @@ fn contains_break(body: &[Stmt]) -> bool {
     })
 }
 
-/// The struct a field holds by value, directly or as array elements.
-fn field_struct_name(ty: &Ty) -> Option<String> {
+/// Whether a value of type `ty` contains a `(struct name)` by value (not through a pointer).
+fn holds_by_value(ty: &Ty, name: &str) -> bool {
     match ty {
-        Ty::Struct(name) => Some(name.to_string()),
-        Ty::Arr(_, element) => field_struct_name(element),
-        _ => None,
+        Ty::Struct(own) => &**own == name,
+        Ty::Arr(_, element) => holds_by_value(element, name),
+        _ => false,
     }
 }
 
@@ -1172,7 +1335,7 @@ pub(crate) fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic>
             make(ExprKind::Float(*value as f32 as f64))
         }
         (SexpKind::Float(value), Ty::Double) => make(ExprKind::Float(*value)),
-        (SexpKind::Float(_), Ty::Int(_)) => Err(type_error(span, format!("a float literal cannot be `{ty}`")).with_note("convert with (fptosi e TYPE)")),
+        (SexpKind::Float(_), Ty::Int(_)) => Err(type_error(span, format!("a float literal cannot be `{ty}`")).with_note(format!("convert with (fptosi e {ty})"))),
         _ => Err(type_error(span, format!("`{literal}` is not a literal of type `{ty}`"))),
     }
 }
@@ -1363,7 +1526,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return None;
         }
-        if !self.cell.require_sized(&ty, items[2].span, "a variable") {
+        if !self.cell.require_sized(&ty, items[2].span, "a variable") || !self.cell.require_size(&ty, items[2].span, "a local variable", MAX_LOCAL_BYTES) {
             return None;
         }
         self.declare_local(name, ty, items[1].span).map(Stmt::Declare)
@@ -1435,7 +1598,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                     return None;
                 }
                 if value.ty != self.ret {
-                    self.error(type_error(value.span, format!("`{}` returns `{}`, found `{}`", self.name, self.ret, value.ty)).with_note(CAST_NOTE));
+                    self.error(type_error(value.span, format!("`{}` returns `{}`, found `{}`", self.name, self.ret, value.ty)).with_note(cast_note(&value.ty, &self.ret)));
                     return None;
                 }
                 Some(Stmt::Ret(Some(value)))
@@ -1533,12 +1696,24 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 self.error(syntax(span, format!("`{name}` is a statement and has no value")));
                 None
             }
+            "ptr" | "arr" | "struct" | "void" | "gpu-buf" | "addrspace" => {
+                self.error(syntax(span, format!("`{form}` is a type, not an expression")).with_note("types appear in declarations, casts and (alloc TYPE N); typed literals are (int64 5)"));
+                None
+            }
+            "quasiquote" | "unquote" | "unquote-splicing" => {
+                self.error(syntax(span, format!("`{name}` left in C-Lisp code")).with_note("C-Lisp code is already quasiquoted; backquotes pass templates to Rhai"));
+                None
+            }
             "tid.x" | "tid.y" | "tid.z" | "bid.x" | "bid.y" | "bid.z" | "bdim.x" | "bdim.y" | "bdim.z" | "gdim.x" | "gdim.y" | "gdim.z" | "__syncthreads" | "syncthreads" => {
                 self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is only available in device code (kernels)")).with_label(span, ""));
                 None
             }
             "gpu-alloc" | "gpu-free" | "gpu-len" | "gpu-copy" | "launch" => {
                 self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` needs Quasi's GPU support, which this build does not have yet")).with_label(span, ""));
+                None
+            }
+            _ if name.starts_with("define-") && define_attributes(name).is_none() && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") => {
+                self.error(syntax(head.span, format!("`{name}` is not a definition form")).with_note("definitions are define, define-inline, define-brilisp, define-inline-brilisp, define-struct, define-global"));
                 None
             }
             _ if define_attributes(name).is_some() || matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared" | "c-lisp" | "cuda-lisp") => {
@@ -1607,9 +1782,8 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 }
             } else if lt.is_int() && rt.is_int() && matches!(op, BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_)) && same {
                 error = error.with_note(format!("for integers use `{}`", &name[1..]));
-            } else if same {
-            } else {
-                error = error.with_note(CAST_NOTE);
+            } else if !same && lt.is_value() && rt.is_value() {
+                error = error.with_note(cast_note(rt, lt));
             }
             self.error(error);
             return None;
@@ -1719,7 +1893,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 Some(Expr { kind: ExprKind::Cast(CastOp::AddrSpaceCast, Box::new(value)), ty: ty.clone(), span })
             }
             _ => {
-                self.error(type_error(value.span, format!("`{name}` is `{ty}`, but the value is `{}`", value.ty)).with_note(CAST_NOTE));
+                self.error(type_error(value.span, format!("`{name}` is `{ty}`, but the value is `{}`", value.ty)).with_note(cast_note(&value.ty, ty)));
                 None
             }
         }
@@ -1808,7 +1982,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let pointer = values.pop()?;
         let ty = self.pointer_operand("store", &pointer)?;
         if ty != value.ty {
-            self.error(type_error(value.span, format!("`store` through `{}` needs a `{ty}` value, found `{}`", pointer.ty, value.ty)).with_note(CAST_NOTE));
+            self.error(type_error(value.span, format!("`store` through `{}` needs a value of type `{ty}`, found `{}`", pointer.ty, value.ty)).with_note(cast_note(&value.ty, &ty)));
             return None;
         }
         Some(Expr { kind: ExprKind::Store(Box::new(pointer), Box::new(value)), ty, span: form.span })
@@ -1816,7 +1990,8 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
 
     fn check_index(&mut self, name: &str, index: &Expr) -> bool {
         if !index.ty.is_int() {
-            self.error(type_error(index.span, format!("the offset of `{name}` must be an integer, found `{}`", index.ty)));
+            let what = if name == "alloc" { "count" } else { "offset" };
+            self.error(type_error(index.span, format!("the {what} of `{name}` must be an integer, found `{}`", index.ty)));
             return false;
         }
         true
@@ -1937,20 +2112,22 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     }
 
     fn field_index(&mut self, form: &Sexp, aggregate: &Ty, index_form: &Sexp) -> Option<(u32, Ty)> {
+        let op = form.head().unwrap_or("extractvalue");
+        if !matches!(aggregate, Ty::Struct(_) | Ty::Arr(..)) {
+            self.error(type_error(form.span, format!("`{op}` needs a struct or array value, found `{aggregate}`")));
+            return None;
+        }
         let SexpKind::Int(index) = index_form.kind else {
-            self.error(type_error(index_form.span, "the index must be an integer literal"));
+            self.error(type_error(index_form.span, format!("the index of `{op}` must be an integer literal, found `{index_form}`")).with_note("fields are numbered from 0; by name, use (sptradd POINTER FIELD)"));
             return None;
         };
         let element = match aggregate {
             Ty::Struct(name) => {
-                let fields = self.cell.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
-                usize::try_from(index).ok().and_then(|index| fields.get(index)).map(|(_, ty)| ty.clone())
+                let fields = self.struct_fields(name);
+                usize::try_from(index).ok().and_then(|index| fields.get(index).cloned())
             }
             Ty::Arr(length, element) => (index >= 0 && (index as u64) < *length).then(|| (**element).clone()),
-            other => {
-                self.error(type_error(form.span, format!("needs a struct or array value, found `{other}`")));
-                return None;
-            }
+            _ => None,
         };
         match element {
             Some(ty) => Some((index as u32, ty)),
@@ -1980,7 +2157,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let value = self.check_expr(value_form)?;
         let (index, field_ty) = self.field_index(form, &aggregate.ty.clone(), index_form)?;
         if value.ty != field_ty {
-            self.error(type_error(value.span, format!("field {index} is `{field_ty}`, found `{}`", value.ty)));
+            self.error(type_error(value.span, format!("element {index} of `{}` is `{field_ty}`, found `{}`", aggregate.ty, value.ty)).with_note(cast_note(&value.ty, &field_ty)));
             return None;
         }
         let ty = aggregate.ty.clone();
@@ -2012,22 +2189,26 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let fixed = signature.params.len();
         if args.len() < fixed || (!signature.variadic && args.len() != fixed) {
             let expected = if signature.variadic { format!("at least {fixed}") } else { fixed.to_string() };
-            self.error(arity(form.span, format!("`{name}` takes {expected} argument{}, found {}", if fixed == 1 && !signature.variadic { "" } else { "s" }, args.len())).with_note(format!("{name} : {signature}")));
+            self.error(arity(form.span, format!("`{name}` takes {expected} argument{}, found {}", if fixed == 1 { "" } else { "s" }, args.len())).with_note(format!("{name} : {signature}")));
             return None;
         }
         let mut ok = true;
         for (index, arg) in args.iter().enumerate() {
             match signature.params.get(index) {
                 Some(param) if *param != arg.ty => {
-                    let param_name = entry.param_names.get(index).cloned().unwrap_or_default();
-                    self.error(type_error(arg.span, format!("argument {} of `{name}` (`{param_name}`) must be `{param}`, found `{}`", index + 1, arg.ty)).with_note(CAST_NOTE));
+                    let param_name = entry.param_names.get(index).filter(|param_name| !param_name.is_empty()).map(|param_name| format!(" (`{param_name}`)")).unwrap_or_default();
+                    let mut error = type_error(arg.span, format!("argument {} of `{name}`{param_name} must be `{param}`, found `{}`", index + 1, arg.ty));
+                    if arg.ty.is_value() {
+                        error = error.with_note(cast_note(&arg.ty, param));
+                    }
+                    self.error(error);
                     ok = false;
                 }
                 Some(_) => {}
                 None => {
                     let allowed = matches!(arg.ty, Ty::Int(32) | Ty::Int(64) | Ty::Double | Ty::Ptr(..));
                     if !allowed {
-                        let hint = match arg.ty { Ty::Float => " (widen with (fpext x double))", Ty::Int(_) | Ty::Bool => " (widen with (sext x int))", _ => "" };
+                        let hint = match arg.ty { Ty::Float => " (widen with (fpext x double))", Ty::Int(_) => " (widen with (sext x int))", Ty::Bool => " (widen with (zext x int))", _ => "" };
                         self.error(type_error(arg.span, format!("a variadic argument must be `int`, `int64`, `double` or a pointer, found `{}`{hint}", arg.ty)));
                         ok = false;
                     }
@@ -2087,18 +2268,28 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         };
         let declared = if typed { Some(self.ty(&operands[0])?) } else { None };
+        let template_span = template.span;
         let (SexpKind::Str(template), SexpKind::Str(constraints_bytes)) = (&template.kind, &constraints.kind) else {
             self.error(syntax(form.span, shape).with_note("the template and the constraints are string literals"));
             return None;
         };
         let constraints_text = String::from_utf8_lossy(constraints_bytes).to_string();
-        let parts: Vec<&str> = if constraints_text.is_empty() { Vec::new() } else { constraints_text.split(',').map(str::trim).collect() };
-        if parts.iter().any(|part| part.starts_with('+')) {
-            self.error(syntax(constraints.span, "`+` (read-write) constraints are not supported").with_note("use an output `=r` and a tied input `0`"));
+        // LLVM reports malformed templates and constraints with a fatal error that would end
+        // the process, so they are checked here.
+        let operands = match parse_asm_constraints(&constraints_text) {
+            Ok(operands) => operands,
+            Err(message) => {
+                self.error(syntax(constraints.span, format!("bad inline assembly constraints `{constraints_text}`: {message}")).with_note(ASM_CONSTRAINTS_NOTE));
+                return None;
+            }
+        };
+        let template_text = String::from_utf8_lossy(template).to_string();
+        if let Err(message) = check_asm_template(&template_text, operands.len()) {
+            self.error(syntax(template_span, format!("bad inline assembly template: {message}")).with_note("operands are $0, $1…, or ${0:k} with a modifier; $$ is a dollar sign"));
             return None;
         }
-        let outputs = parts.iter().filter(|part| part.starts_with('=')).count();
-        let inputs = parts.iter().filter(|part| !part.starts_with('=') && !part.starts_with('~')).count();
+        let outputs = operands.iter().filter(|operand| operand.output).count();
+        let inputs = operands.len() - outputs;
         let ty = match (declared, expected) {
             (Some(ty), _) => ty,
             (None, _) if outputs == 0 => Ty::Void,
@@ -2137,8 +2328,156 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(type_error(arg.span, format!("an inline assembly input must be a scalar, found `{}`", arg.ty)).with_note("pass fields with (extractvalue s k)"));
             return None;
         }
-        Some(Expr { kind: ExprKind::Asm { template: String::from_utf8_lossy(template).to_string(), constraints: constraints_text, args }, ty, span: form.span })
+        let output_types: Vec<Ty> = match &ty {
+            Ty::Void => Vec::new(),
+            Ty::Struct(name) => self.struct_fields(name),
+            other => vec![other.clone()],
+        };
+        for (operand, arg) in operands.iter().filter(|operand| !operand.output).zip(&args) {
+            if operand.immediate && !matches!(arg.kind, ExprKind::Int(_)) {
+                self.error(type_error(arg.span, format!("the constraint `{}` needs an integer literal", operand.text)));
+                return None;
+            }
+            if let Some(tied) = operand.tied {
+                match output_types.get(tied) {
+                    Some(output) if *output == arg.ty => {}
+                    Some(output) => {
+                        self.error(type_error(arg.span, format!("this input is tied to output {tied}, of type `{output}`, but is `{}`", arg.ty)).with_note(cast_note(&arg.ty, output)));
+                        return None;
+                    }
+                    None => {
+                        self.error(syntax(constraints.span, format!("the constraint `{}` ties an input to output {tied}, which does not exist", operand.text)));
+                        return None;
+                    }
+                }
+            }
+        }
+        self.cell.cell.asm_spans.push(form.span);
+        Some(Expr { kind: ExprKind::Asm { template: template_text, constraints: constraints_text, args }, ty, span: form.span })
     }
+}
+
+const ASM_CONSTRAINTS_NOTE: &str = "outputs (=r, =x, ={eax}…) come first, then inputs (r, x, m, i, g, a tied 0…), then clobbers (~{memory}…)";
+
+/// One operand constraint of inline assembly.
+#[derive(Debug, PartialEq)]
+struct AsmOperand {
+    text: String,
+    output: bool,
+    /// The output a tied input (`0`) shares its register with.
+    tied: Option<usize>,
+    /// Only immediates fit (`i`, `n`): the argument must be a literal.
+    immediate: bool,
+}
+
+/// Reads an x86-64 constraint string (`=r,=x,r,0,~{memory}`) into its operands, accepting a
+/// conservative subset of what LLVM knows: outputs, then inputs, then clobbers.
+fn parse_asm_constraints(text: &str) -> Result<Vec<AsmOperand>, String> {
+    let mut operands: Vec<AsmOperand> = Vec::new();
+    let mut seen_input = false;
+    let mut seen_clobber = false;
+    if text.trim().is_empty() {
+        return Ok(operands);
+    }
+    for part in text.split(',').map(str::trim) {
+        if part.is_empty() {
+            return Err("an empty constraint".into());
+        }
+        if let Some(clobber) = part.strip_prefix('~') {
+            if !(clobber.starts_with('{') && clobber.ends_with('}') && clobber.len() > 2) {
+                return Err(format!("the clobber `{part}` is not `~{{NAME}}`"));
+            }
+            seen_clobber = true;
+            continue;
+        }
+        if seen_clobber {
+            return Err(format!("`{part}` comes after a clobber"));
+        }
+        if part.starts_with('+') {
+            return Err("`+` (read-write) constraints are not supported; use an output `=r` and a tied input `0`".into());
+        }
+        let output = part.starts_with('=');
+        let codes = part.trim_start_matches('=').trim_start_matches('&');
+        if output && seen_input {
+            return Err(format!("the output `{part}` comes after an input"));
+        }
+        if !output && part.contains('&') {
+            return Err(format!("`&` (early clobber) belongs to outputs, not `{part}`"));
+        }
+        seen_input |= !output;
+        let allowed = if output { "rqQRabcdSDAx" } else { "rqQRabcdSDAxmoginX" };
+        let mut tied = None;
+        let mut letters = String::new();
+        let mut rest = codes;
+        if rest.is_empty() {
+            return Err(format!("`{part}` names no register class"));
+        }
+        while let Some(character) = rest.chars().next() {
+            if character == '{' {
+                let end = rest.find('}').ok_or_else(|| format!("`{part}` has an unclosed register name"))?;
+                let register = &rest[1..end];
+                if register.is_empty() || !register.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    return Err(format!("`{part}` has a bad register name"));
+                }
+                rest = &rest[end + 1..];
+            } else if character.is_ascii_digit() && !output {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                let index: usize = digits.parse().map_err(|_| format!("`{part}` ties to a bad operand number"))?;
+                tied = Some(index);
+                rest = &rest[digits.len()..];
+            } else if allowed.contains(character) {
+                letters.push(character);
+                rest = &rest[1..];
+            } else {
+                return Err(format!("`{character}` in `{part}` is not a constraint Quasi accepts for {}", if output { "outputs" } else { "inputs" }));
+            }
+        }
+        let immediate = !letters.is_empty() && letters.chars().all(|letter| matches!(letter, 'i' | 'n')) && tied.is_none();
+        operands.push(AsmOperand { text: part.to_string(), output, tied, immediate });
+    }
+    Ok(operands)
+}
+
+/// Checks the `$` references of an inline assembly template against the operand count.
+fn check_asm_template(template: &str, operands: usize) -> Result<(), String> {
+    let bytes = template.as_bytes();
+    let mut position = 0;
+    let operand = |digits: &[u8]| -> Result<(), String> {
+        let text = std::str::from_utf8(digits).unwrap_or("");
+        match text.parse::<usize>() {
+            Ok(index) if index < operands => Ok(()),
+            Ok(index) => Err(format!("`${index}` refers to operand {index}, but there {} {operands}", if operands == 1 { "is" } else { "are" })),
+            Err(_) => Err("`$` must be followed by an operand number, `{`, or `$`".into()),
+        }
+    };
+    while position < bytes.len() {
+        if bytes[position] != b'$' {
+            position += 1;
+            continue;
+        }
+        position += 1;
+        match bytes.get(position) {
+            Some(b'$' | b'(' | b'|' | b')') => position += 1,
+            Some(b'{') => {
+                let close = template[position..].find('}').ok_or("`${` is never closed")? + position;
+                let inner = &template[position + 1..close];
+                let (number, modifier) = inner.split_once(':').unwrap_or((inner, ""));
+                operand(number.as_bytes())?;
+                if !modifier.is_empty() && !(modifier.len() == 1 && modifier.chars().all(|c| c.is_ascii_alphabetic())) {
+                    return Err(format!("`${{{inner}}}` has a bad modifier"));
+                }
+                position = close + 1;
+            }
+            _ => {
+                let start = position;
+                while bytes.get(position).is_some_and(u8::is_ascii_digit) {
+                    position += 1;
+                }
+                operand(&bytes[start..position])?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn binary_op(name: &str) -> Option<BinOp> {
@@ -2211,5 +2550,75 @@ fn cast_rule(op: CastOp) -> &'static str {
         CastOp::IntToPtr => "inttoptr converts an integer to a pointer",
         CastOp::Bitcast => "bitcast reinterprets a value of the same size: integer <-> float, or pointer <-> pointer in one address space",
         CastOp::AddrSpaceCast => "addrspacecast converts a pointer to another address space",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{expect, Expect};
+
+    fn constraints(input: &str, expected: Expect) {
+        let actual = match parse_asm_constraints(input) {
+            Ok(operands) => operands
+                .iter()
+                .map(|operand| format!("{}{}{}{}", operand.text, if operand.output { " out" } else { " in" }, operand.tied.map(|tied| format!(" tied {tied}")).unwrap_or_default(), if operand.immediate { " imm" } else { "" }))
+                .collect::<Vec<_>>()
+                .join("; "),
+            Err(message) => format!("error: {message}"),
+        };
+        expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn asm_constraints() {
+        constraints("", expect![[""]]);
+        constraints("=r,=x,r,0,i,~{memory}", expect![["=r out; =x out; r in; 0 in tied 0; i in imm"]]);
+        constraints("={eax},&r", expect![["error: `&` (early clobber) belongs to outputs, not `&r`"]]);
+        constraints("=&r,{ecx}", expect![["=&r out; {ecx} in"]]);
+        constraints("r,=r", expect![["error: the output `=r` comes after an input"]]);
+        constraints("=r,~{cc},r", expect![["error: `r` comes after a clobber"]]);
+        constraints("+r", expect![["error: `+` (read-write) constraints are not supported; use an output `=r` and a tied input `0`"]]);
+        constraints("=Z", expect![["error: `Z` in `=Z` is not a constraint Quasi accepts for outputs"]]);
+        constraints("=m", expect![["error: `m` in `=m` is not a constraint Quasi accepts for outputs"]]);
+        constraints("=r,", expect![["error: an empty constraint"]]);
+        constraints("~memory", expect![["error: the clobber `~memory` is not `~{NAME}`"]]);
+        constraints("={eax", expect![["error: `={eax` has an unclosed register name"]]);
+        constraints("=", expect![["error: `=` names no register class"]]);
+    }
+
+    fn template(input: &str, operands: usize, expected: Expect) {
+        let actual = match check_asm_template(input, operands) {
+            Ok(()) => "ok".to_string(),
+            Err(message) => message,
+        };
+        expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn asm_templates() {
+        template("movl $$42, $0", 1, expect![["ok"]]);
+        template("movl ${1:k}, $0; $(nop$)", 2, expect![["ok"]]);
+        template("movl $5, $0", 2, expect![["`$5` refers to operand 5, but there are 2"]]);
+        template("movl $x, $0", 1, expect![["`$` must be followed by an operand number, `{`, or `$`"]]);
+        template("ends with $", 1, expect![["`$` must be followed by an operand number, `{`, or `$`"]]);
+        template("${0", 1, expect![["`${` is never closed"]]);
+        template("${:uid}", 1, expect![["`$` must be followed by an operand number, `{`, or `$`"]]);
+        template("${0:kk}", 1, expect![["`${0:kk}` has a bad modifier"]]);
+    }
+
+    #[test]
+    fn intrinsic_names_lose_typed_pointer_manglings() {
+        assert_eq!(intrinsic_name("llvm.memcpy.p0i8.p0i8.i64"), "llvm.memcpy.p0.p0.i64");
+        assert_eq!(intrinsic_name("llvm.memset.p1i8.i32"), "llvm.memset.p1.i32");
+        assert_eq!(intrinsic_name("llvm.sqrt.f32"), "llvm.sqrt.f32");
+        assert_eq!(intrinsic_name("llvm.ptrmask.p0.i64"), "llvm.ptrmask.p0.i64");
+    }
+
+    #[test]
+    fn cast_notes_name_the_conversion() {
+        assert_eq!(cast_note(&Ty::Int(32), &Ty::Int(64)), "C-Lisp converts only with explicit casts, e.g. (sext e int64)");
+        assert_eq!(cast_note(&Ty::Float, &Ty::Double), "C-Lisp converts only with explicit casts, e.g. (fpext e double)");
+        assert_eq!(cast_note(&Ty::Bool, &Ty::Float), "C-Lisp converts only with explicit casts, and none converts these types");
     }
 }

@@ -172,9 +172,11 @@ fn zero_of(ty: BasicTypeEnum<'_>) -> BasicValueEnum<'_> {
     }
 }
 
-/// The symbol of the trap that stands in for an unresolved or invalidated function.
-pub(crate) fn trap_symbol(name: &str) -> String {
-    format!("{name}#trap")
+/// The symbol of the trap that stands in for an unresolved or invalidated function, made in
+/// the module `module_name`: each cell that declares or invalidates `name` makes its own, and
+/// symbols of linked cells must not collide.
+pub(crate) fn trap_symbol(name: &str, module_name: &str) -> String {
+    format!("{name}#trap.{module_name}")
 }
 
 pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, triple: &inkwell::targets::TargetTriple, cell: &TypedCell, module_name: &str, naming: &Naming<'_>) -> Result<CellModule<'ctx>> {
@@ -744,7 +746,8 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     fn emit_trap(&mut self, name: &str, code: u64, span: Span, detail: String) -> Result<()> {
-        let trap = self.module.add_function(&trap_symbol(name), self.context.void_type().fn_type(&[], false), Some(Linkage::External));
+        let symbol = trap_symbol(name, &self.module.get_name().to_string_lossy());
+        let trap = self.module.add_function(&symbol, self.context.void_type().fn_type(&[], false), Some(Linkage::External));
         let block = self.context.append_basic_block(trap, "entry");
         self.builder.position_at_end(block);
         let site = self.naming.first_site + self.fault_sites.len() as u32;

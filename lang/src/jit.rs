@@ -159,3 +159,43 @@ impl Drop for Jit {
         }
     }
 }
+
+/// Errors LLVM reports through a context while it compiles a cell: inline assembly the
+/// assembler rejects, registers it cannot allocate. Without a handler LLVM prints such an
+/// error and exits the process; with this one the session turns them into diagnostics.
+pub(crate) struct LlvmDiagnostics {
+    errors: std::sync::Mutex<Vec<String>>,
+}
+
+impl LlvmDiagnostics {
+    /// Routes `context`'s diagnostics here. The returned box must outlive the context's use.
+    pub fn install(context: &inkwell::context::Context) -> Box<LlvmDiagnostics> {
+        let sink = Box::new(LlvmDiagnostics { errors: std::sync::Mutex::new(Vec::new()) });
+        let pointer = &*sink as *const LlvmDiagnostics as *mut std::ffi::c_void;
+        // SAFETY: the context is live; `pointer` stays valid while the box lives, and the
+        // session keeps the box for as long as it uses the context.
+        unsafe { llvm_sys::core::LLVMContextSetDiagnosticHandler(context.raw(), Some(collect_diagnostic), pointer) };
+        sink
+    }
+
+    /// The errors reported since the last call.
+    pub fn take_errors(&self) -> Vec<String> {
+        self.errors.lock().map(|mut errors| std::mem::take(&mut *errors)).unwrap_or_default()
+    }
+}
+
+extern "C" fn collect_diagnostic(info: llvm_sys::prelude::LLVMDiagnosticInfoRef, sink: *mut std::ffi::c_void) {
+    // SAFETY: LLVM passes the live diagnostic and the pointer given in `install`, which points
+    // to a live `LlvmDiagnostics`; the description is a C string we own until disposed.
+    unsafe {
+        if llvm_sys::core::LLVMGetDiagInfoSeverity(info) != llvm_sys::LLVMDiagnosticSeverity::LLVMDSError {
+            return;
+        }
+        let description = llvm_sys::core::LLVMGetDiagInfoDescription(info);
+        let text = CStr::from_ptr(description).to_string_lossy().into_owned();
+        llvm_sys::core::LLVMDisposeMessage(description);
+        if let Ok(mut errors) = (*(sink as *const LlvmDiagnostics)).errors.lock() {
+            errors.push(text);
+        }
+    }
+}

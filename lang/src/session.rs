@@ -20,7 +20,7 @@ use crate::check::{self, Constant, Env, FunctionEntry, FunctionKind, GlobalEntry
 use crate::codegen::{self, CellModule, FaultSite, Naming};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{self, ExpansionSite, PendingPosition, SessionView, Stage};
-use crate::jit::{CellCode, Jit};
+use crate::jit::{CellCode, Jit, LlvmDiagnostics};
 use crate::reader::{self, SourceFile, SourceId, Span};
 use crate::run::{self, Fault, Runner};
 use crate::timing::{Phase, PhaseTimes};
@@ -127,6 +127,8 @@ pub struct Session {
     cells: Vec<CellCode>,
     jit: Jit,
     context: Context,
+    /// LLVM's errors about the context's code (after `context`, so it is dropped after it).
+    llvm_diagnostics: Box<LlvmDiagnostics>,
     machines: Vec<Option<TargetMachine>>,
     triple: TargetTriple,
     pub(crate) env: Env,
@@ -135,6 +137,8 @@ pub struct Session {
     /// One slot per function name, at a fixed address for the session's life.
     slots: HashMap<String, Box<AtomicUsize>>,
     globals: HashMap<String, GlobalStorage>,
+    /// Storage of globals that were replaced (retyped): freed with the session, not before.
+    retired_globals: Vec<GlobalStorage>,
     struct_names: HashMap<String, String>,
     used_symbols: HashSet<String>,
     symbol_counter: u64,
@@ -172,13 +176,16 @@ impl Session {
         let opt_level = config.opt_level.min(3);
         let interrupt = expand::new_interrupt_flag();
         let load_prelude = config.load_prelude;
+        let context = Context::create();
+        let llvm_diagnostics = LlvmDiagnostics::install(&context);
         let mut session = Session {
             config,
             opt_level,
             runner: Runner::new()?,
             cells: Vec::new(),
             jit,
-            context: Context::create(),
+            context,
+            llvm_diagnostics,
             machines: (0..4).map(|_| None).collect(),
             triple: TargetMachine::get_default_triple(),
             env: Env::default(),
@@ -186,6 +193,7 @@ impl Session {
             cell_count: 0,
             slots: HashMap::new(),
             globals: HashMap::new(),
+            retired_globals: Vec::new(),
             struct_names: HashMap::new(),
             used_symbols: HashSet::new(),
             symbol_counter: 0,
@@ -748,10 +756,16 @@ impl Session {
             if global.init.is_none() {
                 continue;
             }
-            self.symbol_counter += 1;
-            let symbol = format!("{}#g{}", global.name, self.symbol_counter);
             let overlay_structs = self.structs_with(cell);
             let (size, align) = value::size_align(&global.ty, &overlay_structs);
+            // A global defined again with its type keeps its storage (commit re-initialises it):
+            // code compiled earlier, and pointers the program holds, still refer to it.
+            let same_type = self.env.globals.get(&global.name).is_some_and(|existing| existing.ty == global.ty);
+            if same_type && self.globals.get(&global.name).is_some_and(|storage| storage.layout.size() >= size) {
+                continue;
+            }
+            self.symbol_counter += 1;
+            let symbol = format!("{}#g{}", global.name, self.symbol_counter);
             new_globals.push((global.name.clone(), GlobalStorage::new(symbol.clone(), size, align)));
             global_symbols.insert(global.name.clone(), symbol);
         }
@@ -773,6 +787,8 @@ impl Session {
         let level = self.opt_level;
         let target_data = self.machine(level).map_err(|error| vec![error])?.get_target_data();
         let machine = self.machines[level as usize].as_ref().ok_or_else(|| vec![internal("no target machine".into())])?;
+        // Errors left over from inspection commands belong to no cell.
+        self.llvm_diagnostics.take_errors();
         let codegen_start = Instant::now();
         let lowered = codegen::lower(&self.context, &target_data, &triple, cell, module_name, &naming);
         timing.add(Phase::Codegen, codegen_start.elapsed());
@@ -784,6 +800,11 @@ impl Session {
         }
         let link_start = Instant::now();
         let object = machine.write_to_memory_buffer(&module, FileType::Object).map_err(|error| vec![internal(format!("LLVM could not emit code: {error}"))])?;
+        // Inline assembly the assembler rejects is reported through the context, not as an error.
+        let llvm_errors = self.llvm_diagnostics.take_errors();
+        if !llvm_errors.is_empty() {
+            return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
+        }
         drop(module);
         // Slots for every function the cell defines or declares, created once per name.
         let mut absolute = Vec::new();
@@ -799,7 +820,7 @@ impl Session {
         }
         self.jit.define_absolute(&absolute).map_err(|error| vec![internal(error.to_string())])?;
         let function_names: Vec<String> = cell.functions.iter().chain(&cell.recompiled).map(|function| function.name.clone()).collect();
-        let lookups: Vec<String> = function_names.iter().map(|name| body_symbols[name].clone()).chain(traps.iter().map(|name| codegen::trap_symbol(name))).chain(entries.iter().cloned()).collect();
+        let lookups: Vec<String> = function_names.iter().map(|name| body_symbols[name].clone()).chain(traps.iter().map(|name| codegen::trap_symbol(name, module_name))).chain(entries.iter().cloned()).collect();
         let (code, addresses) = self.jit.link(object.as_slice(), module_name, &lookups).map_err(|error| vec![internal(error.to_string())])?;
         timing.add(Phase::Link, link_start.elapsed());
         let (body_addresses, rest) = addresses.split_at(function_names.len());
@@ -853,7 +874,10 @@ impl Session {
         // Struct LLVM names: the next module looks them up by these.
         self.struct_names.extend(struct_names);
         for (name, storage) in new_globals {
-            self.globals.insert(name, storage);
+            // Replaced storage stays allocated: pointers into it may survive in the program.
+            if let Some(replaced) = self.globals.insert(name, storage) {
+                self.retired_globals.push(replaced);
+            }
         }
         for global in &cell.globals {
             let redefined = self.env.globals.contains_key(&global.name);
@@ -1072,6 +1096,14 @@ fn explain_expansions(mut diagnostics: Vec<Diagnostic>, sites: &[ExpansionSite])
 
 fn internal(message: String) -> Diagnostic {
     Diagnostic::error(Kind::Internal, message).with_note("this is a bug in Quasi; the session is unchanged")
+}
+
+fn assembly_error(message: String, cell: &TypedCell) -> Diagnostic {
+    let mut diagnostic = Diagnostic::error(Kind::Syntax, format!("LLVM rejected inline assembly: {}", message.trim())).with_note("the session is unchanged");
+    if let Some(span) = cell.asm_spans.first() {
+        diagnostic = diagnostic.with_label(*span, "");
+    }
+    diagnostic
 }
 
 fn lowering_error(error: codegen::CodegenError, cell: &TypedCell) -> Diagnostic {

@@ -171,6 +171,9 @@ fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize)
                 ("arr", 3) => {
                     let length = match items[1].kind {
                         SexpKind::Int(length) if length > 0 && length <= u32::MAX as i128 => length as u64,
+                        SexpKind::Int(length) if length > 0 => {
+                            return Err(Diagnostic::error(Kind::Limit, format!("an array length is at most {}, found {length}", u32::MAX)).with_label(items[1].span, ""))
+                        }
                         _ => {
                             return Err(Diagnostic::error(Kind::Type, "an array length must be a positive integer literal")
                                 .with_label(items[1].span, ""))

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use crate::check::StructEntry;
 use crate::types::Ty;
 
-/// Size and alignment in bytes under the x86-64 C ABI (what LLVM's data layout gives).
+/// Size and alignment in bytes under the x86-64 C ABI (what LLVM's data layout gives). Sizes
+/// saturate: the checker refuses values too large to hold (`check::MAX_VALUE_BYTES`), but a
+/// pointer may still point to an absurdly large type.
 pub(crate) fn size_align(ty: &Ty, structs: &HashMap<String, StructEntry>) -> (usize, usize) {
     match ty {
         Ty::Bool | Ty::Int(8) => (1, 1),
@@ -15,7 +17,7 @@ pub(crate) fn size_align(ty: &Ty, structs: &HashMap<String, StructEntry>) -> (us
         Ty::Void => (0, 1),
         Ty::Arr(length, element) => {
             let (size, align) = size_align(element, structs);
-            (size * *length as usize, align)
+            (size.saturating_mul(usize::try_from(*length).unwrap_or(usize::MAX)), align)
         }
         Ty::Struct(name) => {
             let fields = structs.get(&**name).and_then(|entry| entry.fields.as_ref());
@@ -33,12 +35,12 @@ pub(crate) fn struct_layout(fields: &[(String, Ty)], structs: &HashMap<String, S
     let mut offsets = Vec::with_capacity(fields.len());
     for (_, ty) in fields {
         let (size, align) = size_align(ty, structs);
-        offset = offset.next_multiple_of(align);
+        offset = offset.checked_next_multiple_of(align).unwrap_or(usize::MAX);
         offsets.push(offset);
-        offset += size;
+        offset = offset.saturating_add(size);
         max_align = max_align.max(align);
     }
-    (offsets, offset.next_multiple_of(max_align), max_align)
+    (offsets, offset.checked_next_multiple_of(max_align).unwrap_or(usize::MAX), max_align)
 }
 
 /// Spells a float as the language does: shortest round-trip decimal, `inf`, `nan`.

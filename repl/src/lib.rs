@@ -8,7 +8,7 @@ use codespan_reporting::term::{self, Chars, Config};
 use std::time::Duration;
 
 use comfy_table::{presets, Table};
-use quasi_lang::{AutotuneReport, BenchReport, Diagnostic, Item, Kind, Outcome, PhaseTimes, Severity, Throughput};
+use quasi_lang::{AutotuneReport, BenchReport, Diagnostic, Item, Kind, Outcome, PhaseTimes, Severity, Stream, Throughput};
 
 /// Whether to colour diagnostics (terminals) or not (transcripts, files).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,18 +37,40 @@ pub fn render(outcome: &Outcome, style: Style) -> String {
 
 /// `render` with run-dependent values masked.
 pub fn render_masked(outcome: &Outcome, style: Style, masking: Masking) -> String {
-    let mut text = String::new();
+    render_chunks(outcome, style, masking).into_iter().map(|(_, text)| text).collect()
+}
+
+/// `render`'s text cut where the stream changes, for a terminal that sends what compiled
+/// code wrote to stderr to its own stderr. Chunks are in cell order; joined, they are exactly
+/// `render`'s text, so terminal and transcripts cannot drift apart.
+pub fn render_streams(outcome: &Outcome, style: Style) -> Vec<(Stream, String)> {
+    render_chunks(outcome, style, Masking::None)
+}
+
+/// The one place that orders an outcome: compile-time diagnostics, items, then the fault
+/// that stopped the cell. Everything but program output to stderr belongs on stdout.
+fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stream, String)> {
+    let mut chunks: Vec<(Stream, String)> = Vec::new();
+    let mut push = |stream: Stream, text: String| match chunks.last_mut() {
+        Some((last, joined)) if *last == stream => joined.push_str(&text),
+        _ if text.is_empty() => {}
+        _ => chunks.push((stream, text)),
+    };
     let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) = outcome.diagnostics.iter().partition(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
     for diagnostic in others {
-        text.push_str(&render_diagnostic(diagnostic, outcome, style));
+        push(Stream::Stdout, render_diagnostic(diagnostic, outcome, style));
     }
     for item in &outcome.items {
-        text.push_str(&render_item(item, masking));
+        let stream = match item {
+            Item::Output { stream, .. } => *stream,
+            _ => Stream::Stdout,
+        };
+        push(stream, render_item(item, masking));
     }
     for diagnostic in faults {
-        text.push_str(&render_diagnostic(diagnostic, outcome, style));
+        push(Stream::Stdout, render_diagnostic(diagnostic, outcome, style));
     }
-    text
+    chunks
 }
 
 /// One item as text, ending with a newline unless it is raw program output.

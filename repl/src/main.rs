@@ -1,17 +1,87 @@
-//! `quasi`: the terminal front end (rustyline) and `quasi run FILE`.
+//! `quasi`: the terminal front end (rustyline), the pipe mode and `quasi run FILE`.
+//!
+//! It reads cells and renders outcomes; every language decision, including "is this cell
+//! complete?", is `quasi_lang`'s.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::ffi::OsString;
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::rc::Rc;
 
-use quasi_lang::{completeness, Completeness, Session, SessionConfig};
-use quasi_repl::{render, Style};
+use quasi_lang::{completeness, Completeness, Outcome, Session, SessionConfig, Stream};
+use quasi_repl::{render, render_streams, Style};
+use rustyline::completion::Completer;
+use rustyline::error::ReadlineError;
+use rustyline::highlight::{CmdKind, Highlighter};
+use rustyline::hint::Hinter;
+use rustyline::history::DefaultHistory;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Cmd, ColorMode, CompletionType, ConditionalEventHandler, Config, Context, Editor, Event, EventContext, EventHandler, Helper, KeyCode, KeyEvent, Modifiers, RepeatCount};
+
+const USAGE: &str = "\
+usage: quasi                         the interactive REPL (cells from stdin when it is not a terminal)
+       quasi run [--warnings] FILE [ARG…]
+                                     run FILE as one cell, then its `main`; exit with its status
+       quasi --version               print the version
+       quasi --help                  print this help";
+
+/// What the command line asked for.
+#[derive(Debug, PartialEq, Eq)]
+enum Invocation {
+    Repl,
+    Run { warnings: bool, file: String, args: Vec<String> },
+    Version,
+    Help,
+}
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let code = match args.first().map(String::as_str) {
-        Some("run") => run_file(&args[1..]),
-        _ => piped(),
+    let code = match parse_arguments(std::env::args_os().skip(1).collect()) {
+        Ok(Invocation::Repl) if std::io::stdin().is_terminal() => interactive(),
+        Ok(Invocation::Repl) => piped(),
+        Ok(Invocation::Run { warnings, file, args }) => run_file(&file, &args, warnings),
+        Ok(Invocation::Version) => print_line(&format!("quasi {}", env!("CARGO_PKG_VERSION"))),
+        Ok(Invocation::Help) => print_line(USAGE),
+        Err(message) => {
+            eprintln!("quasi: {message}\n{USAGE}");
+            2
+        }
     };
     std::process::exit(code);
+}
+
+/// `println!` without its panic when stdout is closed (`quasi --help | true`); returns the
+/// exit status.
+fn print_line(text: &str) -> i32 {
+    let _ = writeln!(std::io::stdout(), "{text}");
+    0
+}
+
+/// A tiny hand parse: one subcommand and two flags do not need an argument-parsing crate.
+fn parse_arguments(arguments: Vec<OsString>) -> Result<Invocation, String> {
+    let arguments: Vec<String> = arguments.into_iter().map(|argument| argument.into_string().map_err(|argument| format!("argument `{}` is not UTF-8", argument.to_string_lossy()))).collect::<Result<_, _>>()?;
+    let Some((first, rest)) = arguments.split_first() else { return Ok(Invocation::Repl) };
+    match first.as_str() {
+        "--version" | "-V" => Ok(Invocation::Version),
+        "--help" | "-h" => Ok(Invocation::Help),
+        "run" => parse_run(rest),
+        flag if flag.starts_with('-') => Err(format!("unknown option `{flag}`")),
+        command => Err(format!("unknown command `{command}` (to run a file: `quasi run {command}`)")),
+    }
+}
+
+/// `run [--warnings] FILE [ARG…]`: everything after FILE belongs to the program.
+fn parse_run(arguments: &[String]) -> Result<Invocation, String> {
+    let (warnings, arguments) = match arguments.split_first() {
+        Some((flag, rest)) if flag == "--warnings" => (true, rest),
+        _ => (false, arguments),
+    };
+    match arguments.split_first() {
+        Some((flag, _)) if flag.starts_with('-') && flag != "-" => Err(format!("unknown option `{flag}` for `run`")),
+        Some((file, args)) => Ok(Invocation::Run { warnings, file: file.clone(), args: args.to_vec() }),
+        None => Err("`run` needs a FILE".to_string()),
+    }
 }
 
 fn new_session() -> Session {
@@ -24,11 +94,17 @@ fn new_session() -> Session {
     }
 }
 
-fn run_file(args: &[String]) -> i32 {
-    let Some(path) = args.first() else {
-        eprintln!("usage: quasi run FILE [ARG…]");
-        return 1;
-    };
+/// Colour only for a terminal, and never when the user asked for none (no-color.org).
+fn terminal_style(stream_is_terminal: bool) -> Style {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+    if stream_is_terminal && !no_color {
+        Style::Color
+    } else {
+        Style::Plain
+    }
+}
+
+fn run_file(path: &str, args: &[String], warnings: bool) -> i32 {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
@@ -36,23 +112,25 @@ fn run_file(args: &[String]) -> i32 {
             return 1;
         }
     };
+    // Not captured: a script's output goes straight to stdout, as a compiled program's would.
     let mut session = match Session::new(SessionConfig::default()) {
         Ok(session) => session,
         Err(error) => {
-            eprintln!("quasi: {error}");
+            eprintln!("quasi: cannot start a session: {error}");
             return 1;
         }
     };
-    let (outcome, status) = session.run_file(path, text, &args[1..]);
-    let style = if std::io::stderr().is_terminal() { Style::Color } else { Style::Plain };
-    for diagnostic in outcome.diagnostics.iter().filter(|diagnostic| diagnostic.is_error()) {
+    let (outcome, status) = session.run_file(path, text, args);
+    let style = terminal_style(std::io::stderr().is_terminal());
+    for diagnostic in outcome.diagnostics.iter().filter(|diagnostic| warnings || diagnostic.is_error()) {
         eprint!("{}", quasi_repl::render_diagnostic(diagnostic, &outcome, style));
     }
     status
 }
 
 /// Reads cells from stdin without prompts: a cell ends at the end of a line where every
-/// list is closed, as in the interactive REPL.
+/// list is closed, as in the interactive REPL. The output is exactly `render`'s text, which
+/// transcripts and the docs rely on.
 fn piped() -> i32 {
     let mut session = new_session();
     let mut pending = String::new();
@@ -81,4 +159,301 @@ fn piped() -> i32 {
         let _ = write!(stdout, "{}", render(&outcome, Style::Plain));
     }
     0
+}
+
+// ---------------------------------------------------------------------------------------
+// The interactive REPL.
+
+const PROMPT: &str = "> ";
+/// Drawn at the start of every line after the first of a cell.
+const CONTINUATION_PROMPT: &str = ". ";
+/// What stands in the buffer under the continuation prompt. rustyline has no continuation
+/// prompt and lays lines out from the buffer's own text, so the prompt must occupy columns
+/// of the buffer: Enter inserts this margin, the highlighter draws the prompt over it and
+/// `cell_text` removes it again. Its width is the prompt's.
+const MARGIN: &str = "  ";
+/// Indentation per open list when Enter continues a cell.
+const INDENT: &str = "  ";
+
+fn interactive() -> i32 {
+    let session = Rc::new(RefCell::new(new_session()));
+    let mut editor = match new_editor(Rc::clone(&session)) {
+        Ok(editor) => editor,
+        Err(error) => {
+            eprintln!("quasi: cannot set up the line editor: {error}");
+            return 1;
+        }
+    };
+    let mut history = HistoryFile::new(history_path());
+    history.load(&mut editor);
+    let style = terminal_style(std::io::stdout().is_terminal());
+    print_line(&format!("Quasi {} — C-Lisp on LLVM ORC. :help for help, Ctrl-D to quit.", env!("CARGO_PKG_VERSION")));
+    loop {
+        let buffer = match editor.readline(PROMPT) {
+            Ok(buffer) => buffer,
+            // Ctrl-C drops the cell being typed, not the session.
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => return 0,
+            Err(error) => {
+                eprintln!("quasi: cannot read input: {error}");
+                return 1;
+            }
+        };
+        let cell = cell_text(&buffer);
+        if cell.trim().is_empty() {
+            continue;
+        }
+        // Recorded before running, so a cell that brings the process down is still recalled.
+        history.record(&mut editor, &buffer);
+        let outcome = session.borrow_mut().eval(cell.trim_end());
+        show(&outcome, style);
+        if outcome.quit {
+            return 0;
+        }
+    }
+}
+
+fn new_editor(session: Rc<RefCell<Session>>) -> rustyline::Result<Editor<CellHelper, DefaultHistory>> {
+    let config = Config::builder()
+        .max_history_size(10_000)?
+        .history_ignore_dups(true)?
+        .auto_add_history(false)
+        .completion_type(CompletionType::List)
+        // The highlighter draws the continuation prompt, so it must run even under NO_COLOR;
+        // it adds no colour of its own.
+        .color_mode(ColorMode::Forced)
+        .build();
+    let mut editor = Editor::with_config(config)?;
+    editor.set_helper(Some(CellHelper { session }));
+    for key in [KeyEvent(KeyCode::Enter, Modifiers::NONE), KeyEvent::ctrl('J')] {
+        editor.bind_sequence(key, EventHandler::Conditional(Box::new(ContinueCell)));
+    }
+    Ok(editor)
+}
+
+/// Writes an outcome to the terminal: program output to stderr goes to stderr, the rest to
+/// stdout, in cell order; the next prompt starts on a fresh line.
+fn show(outcome: &Outcome, style: Style) {
+    let mut ends_line = true;
+    for (stream, text) in render_streams(outcome, style) {
+        // A closed or broken terminal stream is no reason to stop the session.
+        let _ = match stream {
+            Stream::Stdout => write_flushed(&mut std::io::stdout(), &text),
+            Stream::Stderr => write_flushed(&mut std::io::stderr(), &text),
+        };
+        ends_line = text.ends_with('\n');
+    }
+    if !ends_line {
+        let _ = write_flushed(&mut std::io::stdout(), "\n");
+    }
+}
+
+fn write_flushed(stream: &mut dyn Write, text: &str) -> std::io::Result<()> {
+    stream.write_all(text.as_bytes())?;
+    stream.flush()
+}
+
+/// The cell an edit buffer holds: its text after the prompts, without the margins that
+/// stand under continuation prompts.
+fn cell_text(buffer: &str) -> String {
+    let mut lines = buffer.split('\n');
+    let mut cell = lines.next().unwrap_or_default().to_string();
+    for line in lines {
+        cell.push('\n');
+        cell.push_str(line.strip_prefix(MARGIN).unwrap_or(line));
+    }
+    cell
+}
+
+/// The buffer as the terminal shows it: the continuation prompt over each margin that
+/// `cell_text` removes, so what is shown after the prompts is exactly the cell.
+fn draw_continuation_prompts(buffer: &str) -> Cow<'_, str> {
+    if !buffer.contains('\n') {
+        return Cow::Borrowed(buffer);
+    }
+    let mut lines = buffer.split('\n');
+    let mut drawn = lines.next().unwrap_or_default().to_string();
+    for line in lines {
+        drawn.push('\n');
+        match line.strip_prefix(MARGIN) {
+            Some(rest) => {
+                drawn.push_str(CONTINUATION_PROMPT);
+                drawn.push_str(rest);
+            }
+            None => drawn.push_str(line),
+        }
+    }
+    Cow::Owned(drawn)
+}
+
+/// Whether the cell must go on: the session's reader decides (`completeness`). A cell that
+/// can never become valid is submitted anyway, so that the session reports it with a caret.
+fn cell_continues(buffer: &str) -> bool {
+    matches!(completeness(&cell_text(buffer)), Completeness::Incomplete { .. })
+}
+
+/// The line editor's view of the session: completion, validation, continuation prompts.
+struct CellHelper {
+    // Shared with the read loop, which borrows it mutably only between two `readline`s.
+    session: Rc<RefCell<Session>>,
+}
+
+impl Helper for CellHelper {}
+
+impl Completer for CellHelper {
+    type Candidate = String;
+
+    fn complete(&self, line: &str, pos: usize, _: &Context<'_>) -> rustyline::Result<(usize, Vec<String>)> {
+        match self.session.try_borrow() {
+            Ok(session) => Ok(session.completions(line, pos)),
+            Err(_) => Ok((pos, Vec::new())),
+        }
+    }
+}
+
+impl Hinter for CellHelper {
+    type Hint = String;
+}
+
+impl Highlighter for CellHelper {
+    fn highlight<'l>(&self, line: &'l str, _pos: usize) -> Cow<'l, str> {
+        draw_continuation_prompts(line)
+    }
+
+    // A character typed into a margin changes whether its prompt is drawn, which rustyline's
+    // shortcut for plain typing would not repaint.
+    fn highlight_char(&self, line: &str, pos: usize, _kind: CmdKind) -> bool {
+        let before = line.get(..pos).unwrap_or(line);
+        before.rfind('\n').is_some_and(|newline| before.len() - newline <= MARGIN.len() + 1)
+    }
+}
+
+impl Validator for CellHelper {
+    fn validate(&self, context: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
+        Ok(if cell_continues(context.input()) { ValidationResult::Incomplete } else { ValidationResult::Valid(None) })
+    }
+}
+
+/// Enter on a cell that goes on: where the validator alone would make rustyline insert a bare
+/// newline, insert the newline with the margin for the continuation prompt and an indentation
+/// for the lists still open before the cursor. Otherwise rustyline's own Enter runs, and with
+/// it the validator.
+struct ContinueCell;
+
+impl ConditionalEventHandler for ContinueCell {
+    fn handle(&self, _: &Event, _: RepeatCount, _: bool, context: &EventContext<'_>) -> Option<Cmd> {
+        let buffer = context.line();
+        if !cell_continues(buffer) {
+            return None;
+        }
+        let before = buffer.get(..context.pos()).unwrap_or(buffer);
+        let depth = match completeness(&cell_text(before)) {
+            Completeness::Incomplete { depth } => depth,
+            Completeness::Complete | Completeness::Invalid => 0,
+        };
+        Some(Cmd::Insert(1, format!("\n{MARGIN}{}", INDENT.repeat(depth))))
+    }
+}
+
+/// Where history is kept: `QUASI_HISTORY`, else `$XDG_STATE_HOME/quasi/history`, else
+/// `~/.local/state/quasi/history`.
+fn history_path() -> Option<PathBuf> {
+    let set = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from);
+    if let Some(path) = set("QUASI_HISTORY") {
+        return Some(path);
+    }
+    // The XDG spec says relative paths in these variables are to be ignored.
+    let state_home = set("XDG_STATE_HOME").filter(|path| path.is_absolute()).or_else(|| set("HOME").map(|home| home.join(".local/state")))?;
+    Some(state_home.join("quasi/history"))
+}
+
+/// The persistent history. Nothing about it is fatal: a history that cannot be read or
+/// written is a warning, once, and the session goes on with history in memory.
+struct HistoryFile {
+    path: Option<PathBuf>,
+    directory_ready: bool,
+    warned: bool,
+}
+
+impl HistoryFile {
+    fn new(path: Option<PathBuf>) -> HistoryFile {
+        HistoryFile { path, directory_ready: false, warned: false }
+    }
+
+    fn load(&mut self, editor: &mut Editor<CellHelper, DefaultHistory>) {
+        let Some(path) = self.path.clone() else { return };
+        match editor.load_history(&path) {
+            Ok(()) => {}
+            // No history yet is the normal first run.
+            Err(ReadlineError::Io(error)) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => self.warn(format!("cannot read history from {}: {error}", path.display())),
+        }
+    }
+
+    /// Adds a cell and appends it to the file at once, so that concurrent sessions and a
+    /// session that dies keep what was typed.
+    fn record(&mut self, editor: &mut Editor<CellHelper, DefaultHistory>, buffer: &str) {
+        let _ = editor.add_history_entry(buffer);
+        let Some(path) = self.path.clone() else { return };
+        if !self.directory_ready {
+            if let Some(directory) = path.parent().filter(|directory| !directory.as_os_str().is_empty()) {
+                if let Err(error) = std::fs::create_dir_all(directory) {
+                    return self.warn(format!("cannot create {}: {error}", directory.display()));
+                }
+            }
+            self.directory_ready = true;
+        }
+        if let Err(error) = editor.append_history(&path) {
+            self.warn(format!("cannot save history to {}: {error}", path.display()));
+        }
+    }
+
+    fn warn(&mut self, message: String) {
+        if !self.warned {
+            eprintln!("quasi: warning: {message} (history is kept for this session only)");
+            self.warned = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arguments(words: &[&str]) -> Result<Invocation, String> {
+        parse_arguments(words.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn command_lines() {
+        assert_eq!(arguments(&[]), Ok(Invocation::Repl));
+        assert_eq!(arguments(&["--version"]), Ok(Invocation::Version));
+        assert_eq!(arguments(&["-h"]), Ok(Invocation::Help));
+        assert_eq!(arguments(&["run", "f.cl", "-x", "y"]), Ok(Invocation::Run { warnings: false, file: "f.cl".into(), args: vec!["-x".into(), "y".into()] }));
+        assert_eq!(arguments(&["run", "--warnings", "f.cl"]), Ok(Invocation::Run { warnings: true, file: "f.cl".into(), args: vec![] }));
+        assert!(arguments(&["--frobnicate"]).is_err());
+        assert!(arguments(&["run"]).is_err());
+        assert!(arguments(&["run", "--frobnicate", "f.cl"]).is_err());
+        assert!(arguments(&["f.cl"]).is_err());
+    }
+
+    #[test]
+    fn margins_are_drawn_as_prompts_and_left_out_of_the_cell() {
+        let buffer = "(define ((f int))\n    (ret 1))";
+        assert_eq!(draw_continuation_prompts(buffer), "(define ((f int))\n.   (ret 1))");
+        assert_eq!(cell_text(buffer), "(define ((f int))\n  (ret 1))");
+        // A line whose margin was deleted shows no prompt and loses nothing.
+        assert_eq!(draw_continuation_prompts("(f\n x)"), "(f\n x)");
+        assert_eq!(cell_text("(f\n x)"), "(f\n x)");
+        assert_eq!(draw_continuation_prompts("(f 1)"), "(f 1)");
+    }
+
+    #[test]
+    fn the_reader_decides_when_a_cell_goes_on() {
+        assert!(cell_continues("(define ((f int))"));
+        assert!(!cell_continues("(add 1 2)"));
+        // Never valid: submitted, so the session can point at the stray parenthesis.
+        assert!(!cell_continues("(add 1 2))"));
+        assert!(!cell_continues(":help"));
+    }
 }

@@ -1,0 +1,44 @@
+/* Quicksort of n random ints, Hoare partition around the middle element: the C twin of
+   quicksort.cl. */
+#include "common.h"
+
+static int quicksort_n;
+static int *quicksort_data;
+
+void quicksort_setup(int n) {
+    quicksort_n = n;
+    free(quicksort_data);
+    quicksort_data = bench_alloc((int64_t)n * 4);
+    bench_srand(4);
+    for (int i = 0; i < n; i++) quicksort_data[i] = (int)bench_rand();
+}
+
+static void quicksort(int *a, int lo, int hi) {
+    while (lo < hi) {
+        int pivot = a[lo + (hi - lo) / 2];
+        int i = lo - 1, j = hi + 1;
+        for (;;) {
+            i++;
+            while (a[i] < pivot) i++;
+            j--;
+            while (a[j] > pivot) j--;
+            if (i >= j) break;
+            int t = a[i];
+            a[i] = a[j];
+            a[j] = t;
+        }
+        quicksort(a, lo, j);
+        lo = j + 1;
+    }
+}
+
+int64_t quicksort_run(void) {
+    int *a = quicksort_data;
+    int n = quicksort_n;
+    uint64_t sum = 0;
+    quicksort(a, 0, n - 1);
+    for (int i = 1; i < n; i++)
+        if (a[i - 1] > a[i]) return -1;
+    for (int i = 0; i < n; i++) sum += (uint64_t)(int64_t)a[i] * (uint64_t)(int64_t)(i + 1);
+    return (int64_t)sum;
+}

@@ -1,0 +1,28 @@
+; Sieve of Eratosthenes over 0..n with one byte per number. Checksum: the number of primes.
+(define-global (sieve-n int))
+(define-global (sieve-flags (ptr int8)))
+
+(define ((sieve-setup void) (n int))
+  (set sieve-n n)
+  (call free sieve-flags)
+  (set sieve-flags (call bench-alloc (add (sext n int64) (int64 1))))
+  (declare i int)
+  (for ((set i 0) (le i n) (set i (add i 1)))
+    (store (ptradd sieve-flags i) (int8 0))))
+
+(define ((sieve int) (n int) (flags (ptr int8)))
+  (declare i int)
+  (declare j int)
+  (declare count int)
+  (for ((set i 0) (le i n) (set i (add i 1)))
+    (store (ptradd flags i) (int8 1)))
+  (for ((set i 2) (le (mul i i) n) (set i (add i 1)))
+    (if (ne (load (ptradd flags i)) (int8 0))
+      (for ((set j (mul i i)) (le j n) (set j (add j i)))
+        (store (ptradd flags j) (int8 0)))))
+  (for ((set i 2) (le i n) (set i (add i 1)))
+    (set count (add count (zext (load (ptradd flags i)) int))))
+  (ret count))
+
+(define ((sieve-run int64))
+  (ret (sext (call sieve sieve-n sieve-flags) int64)))

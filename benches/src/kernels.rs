@@ -1,0 +1,498 @@
+//! Generated code against clang: six kernels written twice, in C-Lisp (`kernels/*.cl`, run in a
+//! session at `:opt 3`) and in C (`kernels/*.c`, built with clang-19 -O3 -march=native into a
+//! shared library at bench time and dlopened), timed alike in one process, checksums compared.
+
+use std::ffi::{c_void, CString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use quasi_lang::{Item, Outcome, Session, SessionConfig};
+
+use crate::stats::{ms, Samples};
+use crate::{new_table, Options};
+
+/// One kernel in both languages. C-Lisp names it `NAME-setup`/`NAME-run` (`_` spelled `-`),
+/// C `NAME_setup`/`NAME_run`; `setup(n)` allocates and fills the input (untimed), `run()` does
+/// the work and returns an `int64` checksum (timed). Kernels on doubles hash the bits of their
+/// results, so a checksum matches only when every bit does.
+pub struct Kernel {
+    pub name: &'static str,
+    /// What one run does, for the table.
+    pub work: &'static str,
+    pub size: i32,
+    /// The small size the unit test runs, and the checksum clang's build gives there (read
+    /// only by the test).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub test_size: i32,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub test_checksum: &'static str,
+    pub clisp: &'static str,
+    pub c: &'static str,
+}
+
+impl Kernel {
+    fn clisp_name(&self) -> String {
+        self.name.replace('_', "-")
+    }
+}
+
+const COMMON_CLISP: &str = include_str!("../kernels/common.cl");
+const COMMON_HEADER: &str = include_str!("../kernels/common.h");
+
+pub const KERNELS: [Kernel; 6] = [
+    Kernel {
+        name: "matmul",
+        work: "2 x (512x512 double matrix product, i-k-j)",
+        size: 512,
+        test_size: 24,
+        test_checksum: "4956588584591586569",
+        clisp: include_str!("../kernels/matmul.cl"),
+        c: include_str!("../kernels/matmul.c"),
+    },
+    Kernel {
+        name: "sieve",
+        work: "primes up to 16,000,000 (byte flags)",
+        size: 16_000_000,
+        test_size: 10_000,
+        test_checksum: "1229",
+        clisp: include_str!("../kernels/sieve.cl"),
+        c: include_str!("../kernels/sieve.c"),
+    },
+    Kernel {
+        name: "nbody",
+        work: "16 steps of 1024 bodies, all pairs, sqrt",
+        size: 1024,
+        test_size: 32,
+        test_checksum: "5775164917478677144",
+        clisp: include_str!("../kernels/nbody.cl"),
+        c: include_str!("../kernels/nbody.c"),
+    },
+    Kernel {
+        name: "quicksort",
+        work: "1,000,000 random ints, recursive Hoare",
+        size: 1_000_000,
+        test_size: 5_000,
+        test_checksum: "9142604351535630",
+        clisp: include_str!("../kernels/quicksort.cl"),
+        c: include_str!("../kernels/quicksort.c"),
+    },
+    Kernel {
+        name: "prefix_sum",
+        work: "128 x in-place scan of 1,000,000 int64",
+        size: 1_000_000,
+        test_size: 5_000,
+        test_checksum: "-6782859997482279965",
+        clisp: include_str!("../kernels/prefix_sum.cl"),
+        c: include_str!("../kernels/prefix_sum.c"),
+    },
+    Kernel {
+        name: "fib",
+        work: "fib(36), doubly recursive",
+        size: 36,
+        test_size: 20,
+        test_checksum: "6765",
+        clisp: include_str!("../kernels/fib.cl"),
+        c: include_str!("../kernels/fib.c"),
+    },
+];
+
+/// The C-Lisp side: one session holding every kernel and a timing wrapper per kernel.
+pub struct ClispKernels {
+    session: Session,
+}
+
+impl ClispKernels {
+    /// Evaluates the common definitions and every kernel at `level`, each file as one cell.
+    pub fn new(kernels: &[Kernel], level: u8) -> Result<ClispKernels> {
+        let mut session = Session::new(SessionConfig::default())?;
+        evaluate(&mut session, &format!(":opt {level}"))?;
+        evaluate(&mut session, COMMON_CLISP).context("kernels/common.cl")?;
+        for kernel in kernels {
+            evaluate(&mut session, kernel.clisp).with_context(|| format!("kernels/{}.cl", kernel.name))?;
+            // The clocks are read inside compiled code, around one call of the kernel, so nothing
+            // of the cell's compilation is timed; the call through `NAME-run`'s slot costs
+            // nanoseconds against runs of tens of milliseconds. It returns the thread's CPU time
+            // and leaves the wall time and the checksum in globals.
+            let name = kernel.clisp_name();
+            let wrapper = format!(
+                "(define-global (bench-result-{name} int64))
+                 (define-global (bench-wall-{name} int64))
+                 (define ((bench-time-{name} int64))
+                   (declare wall int64)
+                   (declare cpu int64)
+                   (set wall (call clock-ns 1))
+                   (set cpu (call clock-ns 3))
+                   (set bench-result-{name} (call {name}-run))
+                   (set cpu (sub (call clock-ns 3) cpu))
+                   (set bench-wall-{name} (sub (call clock-ns 1) wall))
+                   (ret cpu))"
+            );
+            evaluate(&mut session, &wrapper).with_context(|| format!("the timing wrapper of {name}"))?;
+        }
+        Ok(ClispKernels { session })
+    }
+
+    pub fn setup(&mut self, kernel: &Kernel, size: i32) -> Result<()> {
+        evaluate(&mut self.session, &format!("(call {}-setup {size})", kernel.clisp_name()))?;
+        Ok(())
+    }
+
+    /// One timed run, as the compiled code measured it.
+    pub fn run(&mut self, kernel: &Kernel) -> Result<Run> {
+        let name = kernel.clisp_name();
+        let nanoseconds = |text: String| text.parse::<u64>().map(Duration::from_nanos).context("a clock gave no integer");
+        let cpu = nanoseconds(value(&evaluate(&mut self.session, &format!("(call bench-time-{name})"))?)?)?;
+        let wall = nanoseconds(value(&evaluate(&mut self.session, &format!("bench-wall-{name}"))?)?)?;
+        let checksum = value(&evaluate(&mut self.session, &format!("bench-result-{name}"))?)?;
+        Ok(Run { cpu, wall, checksum })
+    }
+}
+
+fn evaluate(session: &mut Session, text: &str) -> Result<Outcome> {
+    let outcome = session.eval(text);
+    if outcome.failed() {
+        bail!("the cell failed:\n{}", quasi_repl::render(&outcome, quasi_repl::Style::Plain));
+    }
+    Ok(outcome)
+}
+
+fn value(outcome: &Outcome) -> Result<String> {
+    outcome
+        .items
+        .iter()
+        .find_map(|item| match item {
+            Item::Value { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .context("the cell printed no value")
+}
+
+/// One timed run of a kernel.
+pub struct Run {
+    /// CPU time of the thread that ran it (CLOCK_THREAD_CPUTIME_ID).
+    pub cpu: Duration,
+    /// Wall time (CLOCK_MONOTONIC).
+    pub wall: Duration,
+    pub checksum: String,
+}
+
+/// The CPU time this thread has used, as `clock-ns 3` reads it in compiled code.
+fn thread_cpu_time() -> Duration {
+    let mut time = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
+    Duration::new(time.tv_sec as u64, time.tv_nsec as u32)
+}
+
+/// The C side: a shared library built by clang in this run.
+struct CLibrary {
+    handle: *mut c_void,
+}
+
+impl CLibrary {
+    fn open(path: &Path) -> Result<CLibrary> {
+        let path_text = CString::new(path.as_os_str().as_encoded_bytes()).context("library path with a NUL byte")?;
+        // SAFETY: dlopen with a NUL-terminated path. RTLD_LOCAL keeps the C kernels' symbols out
+        // of the global namespace the session's JIT searches for external declarations.
+        let handle = unsafe { libc::dlopen(path_text.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            bail!("dlopen {}: {}", path.display(), dl_error());
+        }
+        Ok(CLibrary { handle })
+    }
+
+    fn symbol(&self, name: &str) -> Result<*mut c_void> {
+        let symbol_name = CString::new(name).context("symbol name with a NUL byte")?;
+        // SAFETY: dlsym on a live handle with a NUL-terminated name only reads.
+        let address = unsafe { libc::dlsym(self.handle, symbol_name.as_ptr()) };
+        if address.is_null() {
+            bail!("dlsym {name}: {}", dl_error());
+        }
+        Ok(address)
+    }
+
+    fn setup(&self, kernel: &Kernel, size: i32) -> Result<()> {
+        let address = self.symbol(&format!("{}_setup", kernel.name))?;
+        // SAFETY: every kernels/*.c defines `void NAME_setup(int n)`, built in this run.
+        let setup: extern "C" fn(i32) = unsafe { std::mem::transmute::<*mut c_void, extern "C" fn(i32)>(address) };
+        setup(size);
+        Ok(())
+    }
+
+    /// One timed run: the same two clocks as the C-Lisp side reads, around one call.
+    fn run(&self, kernel: &Kernel) -> Result<Run> {
+        let address = self.symbol(&format!("{}_run", kernel.name))?;
+        // SAFETY: every kernels/*.c defines `int64_t NAME_run(void)`, built in this run.
+        let run: extern "C" fn() -> i64 = unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> i64>(address) };
+        let wall = Instant::now();
+        let cpu = thread_cpu_time();
+        let checksum = run();
+        let cpu = thread_cpu_time().saturating_sub(cpu);
+        Ok(Run { cpu, wall: wall.elapsed(), checksum: checksum.to_string() })
+    }
+}
+
+impl Drop for CLibrary {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from dlopen and no function of it is called after this.
+        unsafe { libc::dlclose(self.handle) };
+    }
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns a thread-local message or null; it is copied at once.
+    let message = unsafe { libc::dlerror() };
+    if message.is_null() {
+        return "unknown error".into();
+    }
+    // SAFETY: non-null dlerror results are NUL-terminated strings.
+    unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy().into_owned()
+}
+
+/// A scratch directory for the C sources and libraries, removed when dropped.
+struct ScratchDirectory(PathBuf);
+
+impl ScratchDirectory {
+    fn new() -> Result<ScratchDirectory> {
+        let path = std::env::temp_dir().join(format!("quasi-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(ScratchDirectory(path))
+    }
+}
+
+impl Drop for ScratchDirectory {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The C builds, all of the same sources. The first is the reference of the goal:
+/// `-ffp-contract=off` because C-Lisp never contracts `a*b+c` into an FMA (LANGUAGE.md §4:
+/// results are identical at every level), so only then can every checksum match. The others
+/// are shown for information: clang's default (`-ffp-contract=on`, FMAs allowed) and
+/// `-fwrapv`, which gives C C-Lisp's integer semantics (signed overflow wraps, §4), so that
+/// what that costs C is visible next to what it costs C-Lisp.
+const C_BUILDS: [(&str, &[&str]); 3] = [
+    ("clang", &["-O3", "-march=native", "-ffp-contract=off"]),
+    ("clang default", &["-O3", "-march=native"]),
+    ("clang -fwrapv", &["-O3", "-march=native", "-ffp-contract=off", "-fwrapv"]),
+];
+
+fn build_library(clang: &str, directory: &Path, flags: &[&str], index: usize) -> Result<(PathBuf, Duration)> {
+    let output_path = directory.join(format!("libkernels{index}.so"));
+    let sources: Vec<PathBuf> = KERNELS.iter().map(|kernel| directory.join(format!("{}.c", kernel.name))).collect();
+    let start = Instant::now();
+    let output = Command::new(clang)
+        .args(flags)
+        .args(["-fPIC", "-shared", "-o"])
+        .arg(&output_path)
+        .args(&sources)
+        .arg("-lm")
+        .output()
+        .with_context(|| format!("cannot run {clang} (set CLANG or --clang)"))?;
+    if !output.status.success() {
+        bail!("{clang} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok((output_path, start.elapsed()))
+}
+
+/// Builds and opens every C build, or none when clang is missing or fails.
+fn c_libraries(options: &Options, directory: &Path) -> Result<Vec<CLibrary>> {
+    std::fs::write(directory.join("common.h"), COMMON_HEADER)?;
+    for kernel in &KERNELS {
+        std::fs::write(directory.join(format!("{}.c", kernel.name)), kernel.c)?;
+    }
+    let mut libraries = Vec::new();
+    for (index, (_, flags)) in C_BUILDS.iter().enumerate() {
+        match build_library(&options.clang, directory, flags, index) {
+            Ok((path, time)) => {
+                if index == 0 {
+                    println!("{} built the reference library ({}) from six C files in {} ms", options.clang, flags.join(" "), ms(time));
+                }
+                libraries.push(CLibrary::open(&path)?);
+            }
+            Err(error) => {
+                println!("no C reference: {error:#}\n(C-Lisp times only)");
+                return Ok(Vec::new());
+            }
+        }
+    }
+    Ok(libraries)
+}
+
+/// Timings and checksums of one implementation of one kernel.
+#[derive(Default)]
+struct Measured {
+    cpu: Vec<Duration>,
+    wall: Vec<Duration>,
+    checksum: String,
+}
+
+impl Measured {
+    fn add(&mut self, run: Run) {
+        self.cpu.push(run.cpu);
+        self.wall.push(run.wall);
+        self.checksum = run.checksum;
+    }
+
+    fn cpu(&self) -> Samples {
+        Samples::new(self.cpu.clone())
+    }
+}
+
+/// One kernel's measurements: C-Lisp, and each C build of `C_BUILDS` in order (none without clang).
+struct KernelResult<'k> {
+    kernel: &'k Kernel,
+    clisp: Measured,
+    c: Vec<Measured>,
+}
+
+pub fn run(options: &Options) -> Result<()> {
+    println!("== Generated code: C-Lisp at :opt 3 against clang-19 ==");
+    let scratch = ScratchDirectory::new()?;
+    let libraries = c_libraries(options, &scratch.0)?;
+    let start = Instant::now();
+    let mut clisp = ClispKernels::new(&KERNELS, 3)?;
+    println!("the session compiled every C-Lisp kernel at :opt 3 in {} ms", ms(start.elapsed()));
+    let mut results = Vec::new();
+    for kernel in &KERNELS {
+        let mut result = KernelResult { kernel, clisp: Measured::default(), c: libraries.iter().map(|_| Measured::default()).collect() };
+        // One untimed warm-up run each, then repetitions interleaved so that drifts of the
+        // machine (frequency, other builds) fall on all of them alike. `setup` before every
+        // run restores the input of kernels that work in place; it writes all the memory the
+        // run touches, so no page fault is timed.
+        for repetition in 0..=options.reps {
+            let timed = repetition > 0;
+            for (index, library) in libraries.iter().enumerate() {
+                library.setup(kernel, kernel.size)?;
+                let run = library.run(kernel)?;
+                if timed {
+                    result.c[index].add(run);
+                }
+                if index == 0 {
+                    // C-Lisp right after the reference, so the two compared share conditions.
+                    clisp.setup(kernel, kernel.size)?;
+                    let run = clisp.run(kernel)?;
+                    if timed {
+                        result.clisp.add(run);
+                    }
+                }
+            }
+            if libraries.is_empty() {
+                clisp.setup(kernel, kernel.size)?;
+                let run = clisp.run(kernel)?;
+                if timed {
+                    result.clisp.add(run);
+                }
+            }
+        }
+        results.push(result);
+    }
+    print_results(&results, options);
+    Ok(())
+}
+
+fn ratio(numerator: Duration, denominator: Duration) -> String {
+    if denominator.is_zero() {
+        return "-".into();
+    }
+    format!("{:.2}", numerator.as_secs_f64() / denominator.as_secs_f64())
+}
+
+/// Whether two checksums agree ("-" when there is no reference).
+fn compare(ours: &str, reference: &str) -> &'static str {
+    match (ours, reference) {
+        (_, "") => "-",
+        _ if ours == reference => "same",
+        _ => "DIFFERENT",
+    }
+}
+
+fn print_results(results: &[KernelResult<'_>], options: &Options) {
+    let mut table = new_table(
+        &["kernel", "work per run", "clang best ms", "C-Lisp best ms", "ratio best", "clang median ms", "C-Lisp median ms", "ratio median", "ratio best, wall", "goal <= 1.10"],
+        &[2, 3, 4, 5, 6, 7, 8],
+    );
+    let empty = Measured::default();
+    for result in results {
+        let reference = result.c.first().unwrap_or(&empty);
+        let (c, q) = (reference.cpu(), result.clisp.cpu());
+        let (c_wall, q_wall) = (Samples::new(reference.wall.clone()), Samples::new(result.clisp.wall.clone()));
+        let verdict = if reference.cpu.is_empty() {
+            "-"
+        } else if q.best().as_secs_f64() <= 1.10 * c.best().as_secs_f64() {
+            "meets"
+        } else {
+            "misses"
+        };
+        table.add_row(vec![
+            result.kernel.name.to_string(),
+            result.kernel.work.to_string(),
+            ms(c.best()),
+            ms(q.best()),
+            ratio(q.best(), c.best()),
+            ms(c.median()),
+            ms(q.median()),
+            ratio(q.median(), c.median()),
+            ratio(q_wall.best(), c_wall.best()),
+            verdict.to_string(),
+        ]);
+    }
+    println!(
+        "\nclang = clang-19 {} -fPIC -shared of kernels/*.c, dlopened; C-Lisp = kernels/*.cl in one session\n\
+         at :opt 3. Ratio = C-Lisp time / clang time (lower is better for C-Lisp).\n\
+         Method: {} timed runs per kernel and build after one warm-up run, interleaved (clang, C-Lisp, then the\n\
+         other C builds); before each run an untimed `setup` rebuilds the input and writes all memory the run\n\
+         touches. A run is one call of the kernel's `run` function (>= 50 ms of work). Times are the CPU time of\n\
+         the thread running the kernel (CLOCK_THREAD_CPUTIME_ID: time spent preempted by other processes is not\n\
+         counted), read around that one call: by compiled C-Lisp code (a declared `clock_gettime` in\n\
+         `bench-time-NAME`, around `(call NAME-run)`) and by Rust around the dlsym'd C function, so no\n\
+         compilation is timed. `ratio best, wall` takes CLOCK_MONOTONIC instead.",
+        C_BUILDS[0].1.join(" "),
+        options.reps
+    );
+    println!("{table}\n");
+    let mut header = vec!["kernel".to_string(), "C-Lisp checksum".to_string(), "vs clang".to_string()];
+    for (name, _) in C_BUILDS.iter().skip(1) {
+        header.extend([format!("{name} best ms"), format!("C-Lisp / {name}"), format!("{name} checksum")]);
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let right: Vec<usize> = (0..C_BUILDS.len() - 1).flat_map(|build| [3 + 3 * build, 4 + 3 * build]).collect();
+    let mut checks = new_table(&header, &right);
+    for result in results {
+        let reference = result.c.first().map_or("", |measured| measured.checksum.as_str());
+        let mut row = vec![result.kernel.name.to_string(), result.clisp.checksum.clone(), compare(&result.clisp.checksum, reference).to_string()];
+        for measured in result.c.iter().skip(1) {
+            row.extend([ms(measured.cpu().best()), ratio(result.clisp.cpu().best(), measured.cpu().best()), compare(&measured.checksum, reference).to_string()]);
+        }
+        checks.add_row(row);
+    }
+    println!("Checksums (doubles hashed bit by bit; `same` = equal to the clang reference's), and two more C builds for");
+    println!("information, not for the goal: clang's default -O3 -march=native (fp-contract=on: it may fuse a*b+c into");
+    println!("one FMA, which C-Lisp never does, so its results may differ), and the reference flags plus -fwrapv (signed");
+    println!("overflow wraps, as in C-Lisp: C then has to sign-extend 32-bit indices as C-Lisp does).");
+    println!("{checks}\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every C-Lisp kernel compiles and gives clang's checksum at a small size, unoptimised and
+    /// at `:opt 3` (results never depend on the level). No clang needed: the expected values
+    /// were taken from the C versions once.
+    #[test]
+    fn kernels_give_the_c_checksums_at_small_sizes() -> Result<()> {
+        for level in [0, 3] {
+            let mut kernels = ClispKernels::new(&KERNELS, level)?;
+            for kernel in &KERNELS {
+                kernels.setup(kernel, kernel.test_size)?;
+                let run = kernels.run(kernel)?;
+                assert_eq!(run.checksum, kernel.test_checksum, "{} at :opt {level}", kernel.name);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! Start-up: spawning the release `quasi` until its first value comes back, and
+//! `Session::new` in this process.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use comfy_table::Table;
+use quasi_lang::{Item, Session, SessionConfig};
+
+use crate::stats::{ms, Samples};
+use crate::{new_table, Options};
+
+const FIRST_CELL: &str = "(add 1 2)";
+const FIRST_VALUE: &str = "3 : int";
+
+pub fn run(options: &Options) -> Result<()> {
+    println!("== Start-up: median of {} runs ==", options.runs);
+    let mut table = new_table(&["measurement", "median ms", "p95 ms", "best ms", "n"], &[1, 2, 3, 4]);
+    in_process(options, &mut table)?;
+    let quasi = quasi_binary(options)?;
+    match &quasi {
+        Some(path) => spawned(options, path, &mut table)?,
+        None => println!("(the `quasi` binary was not found next to quasi-bench: build it with `cargo build --release -p quasi-repl`, or pass --quasi PATH; spawned start-up skipped)"),
+    }
+    println!("{table}");
+    if let Some(path) = quasi {
+        println!("`quasi`: {} (stdin and stdout piped: pipe mode, no prompt; the first value read back marks", path.display());
+        println!("the REPL as ready). Goal < 50 ms for start-up + first trivial cell.");
+    }
+    println!();
+    Ok(())
+}
+
+fn in_process(options: &Options, table: &mut Table) -> Result<()> {
+    // The first session of the process also initialises LLVM's native target; the first cell
+    // of every session also creates the target machine for its level.
+    let start = Instant::now();
+    let mut session = Session::new(SessionConfig::default())?;
+    let cold = start.elapsed();
+    let start = Instant::now();
+    first_cell(&mut session)?;
+    let cold_cell = start.elapsed();
+    drop(session);
+    let (mut news, mut cells, mut drops) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..options.runs {
+        let start = Instant::now();
+        let mut session = Session::new(SessionConfig::default())?;
+        news.push(start.elapsed());
+        let start = Instant::now();
+        first_cell(&mut session)?;
+        cells.push(start.elapsed());
+        let start = Instant::now();
+        drop(session);
+        drops.push(start.elapsed());
+    }
+    add_row(table, "Session::new, first in this process (LLVM target initialisation)", &Samples::new(vec![cold]));
+    add_row(table, "first cell `(add 1 2)` of that session (creates the target machine)", &Samples::new(vec![cold_cell]));
+    add_row(table, "Session::new, later sessions", &Samples::new(news));
+    add_row(table, "first cell `(add 1 2)` of a later session", &Samples::new(cells));
+    add_row(table, "dropping a session (executor thread joined, JIT disposed)", &Samples::new(drops));
+    Ok(())
+}
+
+fn first_cell(session: &mut Session) -> Result<()> {
+    let outcome = session.eval(FIRST_CELL);
+    let ok = !outcome.failed() && outcome.items.iter().any(|item| matches!(item, Item::Value { text, .. } if text == "3"));
+    if !ok {
+        bail!("`{FIRST_CELL}` did not give 3:\n{}", quasi_repl::render(&outcome, quasi_repl::Style::Plain));
+    }
+    Ok(())
+}
+
+fn quasi_binary(options: &Options) -> Result<Option<PathBuf>> {
+    if let Some(path) = &options.quasi {
+        if !path.is_file() {
+            bail!("--quasi / QUASI_BIN: no file at {}", path.display());
+        }
+        return Ok(Some(path.clone()));
+    }
+    let this = std::env::current_exe().context("cannot find this executable's path")?;
+    Ok(this.parent().map(|directory| directory.join("quasi")).filter(|path| path.is_file()))
+}
+
+fn spawned(options: &Options, quasi: &PathBuf, table: &mut Table) -> Result<()> {
+    let (mut ready, mut bare) = (Vec::new(), Vec::new());
+    for _ in 0..options.runs {
+        ready.push(first_value(quasi)?);
+        bare.push(start_and_exit(quasi)?);
+    }
+    add_row(table, "spawn `quasi`, send `(add 1 2)`, until `3 : int` is read back (start-up + first trivial cell)", &Samples::new(ready));
+    add_row(table, "spawn `quasi` with stdin at EOF, until it has exited", &Samples::new(bare));
+    Ok(())
+}
+
+/// From spawning until the first value is read back; exit is not counted.
+fn first_value(quasi: &PathBuf) -> Result<Duration> {
+    let start = Instant::now();
+    let mut child = Command::new(quasi).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().with_context(|| format!("cannot start {}", quasi.display()))?;
+    let mut stdin = child.stdin.take().context("no stdin pipe")?;
+    // Written at once: the pipe buffers it until quasi reads, as a fast typist's input would.
+    stdin.write_all(format!("{FIRST_CELL}\n").as_bytes()).context("cannot write to quasi")?;
+    let mut reader = BufReader::new(child.stdout.take().context("no stdout pipe")?);
+    let mut line = String::new();
+    let mut seen = String::new();
+    let elapsed = loop {
+        line.clear();
+        if reader.read_line(&mut line).context("cannot read quasi's output")? == 0 {
+            drop(stdin);
+            let output = child.wait_with_output().context("quasi did not exit")?;
+            bail!("quasi ended before printing `{FIRST_VALUE}`; stdout:\n{seen}stderr:\n{}", String::from_utf8_lossy(&output.stderr));
+        }
+        if line.trim_end() == FIRST_VALUE {
+            break start.elapsed();
+        }
+        seen.push_str(&line);
+    };
+    drop(stdin);
+    child.wait().context("quasi did not exit")?;
+    Ok(elapsed)
+}
+
+fn start_and_exit(quasi: &PathBuf) -> Result<Duration> {
+    let start = Instant::now();
+    let status = Command::new(quasi).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().with_context(|| format!("cannot start {}", quasi.display()))?;
+    let elapsed = start.elapsed();
+    if !status.success() {
+        bail!("quasi with empty input exited with {status}");
+    }
+    Ok(elapsed)
+}
+
+fn add_row(table: &mut Table, what: &str, samples: &Samples) {
+    table.add_row(vec![what.to_string(), ms(samples.median()), ms(samples.percentile(95.0)), ms(samples.best()), samples.len().to_string()]);
+}

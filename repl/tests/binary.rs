@@ -1,0 +1,149 @@
+//! The real `quasi` binary driven through pipes: the pipe mode, `quasi run`, and the flags.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Long enough for a debug build on a busy two-core machine, short enough that a hang fails.
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What one run of `quasi` left behind.
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `quasi` with `arguments`, feeding it `input` and closing stdin; a run that outlives
+/// `TIMEOUT` is killed and fails the test.
+fn quasi(arguments: &[&str], input: &str) -> Finished {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
+        .args(arguments)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the quasi binary starts");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let input = input.to_string();
+    // Written from a thread so that a child that stops reading cannot block the test.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let stdout = drain(child.stdout.take().expect("stdout is piped"));
+    let stderr = drain(child.stderr.take().expect("stderr is piped"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for quasi") {
+            break status;
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            panic!("quasi {arguments:?} did not finish within {TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = writer.join();
+    Finished { status, stdout: stdout.join().expect("stdout reader"), stderr: stderr.join().expect("stderr reader") }
+}
+
+fn drain(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stream.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+fn write_file(directory: &Path, name: &str, text: &str) -> String {
+    let path = directory.join(name);
+    std::fs::write(&path, text).expect("writing a test file");
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn piped_cells_print_what_the_repl_prints() {
+    let finished = quasi(&[], "(define ((sq int) (x int))\n  (ret (mul x x)))\n\n(call sq 7)\n");
+    assert_eq!(finished.stdout, "sq : (int) -> int\n49 : int\n");
+    assert_eq!(finished.stderr, "");
+    assert!(finished.status.success());
+}
+
+#[test]
+fn a_type_error_shows_its_caret_and_the_session_goes_on() {
+    let finished = quasi(&[], "(add 1 1.5)\n(add 1 2)\n");
+    assert!(finished.stdout.starts_with("error[type]: "), "{}", finished.stdout);
+    assert!(finished.stdout.contains("1 | (add 1 1.5)\n  | ^^^^^^^^^^^\n"), "{}", finished.stdout);
+    assert!(finished.stdout.ends_with("3 : int\n"), "{}", finished.stdout);
+    assert!(finished.status.success());
+}
+
+#[test]
+fn quit_stops_reading_cells() {
+    let finished = quasi(&[], "(add 1 2)\n:quit\n(add 3 4)\n");
+    assert_eq!(finished.stdout, "3 : int\n");
+    assert!(finished.status.success());
+}
+
+#[test]
+fn version_and_help() {
+    let version = quasi(&["--version"], "");
+    assert_eq!(version.stdout, format!("quasi {}\n", env!("CARGO_PKG_VERSION")));
+    assert!(version.status.success());
+    let help = quasi(&["--help"], "");
+    for expected in ["usage: quasi", "run [--warnings] FILE [ARG…]", "--version", "--help"] {
+        assert!(help.stdout.contains(expected), "{expected:?} missing from:\n{}", help.stdout);
+    }
+    assert!(help.status.success());
+}
+
+#[test]
+fn an_unknown_flag_is_a_usage_error() {
+    let finished = quasi(&["--frobnicate"], "(add 1 2)\n");
+    assert_eq!(finished.status.code(), Some(2));
+    assert!(finished.stderr.contains("unknown option `--frobnicate`"), "{}", finished.stderr);
+    assert_eq!(finished.stdout, "");
+    assert_eq!(quasi(&["run"], "").status.code(), Some(2));
+}
+
+#[test]
+fn run_prints_only_program_output_and_exits_with_mains_status() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let program = "(define ((printf int) (fmt (ptr int8)) ...))\n\
+                   (define ((main int))\n  (call printf \"hello %d\\n\" 42)\n  (ret 3))\n";
+    let file = write_file(directory.path(), "hello.cl", program);
+    let finished = quasi(&["run", &file], "");
+    assert_eq!(finished.stdout, "hello 42\n");
+    assert_eq!(finished.stderr, "");
+    assert_eq!(finished.status.code(), Some(3));
+}
+
+#[test]
+fn run_passes_arguments_to_main() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let file = write_file(directory.path(), "argc.cl", "(define ((main int) (argc int)) (ret argc))\n");
+    assert_eq!(quasi(&["run", &file, "one", "--two"], "").status.code(), Some(3));
+}
+
+#[test]
+fn run_of_an_ill_typed_file_fails_before_running() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let program = "(define ((printf int) (fmt (ptr int8)) ...))\n\
+                   (call printf \"never printed\\n\")\n\
+                   (define ((main int)) (ret (add 1 1.5)))\n";
+    let file = write_file(directory.path(), "bad.cl", program);
+    let finished = quasi(&["run", &file], "");
+    assert_eq!(finished.status.code(), Some(1));
+    assert_eq!(finished.stdout, "");
+    assert!(finished.stderr.contains("error[type]"), "{}", finished.stderr);
+    assert!(finished.stderr.contains("bad.cl:3:"), "{}", finished.stderr);
+}
+
+#[test]
+fn run_of_a_missing_file_says_so() {
+    let finished = quasi(&["run", "/nonexistent/quasi-test.cl"], "");
+    assert_eq!(finished.status.code(), Some(1));
+    assert!(finished.stderr.contains("cannot read `/nonexistent/quasi-test.cl`"), "{}", finished.stderr);
+}

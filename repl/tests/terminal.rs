@@ -1,0 +1,168 @@
+//! The real `quasi` binary in a pseudo-terminal: prompts, multi-line cells, history, Ctrl-C
+//! and Ctrl-D, as a person at a terminal would meet them.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rexpect::process::WaitStatus;
+use rexpect::session::{spawn_with_options, Options, PtySession};
+
+/// How long one expectation may wait (a debug build on a busy two-core machine).
+const TIMEOUT_MS: u64 = 10_000;
+const ENTER: &str = "\r";
+const UP: &str = "\x1b[A";
+
+/// `quasi` in a fresh pseudo-terminal with its history in `history`. `TERM` is set because
+/// CI may have none, or `dumb`, which makes rustyline give up line editing.
+fn spawn(history: &Path) -> PtySession {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quasi"));
+    command.env("TERM", "xterm").env("NO_COLOR", "1").env("QUASI_HISTORY", history);
+    let options = Options::new().timeout_ms(Some(TIMEOUT_MS)).strip_ansi_escape_codes(true);
+    spawn_with_options(command, options).expect("quasi starts in a pseudo-terminal")
+}
+
+/// `spawn`, then wait for the banner and the first prompt.
+fn start(history: &Path) -> PtySession {
+    let mut terminal = spawn(history);
+    expect_banner(&mut terminal);
+    expect_prompt(&mut terminal);
+    terminal
+}
+
+fn expect_banner(terminal: &mut PtySession) -> String {
+    terminal.exp_string(":help for help, Ctrl-D to quit.").expect("the banner")
+}
+
+/// Waits for a fresh prompt at the start of a line (rustyline returns the carriage first).
+/// Input sent before it could reach the terminal before rustyline switched to raw mode, so
+/// every send waits for one first.
+fn expect_prompt(terminal: &mut PtySession) -> String {
+    terminal.exp_regex(r"\n\r*> ").expect("a prompt").0
+}
+
+fn send(terminal: &mut PtySession, keys: &str) {
+    terminal.send(keys).expect("writing to the terminal");
+    terminal.flush().expect("flushing the terminal");
+}
+
+/// Ctrl-D on an empty line ends `quasi`; returns how it ended.
+fn quit_with_ctrl_d(mut terminal: PtySession) -> WaitStatus {
+    terminal.send_control('d').expect("sending Ctrl-D");
+    terminal.exp_eof().expect("quasi closes the terminal");
+    let started = Instant::now();
+    loop {
+        match terminal.process().status() {
+            Some(WaitStatus::StillAlive) | None if started.elapsed() < Duration::from_millis(TIMEOUT_MS) => std::thread::sleep(Duration::from_millis(10)),
+            Some(status) => return status,
+            None => panic!("quasi did not exit after Ctrl-D"),
+        }
+    }
+}
+
+fn exited_successfully(status: WaitStatus) -> bool {
+    matches!(status, WaitStatus::Exited(_, 0))
+}
+
+#[test]
+fn a_cell_continues_while_a_list_is_open() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut terminal = start(&directory.path().join("history"));
+    send(&mut terminal, &format!("(define ((sq int) (x int)){ENTER}"));
+    // The continuation prompt, then the indentation for the one open list.
+    terminal.exp_regex(r"\n\.   ").expect("the continuation prompt");
+    send(&mut terminal, &format!("(ret (mul x x))){ENTER}"));
+    terminal.exp_string("sq : (int) -> int").expect("the definition");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, &format!("(call sq 7){ENTER}"));
+    terminal.exp_string("49 : int").expect("the call's value");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+}
+
+#[test]
+fn history_is_kept_across_sessions() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    // A directory that does not exist yet: quasi creates it.
+    let history = directory.path().join("state/quasi/history");
+    let mut first = start(&history);
+    send(&mut first, &format!("(add 40 2){ENTER}"));
+    first.exp_string("42 : int").expect("the first session's value");
+    expect_prompt(&mut first);
+    assert!(exited_successfully(quit_with_ctrl_d(first)));
+    let saved = std::fs::read_to_string(&history).expect("the history file was written");
+    assert!(saved.contains("(add 40 2)"), "history file:\n{saved}");
+
+    let mut second = start(&history);
+    send(&mut second, UP);
+    second.exp_string("> (add 40 2)").expect("Up recalls the cell of the last session");
+    send(&mut second, ENTER);
+    second.exp_string("42 : int").expect("the recalled cell runs");
+    expect_prompt(&mut second);
+    assert!(exited_successfully(quit_with_ctrl_d(second)));
+}
+
+#[test]
+fn ctrl_c_drops_the_cell_being_typed() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut terminal = start(&directory.path().join("history"));
+    send(&mut terminal, &format!("(add 1{ENTER}"));
+    terminal.exp_regex(r"\n\.   ").expect("the continuation prompt");
+    send(&mut terminal, "(mul 2");
+    terminal.send_control('c').expect("sending Ctrl-C");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, &format!("(add 2 3){ENTER}"));
+    let before_value = terminal.exp_string("5 : int").expect("a fresh cell after Ctrl-C");
+    assert!(!before_value.contains("error"), "the dropped cell was evaluated:\n{before_value}");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+}
+
+#[test]
+fn a_history_that_cannot_be_kept_is_only_a_warning() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let not_a_directory = directory.path().join("file");
+    std::fs::write(&not_a_directory, "").expect("writing a plain file");
+    let mut terminal = spawn(&not_a_directory.join("history"));
+    let before_banner = expect_banner(&mut terminal);
+    assert!(before_banner.contains("quasi: warning: cannot read history from"), "{before_banner}");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, &format!("(add 1 2){ENTER}"));
+    // Saving fails as well, but the user has been told once.
+    let before_value = terminal.exp_string("3 : int").expect("the cell still runs");
+    assert!(!before_value.contains("warning"), "{before_value}");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, &format!(":quit{ENTER}"));
+    terminal.exp_eof().expect(":quit ends quasi");
+}
+
+#[test]
+fn tab_completes_defined_names_and_commands() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut terminal = start(&directory.path().join("history"));
+    send(&mut terminal, &format!("(define ((square int) (x int)) (ret (mul x x))){ENTER}"));
+    terminal.exp_string("square : (int) -> int").expect("the definition");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, "(call squa\t");
+    terminal.exp_string("(call square").expect("the name completed");
+    send(&mut terminal, &format!(" 5){ENTER}"));
+    terminal.exp_string("25 : int").expect("the completed call runs");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, ":qu\t");
+    terminal.exp_string(":quit").expect("the command completed");
+    send(&mut terminal, ENTER);
+    terminal.exp_eof().expect(":quit ends quasi");
+}
+
+#[test]
+fn pasted_and_typed_ahead_cells_all_run() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut terminal = start(&directory.path().join("history"));
+    // A bracketed paste of a two-line cell, then two cells typed before any result is shown.
+    send(&mut terminal, &format!("\x1b[200~(define ((five int))\n  (ret 5))\x1b[201~{ENTER}(call five){ENTER}(add 1 2){ENTER}"));
+    terminal.exp_string("five : () -> int").expect("the pasted definition");
+    terminal.exp_string("5 : int").expect("the first cell typed ahead");
+    terminal.exp_string("3 : int").expect("the second cell typed ahead");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+}
