@@ -1277,6 +1277,29 @@ fn intrinsic_error(name: &str, link: &str, signature: &Signature, error: crate::
     }
 }
 
+/// The intrinsic families host code may call. LLVM aborts the process when instruction
+/// selection meets an intrinsic it cannot lower (coroutines, exception handling, target
+/// features the CPU lacks), so calls are limited to families that always lower on x86-64.
+const HOST_INTRINSICS: &[&str] = &[
+    // Floating point.
+    "sqrt", "powi", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "pow", "exp", "exp2", "exp10", "log", "log10", "log2",
+    "fma", "fmuladd", "fabs", "minnum", "maxnum", "minimum", "maximum", "copysign", "floor", "ceil", "trunc", "rint", "nearbyint", "round", "roundeven",
+    "lround", "llround", "lrint", "llrint", "ldexp", "is.fpclass", "canonicalize", "fptosi.sat", "fptoui.sat",
+    // Integers and bits.
+    "bitreverse", "bswap", "ctpop", "ctlz", "cttz", "fshl", "fshr", "abs", "smax", "smin", "umax", "umin", "scmp", "ucmp",
+    "sadd.with.overflow", "uadd.with.overflow", "ssub.with.overflow", "usub.with.overflow", "smul.with.overflow", "umul.with.overflow",
+    "sadd.sat", "uadd.sat", "ssub.sat", "usub.sat", "sshl.sat", "ushl.sat",
+    // Memory and the machine.
+    "memcpy", "memcpy.inline", "memmove", "memset", "memset.inline", "prefetch", "ptrmask", "stacksave", "stackrestore",
+    "trap", "debugtrap", "ubsantrap", "assume", "expect", "expect.with.probability", "readcyclecounter", "donothing", "sideeffect",
+];
+
+/// Whether host code may call the intrinsic `name` (see `HOST_INTRINSICS`).
+fn host_intrinsic(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("llvm.") else { return false };
+    HOST_INTRINSICS.iter().any(|family| rest == *family || rest.strip_prefix(family).is_some_and(|tail| tail.starts_with('.')))
+}
+
 /// Intrinsics of targets other than the host's: LLVM cannot compile them for the CPU.
 fn device_only_intrinsic(name: &str) -> bool {
     const PREFIXES: &[&str] = &["nvvm", "amdgcn", "r600", "aarch64", "arm", "ppc", "mips", "riscv", "wasm", "hexagon", "s390", "bpf", "loongarch", "spv", "dx", "ve", "xcore", "nvptx"];
@@ -2238,6 +2261,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is a device intrinsic: host code cannot call it")).with_label(form.span, "").with_note("device code needs Quasi's GPU support, which this build does not have yet"));
             return None;
         }
+        if !host_intrinsic(&link) {
+            self.error(type_error(form.span, format!("`{name}` is not among the intrinsics Quasi compiles for the CPU")).with_note("host code may call the math, bit, overflow, memory and trap intrinsics; LLVM cannot lower the others everywhere"));
+            return None;
+        }
         let facts = match self.cell.intrinsic_facts(&link, signature) {
             Ok(facts) => facts,
             Err(error) => {
@@ -2611,6 +2638,19 @@ mod tests {
         assert_eq!(intrinsic_name("llvm.memset.p1i8.i32"), "llvm.memset.p1.i32");
         assert_eq!(intrinsic_name("llvm.sqrt.f32"), "llvm.sqrt.f32");
         assert_eq!(intrinsic_name("llvm.ptrmask.p0.i64"), "llvm.ptrmask.p0.i64");
+    }
+
+    #[test]
+    fn host_intrinsics_are_families() {
+        assert!(host_intrinsic("llvm.memcpy.p0.p0.i64"));
+        assert!(host_intrinsic("llvm.memcpy.inline.p0.p0.i64"));
+        assert!(host_intrinsic("llvm.sadd.with.overflow.i32"));
+        assert!(host_intrinsic("llvm.trap"));
+        assert!(host_intrinsic("llvm.exp2.f64"));
+        assert!(!host_intrinsic("llvm.coro.size.i32"));
+        assert!(!host_intrinsic("llvm.sadd.i32"));
+        assert!(!host_intrinsic("llvm.x86.rdtsc"));
+        assert!(!host_intrinsic("llvm.trapx"));
     }
 
     #[test]
