@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use quasi_lang::{Item, Outcome, Session, SessionConfig};
 
-use crate::stats::{ms, Samples};
+use crate::stats::{ms, ms_of, Samples};
 use crate::{new_table, Options};
 
 /// One kernel in both languages. C-Lisp names it `NAME-setup`/`NAME-run` (`_` spelled `-`),
@@ -430,11 +430,11 @@ fn print_results(results: &[KernelResult<'_>], options: &Options) {
         table.add_row(vec![
             result.kernel.name.to_string(),
             result.kernel.work.to_string(),
-            ms(c.best()),
-            ms(q.best()),
+            ms_of(&c, Samples::best),
+            ms_of(&q, Samples::best),
             ratio(q.best(), c.best()),
-            ms(c.median()),
-            ms(q.median()),
+            ms_of(&c, Samples::median),
+            ms_of(&q, Samples::median),
             ratio(q.median(), c.median()),
             ratio(q_wall.best(), c_wall.best()),
             verdict.to_string(),
@@ -465,7 +465,7 @@ fn print_results(results: &[KernelResult<'_>], options: &Options) {
         let reference = result.c.first().map_or("", |measured| measured.checksum.as_str());
         let mut row = vec![result.kernel.name.to_string(), result.clisp.checksum.clone(), compare(&result.clisp.checksum, reference).to_string()];
         for measured in result.c.iter().skip(1) {
-            row.extend([ms(measured.cpu().best()), ratio(result.clisp.cpu().best(), measured.cpu().best()), compare(&measured.checksum, reference).to_string()]);
+            row.extend([ms_of(&measured.cpu(), Samples::best), ratio(result.clisp.cpu().best(), measured.cpu().best()), compare(&measured.checksum, reference).to_string()]);
         }
         checks.add_row(row);
     }

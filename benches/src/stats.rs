@@ -18,6 +18,10 @@ impl Samples {
         self.sorted.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.sorted.is_empty()
+    }
+
     /// The nearest-rank percentile (`p` in 0..=100): the smallest sample with at least p % of
     /// the samples at or below it. Zero when there are no samples.
     pub fn percentile(&self, p: f64) -> Duration {
@@ -40,6 +44,15 @@ impl Samples {
 /// Milliseconds with three decimals, as every table prints durations.
 pub fn ms(duration: Duration) -> String {
     format!("{:.3}", duration.as_secs_f64() * 1e3)
+}
+
+/// `ms` of a statistic, or "-" when nothing was measured (no C compiler, say).
+pub fn ms_of(samples: &Samples, statistic: impl Fn(&Samples) -> Duration) -> String {
+    if samples.is_empty() {
+        "-".into()
+    } else {
+        ms(statistic(samples))
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub enum Output {
 pub fn outputs(outcome: &Outcome) -> Vec<Output> {
     let mut outputs = Vec::new();
     for diagnostic in outcome.diagnostics.iter().filter(|diagnostic| !diagnostic.is_error()) {
-        let plain = render_diagnostic(diagnostic, outcome, Style::Plain);
+        let plain = render_diagnostic(diagnostic, outcome, Style::Plain).trim_end_matches('\n').to_string();
         let html = html::diagnostic(&plain, false);
         outputs.push(Output::Display(Media::new(vec![MediaType::Plain(plain), MediaType::Html(html)])));
     }

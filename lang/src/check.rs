@@ -27,14 +27,14 @@ pub(crate) const MAX_NESTING: usize = 256;
 
 /// Every form, opcode, cast and type name of the language, for completion.
 pub(crate) const FORM_NAMES: &[&str] = &[
-    "define", "define-inline", "define-brilisp", "define-struct", "define-global", "define-kernel", "define-shared", "declare", "declare-global",
+    "define", "define-inline", "define-brilisp", "define-inline-brilisp", "define-struct", "define-global", "define-kernel", "define-shared", "declare", "declare-global",
     "c-lisp", "cuda-lisp", "if", "while", "for", "ret", "break", "continue", "set", "call", "asm",
     "add", "sub", "mul", "div", "rem", "udiv", "urem", "shl", "lshr", "ashr", "xor", "and", "or", "not",
     "fadd", "fsub", "fmul", "fdiv", "fneg", "eq", "ne", "lt", "gt", "le", "ge", "ult", "ugt", "ule", "uge",
     "feq", "fne", "flt", "fgt", "fle", "fge", "select", "load", "store", "ptradd", "sptradd", "aptradd", "ptr-to", "alloc",
     "extractvalue", "insertvalue", "sext", "zext", "trunc", "fpext", "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui",
     "ptrtoint", "inttoptr", "bitcast", "addrspacecast", "bool", "int8", "int16", "int", "int32", "int64", "float", "double",
-    "void", "ptr", "arr", "struct", "addrspace", "const",
+    "void", "ptr", "arr", "struct", "addrspace", "const", "label", "jmp", "br", "nop", "id",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -427,10 +427,6 @@ fn define_attributes(head: &str) -> Option<(bool, bool)> {
 impl<'a> CellChecker<'a> {
     fn error(&mut self, diagnostic: Diagnostic) {
         self.errors.push(diagnostic);
-    }
-
-    fn struct_known(&self, name: &str) -> bool {
-        self.overlay.structs.contains_key(name) || self.env.structs.contains_key(name)
     }
 
     fn parse_ty(&mut self, form: &Sexp) -> Option<Ty> {
@@ -1483,7 +1479,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                     self.error(syntax(form.span, "a loop is `(while COND STATEMENT…)`"));
                     return None;
                 };
-                let cond = self.check_condition(cond_form);
+                let cond = self.check_condition("while", cond_form);
                 self.loop_depth += 1;
                 let body = self.with_scope(|this| this.check_block_items(&items[2..]));
                 self.loop_depth -= 1;
@@ -1532,10 +1528,12 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         self.declare_local(name, ty, items[1].span).map(Stmt::Declare)
     }
 
-    fn check_condition(&mut self, form: &Sexp) -> Option<Expr> {
+    /// The condition of `statement` (`if`, `while`, `for`): a `bool`, C-Lisp has no truthiness.
+    fn check_condition(&mut self, statement: &str, form: &Sexp) -> Option<Expr> {
         let cond = self.check_expr(form)?;
         if cond.ty != Ty::Bool {
-            self.error(type_error(form.span, format!("a condition must be `bool`, found `{}`", cond.ty)).with_note("compare explicitly, e.g. (ne x 0); write #t for an endless loop"));
+            let hint = if cond.ty.is_ptr() { "compare explicitly, e.g. (ne p (inttoptr 0 (ptr T)))" } else { "compare explicitly, e.g. (ne x 0); write #t for an endless loop" };
+            self.error(type_error(form.span, format!("the condition of `{statement}` must be `bool`, found `{}`", cond.ty)).with_note(hint));
             return None;
         }
         Some(cond)
@@ -1546,7 +1544,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(arity(form.span, "`if` is `(if COND THEN [ELSE])`, one statement per branch").with_note("several statements need a compound: (if c ((call f) (call g)))"));
             return None;
         }
-        let cond = self.check_condition(&items[1]);
+        let cond = self.check_condition("if", &items[1]);
         let then = self.with_scope(|this| this.check_stmt(&items[2]));
         let otherwise = items.get(3).map(|form| self.with_scope(|this| this.check_stmt(form)));
         let otherwise = match otherwise {
@@ -1567,7 +1565,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             if matches!(form.list(), Some([])) { Some(None) } else { this.check_expr(form).map(Some) }
         };
         let init = optional(self, init);
-        let cond = self.check_condition(cond);
+        let cond = self.check_condition("for", cond);
         let step = optional(self, step);
         self.loop_depth += 1;
         let body = self.with_scope(|this| this.check_block_items(&items[2..]));

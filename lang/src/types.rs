@@ -71,15 +71,6 @@ impl Ty {
     pub fn is_value(&self) -> bool {
         !matches!(self, Ty::Void)
     }
-
-    /// Every struct name this type mentions.
-    pub fn mentions_struct(&self, name: &str) -> bool {
-        match self {
-            Ty::Struct(own) => &**own == name,
-            Ty::Ptr(inner, _) | Ty::Arr(_, inner) => inner.mentions_struct(name),
-            _ => false,
-        }
-    }
 }
 
 impl fmt::Display for Ty {

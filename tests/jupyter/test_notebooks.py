@@ -1,0 +1,63 @@
+"""Every notebook in notebooks/ runs end to end under nbclient, and its outputs match the
+ones saved in the file (addresses and durations masked).
+
+`python tests/jupyter/test_notebooks.py` re-executes the notebooks and saves their outputs."""
+
+import copy
+import json
+import pathlib
+import re
+import sys
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+ADDRESS = re.compile(r"0x[0-9a-f]+")
+DURATION = re.compile(r"\b\d+(\.\d+)?\s?(ns|µs|us|ms|s)\b")
+
+
+def execute(notebook):
+    """Runs every cell in a fresh kernel (the one the notebook names), errors included: a tour
+    shows errors on purpose."""
+    executed = copy.deepcopy(notebook)
+    # No timestamps in cell metadata: the saved file changes only when outputs do.
+    NotebookClient(executed, timeout=120, allow_errors=True, record_timing=False, resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    return executed
+
+
+def mask(text):
+    return DURATION.sub("<duration>", ADDRESS.sub("0x<address>", text))
+
+
+def comparable(output):
+    """An output as text, without what legitimately changes between runs."""
+    kept = {key: value for key, value in output.items() if key not in ("metadata", "transient")}
+    return mask(json.dumps(kept, sort_keys=True, indent=1))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.name for path in NOTEBOOKS])
+def test_notebook_outputs_match(path):
+    saved = nbformat.read(path, as_version=4)
+    executed = execute(saved)
+    for index, (expected, actual) in enumerate(zip(saved.cells, executed.cells)):
+        if expected.cell_type != "code":
+            continue
+        expected_outputs = [comparable(output) for output in expected.outputs]
+        actual_outputs = [comparable(output) for output in actual.outputs]
+        assert actual_outputs == expected_outputs, f"{path.name}, cell {index}:\n{expected.source}"
+        assert actual.execution_count == expected.execution_count, f"{path.name}, cell {index}"
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "notebooks/ has no notebooks"
+
+
+if __name__ == "__main__":
+    for path in sys.argv[1:] and [pathlib.Path(arg) for arg in sys.argv[1:]] or NOTEBOOKS:
+        notebook = execute(nbformat.read(path, as_version=4))
+        nbformat.write(notebook, path)
+        print(f"saved the outputs of {path}")

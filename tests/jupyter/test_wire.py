@@ -1,0 +1,167 @@
+"""The kernel's process and wire behaviour, with kernels of their own: signatures, parent
+death, shutdown and restart."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import zmq
+from jupyter_client import BlockingKernelClient, KernelManager
+from jupyter_client.connect import write_connection_file
+from jupyter_client.session import Session
+
+from conftest import KERNEL_NAME, kernel_argv, process_gone
+
+TIMEOUT = 15
+
+
+def wait_until(condition, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    """A running kernel (its stderr in `manager.log_path`) and a ready client."""
+    manager = KernelManager(kernel_name=KERNEL_NAME)
+    manager.log_path = tmp_path / "kernel.log"
+    # Open for the whole test: a restart launches the kernel again with the same arguments.
+    with open(manager.log_path, "wb") as log:
+        manager.start_kernel(stderr=log)
+        client = manager.client()
+        client.start_channels()
+        client.wait_for_ready(timeout=TIMEOUT)
+        yield manager, client
+        client.stop_channels()
+        if manager.is_alive():
+            manager.shutdown_kernel(now=True)
+
+
+def raw_socket(context, manager, kind, port_name):
+    socket = context.socket(kind)
+    socket.linger = 0
+    info = manager.get_connection_info()
+    socket.connect(f"tcp://{info['ip']}:{info[port_name]}")
+    return socket
+
+
+def test_bad_signatures_are_dropped(kernel):
+    manager, _ = kernel
+    context = zmq.Context()
+    shell = raw_socket(context, manager, zmq.DEALER, "shell_port")
+    iopub = raw_socket(context, manager, zmq.SUB, "iopub_port")
+    iopub.setsockopt(zmq.SUBSCRIBE, b"")
+    time.sleep(0.3)  # the subscription reaches the kernel's PUB socket
+
+    forger = Session(key=b"not-the-key")
+    forged = forger.send(shell, "execute_request", {"code": "(add 1 1)", "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+    # An unsigned message is as bad as a forged one.
+    unsigned = Session(key=b"")
+    unsigned.send(shell, "kernel_info_request", {})
+
+    assert shell.poll(1500) == 0, "the kernel answered a message with a bad signature"
+    while iopub.poll(100):
+        parts = iopub.recv_multipart()
+        assert forged["header"]["msg_id"].encode() not in b"".join(parts), "the kernel published for a forged message"
+
+    # The same socket with the right key is answered: only the signature was wrong.
+    genuine = Session(key=manager.session.key)
+    request = genuine.send(shell, "kernel_info_request", {})
+    assert shell.poll(TIMEOUT * 1000), "no reply to a correctly signed message"
+    _, reply = genuine.feed_identities(shell.recv_multipart())
+    reply = genuine.deserialize(reply)
+    assert reply["parent_header"]["msg_id"] == request["header"]["msg_id"]
+
+    manager.shutdown_kernel(now=True)
+    log = manager.log_path.read_text()
+    assert log.count("bad signature") >= 2, log
+    context.destroy()
+
+
+def test_shutdown_request_ends_the_process(kernel):
+    manager, client = kernel
+    process = manager.provisioner.process
+    msg_id = client.shutdown()
+    reply = client.get_control_msg(timeout=TIMEOUT) if hasattr(client, "get_control_msg") else client.control_channel.get_msg(timeout=TIMEOUT)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"] == {"restart": False, "status": "ok"}
+    assert process.wait(timeout=5) == 0
+
+
+def test_restart_gives_a_fresh_session_quickly(kernel):
+    manager, client = kernel
+    client.execute_interactive("(define ((gone int)) (ret 1))", timeout=TIMEOUT)
+    started = time.monotonic()
+    manager.restart_kernel()
+    # The kernel exits on the restart's shutdown_request instead of waiting to be killed.
+    assert time.monotonic() - started < 4
+    client.wait_for_ready(timeout=TIMEOUT)
+    reply = client.execute_interactive("(call gone)", timeout=TIMEOUT)
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "error[unknown-name]"
+
+
+def start_orphanable_kernel(tmp_path, parent_code):
+    """Starts a kernel from a throwaway Python parent; returns (parent, kernel pid, client)."""
+    connection_file = str(tmp_path / "kernel.json")
+    write_connection_file(connection_file, ip="127.0.0.1", key=b"a-key")
+    argv = [part.replace("{connection_file}", connection_file) for part in kernel_argv()]
+    parent = subprocess.Popen([sys.executable, "-c", parent_code, repr(argv)], stdout=subprocess.PIPE, text=True)
+    kernel_pid = int(parent.stdout.readline())
+    client = BlockingKernelClient(connection_file=connection_file)
+    client.load_connection_file()
+    client.start_channels()
+    client.wait_for_ready(timeout=TIMEOUT)
+    return parent, kernel_pid, client
+
+
+def test_kernel_exits_when_its_parent_dies(tmp_path):
+    parent_code = """
+import ast, os, subprocess, sys, time
+env = dict(os.environ, JPY_PARENT_PID=str(os.getpid()))
+kernel = subprocess.Popen(ast.literal_eval(sys.argv[1]), env=env)
+print(kernel.pid, flush=True)
+time.sleep(600)
+"""
+    parent, kernel_pid, client = start_orphanable_kernel(tmp_path, parent_code)
+    client.stop_channels()
+    parent.kill()
+    parent.wait()
+    assert wait_until(lambda: process_gone(kernel_pid), 10), "the kernel outlived its parent"
+
+
+def test_kernel_exits_when_a_named_non_parent_dies(tmp_path):
+    # JPY_PARENT_PID may name a process that is not the direct parent (a launcher in between).
+    watched = subprocess.Popen(["sleep", "600"])
+    parent_code = f"""
+import ast, os, subprocess, sys, time
+env = dict(os.environ, JPY_PARENT_PID="{watched.pid}")
+kernel = subprocess.Popen(ast.literal_eval(sys.argv[1]), env=env)
+print(kernel.pid, flush=True)
+kernel.wait()
+"""
+    parent, kernel_pid, client = start_orphanable_kernel(tmp_path, parent_code)
+    client.stop_channels()
+    assert not process_gone(kernel_pid)
+    watched.kill()
+    watched.wait()
+    assert parent.wait(timeout=10) == 0
+    assert process_gone(kernel_pid)
+
+
+def test_sigint_does_not_end_the_session(kernel):
+    manager, client = kernel
+    client.execute_interactive("(define ((stays int)) (ret 3))", timeout=TIMEOUT)
+    manager.provisioner.process.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert manager.is_alive()
+    outputs = []
+    client.execute_interactive("(call stays)", timeout=TIMEOUT, output_hook=outputs.append)
+    assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["3 : int"]
