@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rhai::{Array, CallFnOptions, Dynamic, Engine, EvalAltResult, Map, Position, Scope, AST, INT};
+use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Position, Scope, AST, INT};
 
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{self, Sexp, SexpKind, SourceFile, SourceId, Span};

@@ -26,11 +26,6 @@ impl Span {
     pub(crate) fn new(source: SourceId, start: usize, end: usize) -> Span {
         Span { source, start: start as u32, end: end as u32 }
     }
-
-    /// The smallest span covering both (same source assumed).
-    pub(crate) fn to(self, other: Span) -> Span {
-        Span { source: self.source, start: self.start.min(other.start), end: self.end.max(other.end) }
-    }
 }
 
 /// A named source text: a cell, a file, a Rhai script.

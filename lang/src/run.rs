@@ -57,7 +57,7 @@ thread_local! {
 extern "C" fn session_alloc(bytes: i64) -> *mut c_void {
     // SAFETY: calloc with a positive size; a null result is handed to the program like C's.
     let pointer = unsafe { libc::calloc(1, bytes.max(1) as usize) };
-    ALLOCATIONS.with(|allocations| allocations.borrow_mut().push(pointer as usize));
+    ALLOCATIONS.with(|allocations| allocations.borrow_mut().push(pointer as *const () as usize));
     pointer
 }
 
@@ -76,14 +76,14 @@ extern "C" fn monotonic_nanoseconds() -> i64 {
 /// Addresses of the runtime functions compiled code may call, by link name.
 pub(crate) fn runtime_symbols() -> Vec<(String, usize)> {
     vec![
-        (crate::codegen::RT_FAULT.to_string(), fault_trampoline as usize),
-        (crate::codegen::RT_SESSION_ALLOC.to_string(), session_alloc as usize),
-        (crate::bench::CLOCK.to_string(), monotonic_nanoseconds as usize),
-        ("quasi#print".to_string(), quasi_rt_print as usize),
-        ("quasi#fprint".to_string(), quasi_rt_fprint as usize),
-        ("quasi#dprint".to_string(), quasi_rt_dprint as usize),
-        ("quasi#ptr_print".to_string(), quasi_rt_ptr_print as usize),
-        ("quasi#int64_print".to_string(), quasi_rt_int64_print as usize),
+        (crate::codegen::RT_FAULT.to_string(), fault_trampoline as *const () as usize),
+        (crate::codegen::RT_SESSION_ALLOC.to_string(), session_alloc as *const () as usize),
+        (crate::bench::CLOCK.to_string(), monotonic_nanoseconds as *const () as usize),
+        ("quasi#print".to_string(), quasi_rt_print as *const () as usize),
+        ("quasi#fprint".to_string(), quasi_rt_fprint as *const () as usize),
+        ("quasi#dprint".to_string(), quasi_rt_dprint as *const () as usize),
+        ("quasi#ptr_print".to_string(), quasi_rt_ptr_print as *const () as usize),
+        ("quasi#int64_print".to_string(), quasi_rt_int64_print as *const () as usize),
     ]
 }
 
@@ -97,7 +97,7 @@ pub(crate) fn process_symbol(name: &str) -> Option<usize> {
     let name = std::ffi::CString::new(name).ok()?;
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads.
     let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-    (!address.is_null()).then_some(address as usize)
+    (!address.is_null()).then_some(address as *const () as usize)
 }
 
 static INSTALL_HANDLERS: Once = Once::new();
