@@ -35,6 +35,25 @@ pub(crate) enum CodegenError {
 
 type Result<T> = std::result::Result<T, CodegenError>;
 
+/// What an expression leaves. Scalars are SSA values. Struct and array values live in memory:
+/// LLVM's instruction selection handles first-class aggregates element by element, which
+/// takes quadratic time and overflows its stack for arrays of a few thousand elements, so they
+/// are moved with `memmove` and passed to functions by pointer.
+#[derive(Clone, Copy)]
+enum Value<'ctx> {
+    Scalar(BasicValueEnum<'ctx>),
+    /// Memory holding an aggregate value. It may be a variable's own storage, valid until the
+    /// next evaluation that could write it: consumers copy it out before evaluating anything.
+    Memory(PointerValue<'ctx>),
+    /// A void call.
+    Nothing,
+}
+
+/// Whether values of the type are aggregates (kept in memory; see `Value`).
+fn is_aggregate(ty: &Ty) -> bool {
+    matches!(ty, Ty::Arr(..) | Ty::Struct(_))
+}
+
 /// The slot symbol of a function name.
 pub(crate) fn slot_symbol(name: &str) -> String {
     format!("{name}#slot")
@@ -183,7 +202,7 @@ pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, trip
     let module = context.create_module(module_name);
     module.set_triple(triple);
     module.set_data_layout(&target_data.get_data_layout());
-    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming, fault_sites: Vec::new(), inline_bodies: &cell.inline_bodies, inline_copies: HashMap::new() };
+    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming, target_data, fault_sites: Vec::new(), inline_bodies: &cell.inline_bodies, inline_copies: HashMap::new() };
     lowering.define_struct_bodies(cell)?;
     let mut to_emit: Vec<(&FunctionDef, FunctionValue<'ctx>)> = Vec::new();
     for function in cell.functions.iter().chain(&cell.recompiled) {
@@ -225,6 +244,8 @@ struct Lowering<'ctx, 'n> {
     module: Module<'ctx>,
     builder: Builder<'ctx>,
     naming: &'n Naming<'n>,
+    /// Sizes and alignments of LLVM types on the host.
+    target_data: &'n TargetData,
     fault_sites: Vec<FaultSite>,
     /// The bodies of the `define-inline` functions the cell calls.
     inline_bodies: &'n HashMap<String, Rc<FunctionDef>>,
@@ -243,6 +264,11 @@ struct FunctionState<'ctx> {
     loops: Vec<(BasicBlock<'ctx>, BasicBlock<'ctx>)>,
     /// The blocks of Brilisp labels, by label index.
     labels: Vec<BasicBlock<'ctx>>,
+    /// The first block: every alloca of the function (variables and temporaries), so that
+    /// each has one slot per activation however often its code runs.
+    allocas: BasicBlock<'ctx>,
+    /// Where an aggregate result goes: the caller's memory, passed as the first parameter.
+    sret: Option<PointerValue<'ctx>>,
 }
 
 impl<'ctx> Lowering<'ctx, '_> {
@@ -280,12 +306,52 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
     }
 
+    /// The LLVM type of a function. Aggregate parameters are passed as pointers to the caller's
+    /// private copy, and an aggregate result is written to memory the caller passes first.
     fn function_type(&self, signature: &Signature, variadic: bool) -> FunctionType<'ctx> {
-        let params: Vec<BasicMetadataTypeEnum> = signature.params.iter().map(|ty| self.basic_type(ty).into()).collect();
+        let pointer: BasicMetadataTypeEnum = self.context.ptr_type(AddressSpace::default()).into();
+        let sret = is_aggregate(&signature.ret).then_some(pointer);
+        let params: Vec<BasicMetadataTypeEnum> = sret.into_iter().chain(signature.params.iter().map(|ty| if is_aggregate(ty) { pointer } else { self.basic_type(ty).into() })).collect();
         match &signature.ret {
             Ty::Void => self.context.void_type().fn_type(&params, variadic),
+            ret if is_aggregate(ret) => self.context.void_type().fn_type(&params, variadic),
             ret => self.basic_type(ret).fn_type(&params, variadic),
         }
+    }
+
+    /// A static slot for a value of `ty` in the function's first block.
+    fn temporary(&self, state: &FunctionState<'ctx>, ty: &Ty) -> Result<PointerValue<'ctx>> {
+        let here = self.builder.get_insert_block();
+        match state.allocas.get_terminator() {
+            Some(terminator) => self.builder.position_before(&terminator),
+            None => self.builder.position_at_end(state.allocas),
+        }
+        let slot = self.builder.build_alloca(self.basic_type(ty), "tmp");
+        if let Some(block) = here {
+            self.builder.position_at_end(block);
+        }
+        Ok(slot?)
+    }
+
+    /// The size of `ty` in bytes, as an `i64` constant.
+    fn size_of(&self, ty: &Ty) -> IntValue<'ctx> {
+        self.context.i64_type().const_int(self.target_data.get_abi_size(&self.basic_type(ty)), false)
+    }
+
+    fn alignment_of(&self, ty: &Ty) -> u32 {
+        self.target_data.get_abi_alignment(&self.basic_type(ty))
+    }
+
+    /// Copies an aggregate between memory that may overlap (`(set a (select c b a))`).
+    fn copy_aggregate(&self, destination: PointerValue<'ctx>, source: PointerValue<'ctx>, ty: &Ty) -> Result<()> {
+        let align = self.alignment_of(ty);
+        self.builder.build_memmove(destination, align, source, align, self.size_of(ty)).map_err(|message| CodegenError::Other(message.to_string()))?;
+        Ok(())
+    }
+
+    fn zero_memory(&self, destination: PointerValue<'ctx>, ty: &Ty) -> Result<()> {
+        self.builder.build_memset(destination, self.alignment_of(ty), self.context.i8_type().const_zero(), self.size_of(ty)).map_err(|message| CodegenError::Other(message.to_string()))?;
+        Ok(())
     }
 
     fn mark_inline(&self, function: FunctionValue<'ctx>) {
@@ -312,27 +378,42 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     fn emit_function(&mut self, def: &FunctionDef, function: FunctionValue<'ctx>, result: Option<&Ty>) -> Result<()> {
+        let allocas = self.context.append_basic_block(function, "frame");
         let entry = self.context.append_basic_block(function, "entry");
-        self.builder.position_at_end(entry);
-        let mut state = FunctionState { function, name: def.name.clone(), ret: def.signature.ret.clone(), locals: Vec::new(), local_types: Vec::new(), loops: Vec::new(), labels: Vec::new() };
+        self.builder.position_at_end(allocas);
+        let sret = match is_aggregate(&def.signature.ret) {
+            true => Some(function.get_nth_param(0).ok_or_else(|| CodegenError::Other("missing result parameter".into()))?.into_pointer_value()),
+            false => None,
+        };
+        let first_param = u32::from(sret.is_some());
+        let mut state = FunctionState { function, name: def.name.clone(), ret: def.signature.ret.clone(), locals: Vec::new(), local_types: Vec::new(), loops: Vec::new(), labels: Vec::new(), allocas, sret };
         for (index, local) in def.locals.iter().enumerate() {
             let slot = self.builder.build_alloca(self.basic_type(&local.ty), &sanitize(&local.name))?;
             if index < def.signature.params.len() {
-                let param = function.get_nth_param(index as u32).ok_or_else(|| CodegenError::Other("missing parameter".into()))?;
+                let param = function.get_nth_param(first_param + index as u32).ok_or_else(|| CodegenError::Other("missing parameter".into()))?;
                 param.set_name(&sanitize(&local.name));
-                self.builder.build_store(slot, param)?;
+                if is_aggregate(&local.ty) {
+                    self.copy_aggregate(slot, param.into_pointer_value(), &local.ty)?;
+                } else {
+                    self.builder.build_store(slot, param)?;
+                }
             }
             state.locals.push(slot);
             state.local_types.push(local.ty.clone());
         }
+        self.builder.position_at_end(entry);
         // Brilisp labels get their blocks up front, so jumps may go forward.
         state.labels = def.labels.iter().map(|label| self.context.append_basic_block(function, &sanitize(label))).collect();
         match (result, def.body.as_slice()) {
-            (Some(_), [Stmt::Expr(expr)]) => {
+            (Some(ty), [Stmt::Expr(expr)]) => {
                 let value = self.expr(&mut state, expr)?;
                 let out = function.get_nth_param(0).ok_or_else(|| CodegenError::Other("entry without output".into()))?.into_pointer_value();
-                if let Some(value) = value {
-                    self.builder.build_store(out, value)?;
+                match value {
+                    Value::Scalar(value) => {
+                        self.builder.build_store(out, value)?;
+                    }
+                    Value::Memory(memory) => self.copy_aggregate(out, memory, ty)?,
+                    Value::Nothing => {}
                 }
             }
             _ => {
@@ -343,13 +424,27 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         if self.current_block_open() {
             // Falling off the end returns zero (the checker warned about it).
-            match &def.signature.ret {
-                Ty::Void => self.builder.build_return(None)?,
-                ret => {
-                    let zero = self.zero(ret);
-                    self.builder.build_return(Some(&zero))?
-                }
-            };
+            self.return_zero(&state)?;
+        }
+        self.builder.position_at_end(state.allocas);
+        self.builder.build_unconditional_branch(entry)?;
+        Ok(())
+    }
+
+    /// `(ret)` in a function with a result, or its end: the result is zero.
+    fn return_zero(&self, state: &FunctionState<'ctx>) -> Result<()> {
+        match (&state.ret, state.sret) {
+            (Ty::Void, _) => {
+                self.builder.build_return(None)?;
+            }
+            (ret, Some(sret)) => {
+                self.zero_memory(sret, ret)?;
+                self.builder.build_return(None)?;
+            }
+            (ret, None) => {
+                let zero = self.zero(ret);
+                self.builder.build_return(Some(&zero))?;
+            }
         }
         Ok(())
     }
@@ -370,8 +465,12 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.expr(state, expr)?;
             }
             Stmt::Declare(index) => {
-                let zero = self.zero(&state.local_types[*index]);
-                self.builder.build_store(state.locals[*index], zero)?;
+                let (slot, ty) = (state.locals[*index], state.local_types[*index].clone());
+                if is_aggregate(&ty) {
+                    self.zero_memory(slot, &ty)?;
+                } else {
+                    self.builder.build_store(slot, self.zero(&ty))?;
+                }
             }
             Stmt::Block(body) => {
                 for stmt in body {
@@ -379,7 +478,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 }
             }
             Stmt::If(cond, then, otherwise) => {
-                let cond = self.expr(state, cond)?.ok_or_else(no_value)?.into_int_value();
+                let cond = self.value(state, cond)?.into_int_value();
                 let then_block = self.context.append_basic_block(state.function, "then");
                 let else_block = self.context.append_basic_block(state.function, "else");
                 let join = self.context.append_basic_block(state.function, "endif");
@@ -397,19 +496,17 @@ impl<'ctx> Lowering<'ctx, '_> {
             Stmt::While(cond, body) => self.emit_loop(state, None, cond, None, body)?,
             Stmt::For(init, cond, step, body) => self.emit_loop(state, init.as_ref(), cond, step.as_ref(), body)?,
             Stmt::Ret(value) => {
-                match value {
-                    Some(value) => {
-                        let value = self.expr(state, value)?.ok_or_else(no_value)?;
+                match (value, state.sret) {
+                    (Some(value), Some(sret)) => {
+                        let memory = self.memory(state, value)?;
+                        self.copy_aggregate(sret, memory, &value.ty)?;
+                        self.builder.build_return(None)?;
+                    }
+                    (Some(value), None) => {
+                        let value = self.value(state, value)?;
                         self.builder.build_return(Some(&value))?;
                     }
-                    None => {
-                        if state.ret == Ty::Void {
-                            self.builder.build_return(None)?;
-                        } else {
-                            let zero = self.zero(&state.ret);
-                            self.builder.build_return(Some(&zero))?;
-                        }
-                    }
+                    (None, _) => self.return_zero(state)?,
                 }
                 self.continue_in_dead_block(state);
             }
@@ -456,7 +553,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let exit = self.context.append_basic_block(state.function, "endloop");
         self.builder.build_unconditional_branch(head)?;
         self.builder.position_at_end(head);
-        let cond = self.expr(state, cond)?.ok_or_else(no_value)?.into_int_value();
+        let cond = self.value(state, cond)?.into_int_value();
         self.builder.build_conditional_branch(cond, body_block, exit)?;
         self.builder.position_at_end(body_block);
         state.loops.push((exit, step_block));
@@ -484,16 +581,77 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
     }
 
+    /// Emits a scalar expression.
     fn value(&mut self, state: &mut FunctionState<'ctx>, expr: &Expr) -> Result<BasicValueEnum<'ctx>> {
-        self.expr(state, expr)?.ok_or_else(no_value)
+        match self.expr(state, expr)? {
+            Value::Scalar(value) => Ok(value),
+            Value::Memory(_) | Value::Nothing => Err(no_value()),
+        }
     }
 
-    /// Emits an expression; `None` for a void call.
-    fn expr(&mut self, state: &mut FunctionState<'ctx>, expr: &Expr) -> Result<Option<BasicValueEnum<'ctx>>> {
+    /// Emits an aggregate expression: the memory holding its value (see `Value::Memory`).
+    fn memory(&mut self, state: &mut FunctionState<'ctx>, expr: &Expr) -> Result<PointerValue<'ctx>> {
+        match self.expr(state, expr)? {
+            Value::Memory(memory) => Ok(memory),
+            Value::Scalar(_) | Value::Nothing => Err(no_value()),
+        }
+    }
+
+    /// Emits an aggregate expression into a temporary of its own, so that later evaluations
+    /// (a `set` in the next argument) cannot change it.
+    fn owned_copy(&mut self, state: &mut FunctionState<'ctx>, expr: &Expr) -> Result<PointerValue<'ctx>> {
+        let memory = self.memory(state, expr)?;
+        let copy = self.temporary(state, &expr.ty)?;
+        self.copy_aggregate(copy, memory, &expr.ty)?;
+        Ok(copy)
+    }
+
+    /// Stores `value` (of type `ty`) at `pointer`: a store, or a copy for aggregates.
+    fn store_value(&mut self, pointer: PointerValue<'ctx>, value: Value<'ctx>, ty: &Ty) -> Result<Value<'ctx>> {
+        match value {
+            Value::Scalar(scalar) => {
+                self.builder.build_store(pointer, scalar)?;
+                Ok(value)
+            }
+            Value::Memory(memory) => {
+                self.copy_aggregate(pointer, memory, ty)?;
+                Ok(Value::Memory(pointer))
+            }
+            Value::Nothing => Err(no_value()),
+        }
+    }
+
+    /// Reads a value of type `ty` at `pointer`: a load, or the memory itself for aggregates.
+    fn read_value(&mut self, pointer: PointerValue<'ctx>, ty: &Ty) -> Result<Value<'ctx>> {
+        if is_aggregate(ty) {
+            return Ok(Value::Memory(pointer));
+        }
+        Ok(Value::Scalar(self.builder.build_load(self.basic_type(ty), pointer, "")?))
+    }
+
+    /// A pointer to element `index` of the aggregate at `base`.
+    fn element_pointer(&mut self, base: PointerValue<'ctx>, aggregate: &Ty, index: u32) -> Result<PointerValue<'ctx>> {
+        match aggregate {
+            Ty::Struct(name) => Ok(self.builder.build_struct_gep(self.struct_type(name), base, index, "")?),
+            _ => {
+                let indices = [self.context.i64_type().const_zero(), self.context.i64_type().const_int(u64::from(index), false)];
+                // SAFETY: the checker proved `index` is within the array's length.
+                Ok(unsafe { self.builder.build_in_bounds_gep(self.basic_type(aggregate), base, &indices, "")? })
+            }
+        }
+    }
+
+    /// Emits an expression.
+    fn expr(&mut self, state: &mut FunctionState<'ctx>, expr: &Expr) -> Result<Value<'ctx>> {
         let value: BasicValueEnum<'ctx> = match &expr.kind {
             ExprKind::Int(value) => self.basic_type(&expr.ty).into_int_type().const_int(*value as u64, true).into(),
             ExprKind::Float(value) => self.basic_type(&expr.ty).into_float_type().const_float(*value).into(),
             ExprKind::Bool(value) => self.context.bool_type().const_int(u64::from(*value), false).into(),
+            ExprKind::Zero if is_aggregate(&expr.ty) => {
+                let memory = self.temporary(state, &expr.ty)?;
+                self.zero_memory(memory, &expr.ty)?;
+                return Ok(Value::Memory(memory));
+            }
             ExprKind::Zero => self.zero(&expr.ty),
             ExprKind::Str(bytes) => {
                 let constant = self.context.const_string(bytes, true);
@@ -506,13 +664,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             ExprKind::Read(place) => {
                 let pointer = self.place_pointer(state, place);
-                self.builder.build_load(self.basic_type(&expr.ty), pointer, "")?
+                return self.read_value(pointer, &expr.ty);
             }
             ExprKind::Set(place, value) => {
-                let value = self.value(state, value)?;
+                let value = self.expr(state, value)?;
                 let pointer = self.place_pointer(state, place);
-                self.builder.build_store(pointer, value)?;
-                value
+                return self.store_value(pointer, value, &expr.ty);
             }
             ExprKind::Binary(op, left, right) => {
                 let left_value = self.value(state, left)?;
@@ -527,6 +684,13 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let operand = self.value(state, operand)?.into_float_value();
                 self.builder.build_float_neg(operand, "")?.into()
             }
+            ExprKind::Select(cond, then, otherwise) if is_aggregate(&expr.ty) => {
+                // Both values are evaluated (and kept) before one is chosen.
+                let cond = self.value(state, cond)?.into_int_value();
+                let then = self.owned_copy(state, then)?;
+                let otherwise = self.owned_copy(state, otherwise)?;
+                return Ok(Value::Memory(self.builder.build_select(cond, then, otherwise, "")?.into_pointer_value()));
+            }
             ExprKind::Select(cond, then, otherwise) => {
                 let cond = self.value(state, cond)?.into_int_value();
                 let then = self.value(state, then)?;
@@ -535,13 +699,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             ExprKind::Load(pointer) => {
                 let pointer = self.value(state, pointer)?.into_pointer_value();
-                self.builder.build_load(self.basic_type(&expr.ty), pointer, "")?
+                return self.read_value(pointer, &expr.ty);
             }
             ExprKind::Store(pointer, value) => {
                 let pointer = self.value(state, pointer)?.into_pointer_value();
-                let value = self.value(state, value)?;
-                self.builder.build_store(pointer, value)?;
-                value
+                let value = self.expr(state, value)?;
+                return self.store_value(pointer, value, &expr.ty);
             }
             ExprKind::PtrAdd(pointer, index) => {
                 let pointee = self.basic_type(pointer.ty.pointee().unwrap_or(&Ty::Int(8)));
@@ -583,25 +746,18 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.builder.build_call(alloc, &[bytes.into()], "")?.try_as_basic_value().basic().ok_or_else(no_value)?
             }
             ExprKind::Extract(aggregate, index) => {
-                let aggregate = self.value(state, aggregate)?;
-                let aggregate = match aggregate {
-                    BasicValueEnum::StructValue(value) => value.into(),
-                    BasicValueEnum::ArrayValue(value) => value.into(),
-                    _ => return Err(CodegenError::Other("extractvalue on a scalar".into())),
-                };
-                let aggregate: inkwell::values::AggregateValueEnum = aggregate;
-                self.builder.build_extract_value(aggregate, *index, "")?
+                let base = self.memory(state, aggregate)?;
+                let element = self.element_pointer(base, &aggregate.ty, *index)?;
+                return self.read_value(element, &expr.ty);
             }
             ExprKind::Insert(aggregate, value, index) => {
-                let aggregate = self.value(state, aggregate)?;
-                let value = self.value(state, value)?;
-                let aggregate: inkwell::values::AggregateValueEnum = match aggregate {
-                    BasicValueEnum::StructValue(value) => value.into(),
-                    BasicValueEnum::ArrayValue(value) => value.into(),
-                    _ => return Err(CodegenError::Other("insertvalue on a scalar".into())),
-                };
-                let inserted = self.builder.build_insert_value(aggregate, value, *index, "")?;
-                inserted.as_basic_value_enum()
+                // A copy with one element replaced; the original is untouched.
+                let copy = self.owned_copy(state, aggregate)?;
+                let value_ty = value.ty.clone();
+                let value = self.expr(state, value)?;
+                let element = self.element_pointer(copy, &aggregate.ty, *index)?;
+                self.store_value(element, value, &value_ty)?;
+                return Ok(Value::Memory(copy));
             }
             ExprKind::Call { callee, name, signature, args } => return self.call(state, callee, name, signature, args),
             ExprKind::Cast(op, value) => {
@@ -611,7 +767,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             ExprKind::Asm { template, constraints, args } => return self.asm(state, &expr.ty, template, constraints, args),
         };
-        Ok(Some(value))
+        Ok(Value::Scalar(value))
     }
 
     /// Brilisp's multi-index `ptradd`: the first index scales by the pointee, each later one
@@ -825,10 +981,18 @@ impl<'ctx> Lowering<'ctx, '_> {
         })
     }
 
-    fn call(&mut self, state: &mut FunctionState<'ctx>, callee: &Callee, name: &str, signature: &Signature, args: &[Expr]) -> Result<Option<BasicValueEnum<'ctx>>> {
+    fn call(&mut self, state: &mut FunctionState<'ctx>, callee: &Callee, name: &str, signature: &Signature, args: &[Expr]) -> Result<Value<'ctx>> {
         let mut values: Vec<BasicMetadataValueEnum<'ctx>> = Vec::new();
+        // An aggregate result is written to memory the caller passes first.
+        let result = match (callee, is_aggregate(&signature.ret)) {
+            (Callee::Intrinsic(_), _) | (_, false) => None,
+            (_, true) => Some(self.temporary(state, &signature.ret)?),
+        };
+        values.extend(result.map(BasicMetadataValueEnum::from));
         for arg in args {
-            values.push(self.value(state, arg)?.into());
+            // Aggregates are passed by value: a private copy, by pointer.
+            let value: BasicMetadataValueEnum = if is_aggregate(&arg.ty) { self.owned_copy(state, arg)?.into() } else { self.value(state, arg)?.into() };
+            values.push(value);
         }
         let call = match callee {
             Callee::SelfCall => self.builder.build_call(state.function, &values, "")?,
@@ -840,7 +1004,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let function_type = self.function_type(signature, signature.variadic);
                 self.builder.build_indirect_call(function_type, pointer, &values, "")?
             }
-            Callee::Intrinsic(link) => return self.call_intrinsic(link, signature, &values),
+            Callee::Intrinsic(link) => return self.call_intrinsic(state, link, signature, &values),
             Callee::Direct(link) => {
                 let variadic = signature.variadic || is_c_variadic(name);
                 let function = match self.module.get_function(link) {
@@ -860,12 +1024,23 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.builder.build_call(function, &values, "")?
             }
         };
-        Ok(call.try_as_basic_value().basic())
+        Ok(match (result, call.try_as_basic_value().basic()) {
+            (Some(memory), _) => Value::Memory(memory),
+            (None, Some(value)) => Value::Scalar(value),
+            (None, None) => Value::Nothing,
+        })
+    }
+
+    /// Puts an SSA struct value (an intrinsic's or inline assembly's result) into memory.
+    fn spill(&mut self, state: &FunctionState<'ctx>, value: BasicValueEnum<'ctx>, ty: &Ty) -> Result<Value<'ctx>> {
+        let memory = self.temporary(state, ty)?;
+        self.builder.build_store(memory, value)?;
+        Ok(Value::Memory(memory))
     }
 
     /// Intrinsics return structs as literal structs (`{ i32, i1 }`); C-Lisp's are named, so the
     /// result is rebuilt field by field.
-    fn call_intrinsic(&mut self, link: &str, signature: &Signature, values: &[BasicMetadataValueEnum<'ctx>]) -> Result<Option<BasicValueEnum<'ctx>>> {
+    fn call_intrinsic(&mut self, state: &FunctionState<'ctx>, link: &str, signature: &Signature, values: &[BasicMetadataValueEnum<'ctx>]) -> Result<Value<'ctx>> {
         let params: Vec<BasicMetadataTypeEnum> = signature.params.iter().map(|ty| self.basic_type(ty).into()).collect();
         let named = match &signature.ret {
             Ty::Struct(name) => Some(self.struct_type(name)),
@@ -882,8 +1057,12 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let result = self.builder.build_call(function, values, "")?.try_as_basic_value().basic();
         match (result, named) {
-            (Some(BasicValueEnum::StructValue(literal)), Some(named)) => Ok(Some(self.rename_struct(literal, named)?)),
-            (result, _) => Ok(result),
+            (Some(BasicValueEnum::StructValue(literal)), Some(named)) => {
+                let value = self.rename_struct(literal, named)?;
+                self.spill(state, value, &signature.ret)
+            }
+            (Some(value), _) => Ok(Value::Scalar(value)),
+            (None, _) => Ok(Value::Nothing),
         }
     }
 
@@ -916,7 +1095,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(function)
     }
 
-    fn asm(&mut self, state: &mut FunctionState<'ctx>, ty: &Ty, template: &str, constraints: &str, args: &[Expr]) -> Result<Option<BasicValueEnum<'ctx>>> {
+    fn asm(&mut self, state: &mut FunctionState<'ctx>, ty: &Ty, template: &str, constraints: &str, args: &[Expr]) -> Result<Value<'ctx>> {
         let mut values: Vec<BasicMetadataValueEnum<'ctx>> = Vec::new();
         let mut param_types: Vec<BasicMetadataTypeEnum<'ctx>> = Vec::new();
         for arg in args {
@@ -942,12 +1121,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         let result = call.try_as_basic_value().basic();
         match (result, fields) {
             // One output comes back as itself, several as a literal struct.
-            (Some(BasicValueEnum::StructValue(literal)), Some(named)) if named.count_fields() > 1 => Ok(Some(self.rename_struct(literal, named)?)),
-            (Some(single), Some(named)) => {
-                let value = self.builder.build_insert_value(named.get_undef(), single, 0, "")?;
-                Ok(Some(value.as_basic_value_enum()))
+            (Some(BasicValueEnum::StructValue(literal)), Some(named)) if named.count_fields() > 1 => {
+                let value = self.rename_struct(literal, named)?;
+                self.spill(state, value, ty)
             }
-            (result, _) => Ok(result),
+            (Some(single), Some(named)) => {
+                let value = self.builder.build_insert_value(named.get_undef(), single, 0, "")?.as_basic_value_enum();
+                self.spill(state, value, ty)
+            }
+            (Some(value), None) => Ok(Value::Scalar(value)),
+            (None, _) => Ok(Value::Nothing),
         }
     }
 }
