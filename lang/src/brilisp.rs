@@ -367,3 +367,28 @@ fn falls_through(body: &[Stmt]) -> bool {
     }
     off_the_end
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ret() -> Stmt {
+        Stmt::Ret(None)
+    }
+
+    #[test]
+    fn reachability_of_the_end() {
+        // (ret)
+        assert!(!falls_through(&[ret()]));
+        // nothing at all
+        assert!(falls_through(&[]));
+        // (jmp done) (label never) … (label done) (ret): the unreachable block is ignored.
+        assert!(!falls_through(&[Stmt::Jump(1), Stmt::Label(0), Stmt::Label(1), ret()]));
+        // (label loop) (jmp loop): an endless loop never reaches the end.
+        assert!(!falls_through(&[Stmt::Label(0), Stmt::Jump(0)]));
+        // (label a) (ret) (label b): nothing jumps to b, so the end is unreachable.
+        assert!(!falls_through(&[Stmt::Label(0), ret(), Stmt::Label(1)]));
+        // (jmp b) (label a) (ret) (label b): b runs off the end.
+        assert!(falls_through(&[Stmt::Jump(1), Stmt::Label(0), ret(), Stmt::Label(1)]));
+    }
+}

@@ -2488,7 +2488,8 @@ fn check_asm_template(template: &str, operands: usize) -> Result<(), String> {
                 let inner = &template[position + 1..close];
                 let (number, modifier) = inner.split_once(':').unwrap_or((inner, ""));
                 operand(number.as_bytes())?;
-                if !modifier.is_empty() && !(modifier.len() == 1 && modifier.chars().all(|c| c.is_ascii_alphabetic())) {
+                let single_letter = modifier.len() == 1 && modifier.chars().all(|c| c.is_ascii_alphabetic());
+                if !modifier.is_empty() && !single_letter {
                     return Err(format!("`${{{inner}}}` has a bad modifier"));
                 }
                 position = close + 1;
