@@ -50,6 +50,16 @@ pub(crate) struct Runner {
     worker: Option<thread::JoinHandle<()>>,
 }
 
+/// The executor thread's stack top, to tell a stack overflow from other segmentation faults.
+static STACK_TOP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether a faulting address lies just beyond the executor's stack (its guard page).
+pub(crate) fn is_stack_overflow(address: usize) -> bool {
+    let top = STACK_TOP.load(std::sync::atomic::Ordering::Relaxed);
+    let limit = top.saturating_sub(STACK_SIZE);
+    top != 0 && address >= limit.saturating_sub(1 << 20) && address < limit + (1 << 16)
+}
+
 thread_local! {
     static ALLOCATIONS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -112,6 +122,8 @@ impl Runner {
             // SAFETY: gives this thread an alternate signal stack, so stack overflows in
             // compiled code reach the handler.
             unsafe { quasi_prepare_thread() };
+            let marker = 0u8;
+            STACK_TOP.store(std::ptr::addr_of!(marker) as usize, std::sync::atomic::Ordering::Relaxed);
             for job in receiver {
                 job();
             }

@@ -89,6 +89,9 @@ impl GlobalStorage {
         let layout = std::alloc::Layout::from_size_align(size.max(1), align.max(16)).unwrap_or(std::alloc::Layout::new::<u128>());
         // SAFETY: the layout has a non-zero size.
         let memory = unsafe { std::alloc::alloc_zeroed(layout) };
+        if memory.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
         GlobalStorage { symbol, memory, layout }
     }
 
@@ -723,6 +726,7 @@ impl Session {
             }
             Fault::Signal { signal, address } => {
                 let what = match *signal {
+                    libc::SIGSEGV if run::is_stack_overflow(*address) => "stack overflow in compiled code (its stack is 64 MiB; is the recursion unbounded?)".to_string(),
                     libc::SIGSEGV => format!("segmentation fault at address {address:#x}"),
                     libc::SIGBUS => format!("bus error at address {address:#x}"),
                     libc::SIGFPE => "arithmetic exception".to_string(),

@@ -60,12 +60,24 @@ fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stre
     for diagnostic in others {
         push(Stream::Stdout, render_diagnostic(diagnostic, outcome, style));
     }
+    // Program output that stops mid-line is ended before the next line Quasi prints.
+    let mut open_line = false;
     for item in &outcome.items {
         let stream = match item {
-            Item::Output { stream, .. } => *stream,
+            Item::Output { stream, text } => {
+                open_line = !text.is_empty() && !text.ends_with('\n');
+                push(*stream, text.clone());
+                continue;
+            }
             _ => Stream::Stdout,
         };
+        if std::mem::take(&mut open_line) {
+            push(Stream::Stdout, "\n".to_string());
+        }
         push(stream, render_item(item, masking));
+    }
+    if open_line && !faults.is_empty() {
+        push(Stream::Stdout, "\n".to_string());
     }
     for diagnostic in faults {
         push(Stream::Stdout, render_diagnostic(diagnostic, outcome, style));
@@ -114,7 +126,10 @@ pub fn render_diagnostic(diagnostic: &Diagnostic, outcome: &Outcome, style: Styl
             Some(ReportLabel::new(style, file, range).with_message(label.message.clone()))
         })
         .collect();
-    let report = Report::new(severity).with_code(diagnostic.kind.code()).with_message(diagnostic.message.clone()).with_labels(labels).with_notes(diagnostic.notes.iter().map(|note| format!("note: {note}")).collect());
+    // Errors name their kind (`error[type]`); warnings are plain `warning:` (LANGUAGE.md §10).
+    let report = Report::new(severity);
+    let report = if diagnostic.is_error() { report.with_code(diagnostic.kind.code()) } else { report };
+    let report = report.with_message(diagnostic.message.clone()).with_labels(labels).with_notes(diagnostic.notes.iter().map(|note| format!("note: {note}")).collect());
     let config = Config { chars: Chars::ascii(), ..Config::default() };
     let mut buffer = Vec::new();
     let emitted = match style {
