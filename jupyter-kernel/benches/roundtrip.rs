@@ -3,8 +3,9 @@
 //!
 //! Rows: `Session::eval` in this process (what the kernel does on its session thread); an
 //! `execute_request` to its `execute_reply`, and to its `idle` status (when a notebook
-//! considers the cell done); a `kernel_info_request` (the transport alone, no session). The
-//! kernel's cost is the difference between the first two. Times are printed, never asserted.
+//! considers the cell done); a `kernel_info_request` (the transport alone, no session). Direct
+//! and kernel runs alternate, so a busy machine slows both alike; "added" is the median of the
+//! per-iteration differences. Times are printed, never asserted.
 
 #[path = "../tests/client/mod.rs"]
 mod client;
@@ -19,81 +20,95 @@ use quasi_lang::{Session, SessionConfig};
 const CELL: &str = "(add 1 2)";
 const WARMUP: usize = 50;
 
+#[derive(Default)]
+struct Samples {
+    direct: Vec<Duration>,
+    reply: Vec<Duration>,
+    idle: Vec<Duration>,
+    info: Vec<Duration>,
+}
+
 fn main() -> anyhow::Result<()> {
     let iterations: usize = std::env::args().skip(1).find_map(|arg| arg.parse().ok()).unwrap_or(500);
-    let direct = direct(iterations)?;
+    // The kernel's own configuration: output captured.
+    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (reply, idle, info) = runtime.block_on(through_kernel(iterations))?;
+    let samples = runtime.block_on(measure(&mut session, iterations))?;
 
     let mut table = Table::new();
-    table.load_preset(presets::UTF8_FULL_CONDENSED);
-    table.set_header(vec!["`(add 1 2)`", "median", "p90", "min", "added (median)"]);
-    let base = median(&direct);
-    for (name, times) in [("Session::eval, in process", &direct), ("kernel: execute -> execute_reply", &reply), ("kernel: execute -> idle", &idle), ("kernel: kernel_info -> reply", &info)] {
-        let added = if std::ptr::eq(times, &direct) || std::ptr::eq(times, &info) { "".to_string() } else { micros(median(times).saturating_sub(base)) };
-        table.add_row(vec![name.to_string(), micros(median(times)), micros(percentile(times, 0.9)), micros(times.iter().copied().min().unwrap_or_default()), added]);
+    table.load_style(presets::ASCII_MARKDOWN);
+    table.set_header(vec!["`(add 1 2)`", "median", "p90", "min", "added (median of differences)"]);
+    let rows: [(&str, &[Duration], Option<&[Duration]>); 4] = [
+        ("Session::eval, in process", &samples.direct, None),
+        ("kernel: execute -> execute_reply", &samples.reply, Some(&samples.direct)),
+        ("kernel: execute -> idle", &samples.idle, Some(&samples.direct)),
+        ("kernel: kernel_info -> reply", &samples.info, None),
+    ];
+    for (name, times, base) in rows {
+        let added = base.map(|base| {
+            let differences: Vec<i128> = times.iter().zip(base).map(|(kernel, direct)| kernel.as_nanos() as i128 - direct.as_nanos() as i128).collect();
+            format!("{:.0} µs", median_of(differences) as f64 / 1e3)
+        });
+        table.add_row(vec![name.to_string(), micros(percentile(times, 0.5)), micros(percentile(times, 0.9)), micros(times.iter().copied().min().unwrap_or_default()), added.unwrap_or_default()]);
     }
     for column in 1..5 {
         if let Some(column) = table.column_mut(column) {
             column.set_cell_alignment(CellAlignment::Right);
         }
     }
-    println!("{iterations} iterations after {WARMUP} warm-up, loopback TCP, one kernel process\n{table}");
+    println!("{iterations} iterations after {WARMUP} warm-up; loopback TCP; the kernel in its own process\n{table}");
     Ok(())
 }
 
-fn direct(iterations: usize) -> anyhow::Result<Vec<Duration>> {
-    // The kernel's own configuration: output captured.
-    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
-    for _ in 0..WARMUP {
-        session.eval(CELL);
-    }
-    Ok((0..iterations)
-        .map(|_| {
-            let started = Instant::now();
-            let outcome = session.eval(CELL);
-            let elapsed = started.elapsed();
-            assert!(!outcome.failed());
-            elapsed
-        })
-        .collect())
-}
+async fn measure(session: &mut Session, iterations: usize) -> anyhow::Result<Samples> {
+    let mut kernel = Kernel::start(env!("CARGO_BIN_EXE_quasi-kernel")).await?;
+    let mut samples = Samples::default();
+    for iteration in 0..WARMUP + iterations {
+        let started = Instant::now();
+        let outcome = session.eval(CELL);
+        let direct = started.elapsed();
+        anyhow::ensure!(!outcome.failed(), "the cell failed in process");
 
-async fn through_kernel(iterations: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, Vec<Duration>)> {
-    let executable = env!("CARGO_BIN_EXE_quasi-kernel");
-    let mut kernel = Kernel::start(executable).await?;
-    for _ in 0..WARMUP {
-        let msg_id = kernel.send(ExecuteRequest::new(CELL.to_string())).await?;
-        kernel.reply_to(&msg_id).await?;
-        kernel.idle_after(&msg_id).await?;
-    }
-    let (mut reply, mut idle, mut info) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..iterations {
         let started = Instant::now();
         let msg_id = kernel.send(ExecuteRequest::new(CELL.to_string())).await?;
-        kernel.reply_to(&msg_id).await?;
-        reply.push(started.elapsed());
-        kernel.idle_after(&msg_id).await?;
-        idle.push(started.elapsed());
-    }
-    for _ in 0..iterations {
+        within("execute_reply", kernel.reply_to(&msg_id)).await?;
+        let reply = started.elapsed();
+        within("idle after execute", kernel.idle_after(&msg_id)).await?;
+        let idle = started.elapsed();
+
         let started = Instant::now();
         let msg_id = kernel.send(KernelInfoRequest {}).await?;
-        kernel.reply_to(&msg_id).await?;
-        info.push(started.elapsed());
-        kernel.idle_after(&msg_id).await?;
+        within("kernel_info_reply", kernel.reply_to(&msg_id)).await?;
+        let info = started.elapsed();
+        within("idle after kernel_info", kernel.idle_after(&msg_id)).await?;
+
+        if iteration >= WARMUP {
+            samples.direct.push(direct);
+            samples.reply.push(reply);
+            samples.idle.push(idle);
+            samples.info.push(info);
+        }
     }
-    Ok((reply, idle, info))
+    Ok(samples)
 }
 
-fn median(times: &[Duration]) -> Duration {
-    percentile(times, 0.5)
+/// Every wait has a limit, so a lost message ends the bench with an error instead of a hang.
+async fn within<T>(what: &str, work: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    match tokio::time::timeout(client::TIMEOUT, work).await {
+        Ok(result) => result,
+        Err(_) => anyhow::bail!("timed out waiting for {what}"),
+    }
 }
 
 fn percentile(times: &[Duration], fraction: f64) -> Duration {
     let mut sorted = times.to_vec();
     sorted.sort();
     sorted.get(((sorted.len() as f64 - 1.0) * fraction).round() as usize).copied().unwrap_or_default()
+}
+
+fn median_of(mut values: Vec<i128>) -> i128 {
+    values.sort();
+    values.get(values.len() / 2).copied().unwrap_or_default()
 }
 
 fn micros(duration: Duration) -> String {

@@ -338,6 +338,8 @@ impl Shell {
                 return After::Continue;
             }
             _ if request.message_type() == "history_request" => self.history(&request, parent).await,
+            // A request of a known type lands here only if its content did not parse.
+            JupyterMessageContent::UnknownMessage(_) if request.message_type().ends_with("_request") => warning!("ignored a {} that is unsupported or malformed", request.message_type()),
             // Comms (widgets) are not supported; comm_info says there are none.
             _ => debug!("ignored {} on shell", request.message_type()),
         }

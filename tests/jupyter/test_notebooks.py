@@ -4,6 +4,7 @@ ones saved in the file (addresses and durations masked).
 `python tests/jupyter/test_notebooks.py` re-executes the notebooks and saves their outputs."""
 
 import copy
+import difflib
 import json
 import pathlib
 import re
@@ -48,7 +49,9 @@ def test_notebook_outputs_match(path):
             continue
         expected_outputs = [comparable(output) for output in expected.outputs]
         actual_outputs = [comparable(output) for output in actual.outputs]
-        assert actual_outputs == expected_outputs, f"{path.name}, cell {index}:\n{expected.source}"
+        if actual_outputs != expected_outputs:
+            diff = "\n".join(difflib.unified_diff("\n".join(expected_outputs).splitlines(), "\n".join(actual_outputs).splitlines(), "saved", "now", lineterm=""))
+            pytest.fail(f"{path.name}, cell {index}:\n{expected.source}\n{diff}\n(after an intended change: python tests/jupyter/test_notebooks.py re-saves the outputs)")
         assert actual.execution_count == expected.execution_count, f"{path.name}, cell {index}"
 
 

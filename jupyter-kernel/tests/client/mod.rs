@@ -43,13 +43,29 @@ impl Kernel {
         };
         let connection_file = std::env::temp_dir().join(format!("quasi-kernel-client-{}-{}.json", std::process::id(), ports[0]));
         std::fs::write(&connection_file, serde_json::to_string(&info)?)?;
-        let process = std::process::Command::new(executable).arg("--connection-file").arg(&connection_file).spawn().with_context(|| format!("starting {executable}"))?;
+        // JPY_PARENT_PID: the kernel exits with this process even if `Drop` never runs.
+        let mut process = std::process::Command::new(executable)
+            .arg("--connection-file")
+            .arg(&connection_file)
+            .env("JPY_PARENT_PID", std::process::id().to_string())
+            .spawn()
+            .with_context(|| format!("starting {executable}"))?;
         // The kernel binds these ports as it starts; the listeners only kept them reserved.
         drop(listeners);
         let session_id = uuid::Uuid::new_v4().to_string();
-        let identity = jupyter_zmq_client::peer_identity_for_session(&session_id)?;
-        let shell = jupyter_zmq_client::create_client_shell_connection_with_identity(&info, &session_id, identity).await?;
-        let iopub = jupyter_zmq_client::create_client_iopub_connection(&info, "", &session_id).await?;
+        let connected = tokio::time::timeout(TIMEOUT, connect(&info, &session_id)).await;
+        let (shell, iopub) = match connected {
+            Ok(Ok(connections)) => connections,
+            failed => {
+                let _ = process.kill();
+                let _ = process.wait();
+                let _ = std::fs::remove_file(&connection_file);
+                match failed {
+                    Ok(Err(error)) => return Err(error),
+                    _ => bail!("could not connect to the kernel"),
+                }
+            }
+        };
         let mut kernel = Kernel { process, info, session_id, shell, iopub, connection_file };
         kernel.wait_until_ready().await?;
         Ok(kernel)
@@ -106,6 +122,20 @@ impl Kernel {
             }
             messages.push(message);
         }
+    }
+}
+
+/// Connects shell and iopub, retrying while the kernel is still starting (a connection made
+/// before it listens is refused or reset).
+async fn connect(info: &ConnectionInfo, session_id: &str) -> anyhow::Result<(ClientShellConnection, ClientIoPubConnection)> {
+    loop {
+        let identity = jupyter_zmq_client::peer_identity_for_session(session_id)?;
+        let shell = jupyter_zmq_client::create_client_shell_connection_with_identity(info, session_id, identity).await;
+        let iopub = jupyter_zmq_client::create_client_iopub_connection(info, "", session_id).await;
+        if let (Ok(shell), Ok(iopub)) = (shell, iopub) {
+            return Ok((shell, iopub));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
