@@ -35,7 +35,12 @@ pub(crate) const FORM_NAMES: &[&str] = &[
     "extractvalue", "insertvalue", "sext", "zext", "trunc", "fpext", "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui",
     "ptrtoint", "inttoptr", "bitcast", "addrspacecast", "bool", "int8", "int16", "int", "int32", "int64", "float", "double",
     "void", "ptr", "arr", "struct", "addrspace", "const", "label", "jmp", "br", "nop", "id",
+    "gpu-buf", "gpu-alloc", "gpu-free", "gpu-len", "gpu-copy", "launch", "grid", "block", "in", "out", "inout", "handle",
+    "tid.x", "tid.y", "tid.z", "bid.x", "bid.y", "bid.z", "bdim.x", "bdim.y", "bdim.z", "gdim.x", "gdim.y", "gdim.z", "syncthreads", "__syncthreads",
 ];
+
+/// The most static shared memory one kernel may use (CUDA's limit without opting in).
+pub(crate) const MAX_SHARED_BYTES: u64 = 48 << 10;
 
 // ---------------------------------------------------------------------------------------------
 // The typed tree.
@@ -122,6 +127,136 @@ pub(crate) enum ExprKind {
     Asm { template: String, constraints: String, args: Vec<Expr> },
     /// The zero of the expression's type (default results).
     Zero,
+    /// A GPU special register, `(tid.x)` and friends: device code only.
+    GpuIndex(GpuRegister, u8),
+    /// `(syncthreads)`: a barrier for the threads of a block; device code only.
+    Barrier,
+    /// `(gpu-alloc T n)`: a zeroed device buffer of n elements of T.
+    GpuAlloc(Ty, Box<Expr>),
+    GpuFree(Box<Expr>),
+    GpuLen(Box<Expr>),
+    /// `(gpu-copy DST SRC n)`, the direction read from the operand types.
+    GpuCopy(CopyDirection, Box<Expr>, Box<Expr>, Box<Expr>),
+    Launch(Box<Launch>),
+}
+
+/// The special registers of §7.2: `tid` (threadIdx), `ctaid` (blockIdx), `ntid` (blockDim),
+/// `nctaid` (gridDim).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GpuRegister { Tid, Ctaid, Ntid, Nctaid }
+
+impl GpuRegister {
+    /// The register and dimension (0 to 2) of a builtin such as `bdim.y`.
+    pub fn from_builtin(name: &str) -> Option<(GpuRegister, u8)> {
+        let (register, dimension) = name.split_once('.')?;
+        let register = match register {
+            "tid" => GpuRegister::Tid,
+            "bid" => GpuRegister::Ctaid,
+            "bdim" => GpuRegister::Ntid,
+            "gdim" => GpuRegister::Nctaid,
+            _ => return None,
+        };
+        let dimension = match dimension {
+            "x" => 0,
+            "y" => 1,
+            "z" => 2,
+            _ => return None,
+        };
+        Some((register, dimension))
+    }
+
+    /// The builtin's spelling, for listings: `tid`, `bid`, `bdim`, `gdim`.
+    pub fn builtin(self) -> &'static str {
+        match self {
+            GpuRegister::Tid => "tid",
+            GpuRegister::Ctaid => "bid",
+            GpuRegister::Ntid => "bdim",
+            GpuRegister::Nctaid => "gdim",
+        }
+    }
+
+    /// The PTX name of the register in LLVM's intrinsic names.
+    pub fn ptx(self) -> &'static str {
+        match self {
+            GpuRegister::Tid => "tid",
+            GpuRegister::Ctaid => "ctaid",
+            GpuRegister::Ntid => "ntid",
+            GpuRegister::Nctaid => "nctaid",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyDirection { HostToDevice, DeviceToHost, DeviceToDevice }
+
+/// Which way a Lapis annotation (or a launch argument) moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction { In, Out, InOut }
+
+impl Direction {
+    fn from_word(word: &str) -> Option<Direction> {
+        match word {
+            "in" => Some(Direction::In),
+            "out" => Some(Direction::Out),
+            "inout" => Some(Direction::InOut),
+            _ => None,
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+            Direction::InOut => "inout",
+        }
+    }
+}
+
+/// A parameter's Lapis annotation (§7.4).
+#[derive(Clone, Debug)]
+pub(crate) enum Annotation {
+    /// `(NAME TYPE DIR SIZE)`: SIZE elements move in the direction DIR at a launch.
+    Sized(Direction, Sexp),
+    /// `(NAME TYPE handle)`: an opaque pointer passed untouched.
+    Handle,
+}
+
+/// A checked `(launch K (grid …) (block …) ARG…)`.
+#[derive(Clone, Debug)]
+pub(crate) struct Launch {
+    pub kernel: String,
+    /// x, y, z of the grid and of the block; missing dimensions are the literal 1.
+    pub grid: Vec<Expr>,
+    pub block: Vec<Expr>,
+    pub args: Vec<LaunchArg>,
+    /// Hidden locals that keep the integer scalar arguments, by argument: SIZE expressions
+    /// of annotations read them, so each argument is evaluated once.
+    pub arg_locals: Vec<Option<usize>>,
+}
+
+/// What one launch argument is, and what the launch moves for it.
+#[derive(Clone, Debug)]
+pub(crate) struct LaunchArg {
+    pub kind: LaunchArgKind,
+    /// The scalar, the device pointer, the buffer handle or the host pointer.
+    pub value: Expr,
+    /// Elements: of an `(in p N)` argument or an annotated parameter's SIZE.
+    pub count: Option<Expr>,
+    pub direction: Option<Direction>,
+    /// Bytes of one element (of a scalar: its size).
+    pub element_size: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LaunchArgKind {
+    /// Passed by value (scalars, handles).
+    Scalar,
+    /// A `(ptr T (addrspace 1))`: already device memory.
+    DevicePointer,
+    /// A `(gpu-buf T)`: its device address.
+    Buffer,
+    /// Host memory: copied to a temporary device buffer and back, per the direction.
+    Host,
 }
 
 #[derive(Clone, Debug)]
@@ -166,6 +301,25 @@ pub(crate) struct FunctionDef {
     pub source: Sexp,
     /// Session names it depends on: `fn:NAME`, `global:NAME`, `struct:NAME`.
     pub uses: BTreeSet<String>,
+    /// `define-kernel`: launched, never called; compiled only for the GPU.
+    pub kernel: bool,
+    /// Lapis annotations of the parameters, by parameter.
+    pub annotations: Vec<Option<Annotation>>,
+    /// Where the GPU is needed and where the host is needed (see `Placement`).
+    pub placement: Placement,
+}
+
+/// Where a function can run. Code using GPU builtins, `llvm.nvvm.*` or libdevice is
+/// device-only: compiled only for the GPU, and host code cannot call it. Code calling C
+/// functions or using host GPU forms cannot run on the GPU.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Placement {
+    /// The first construct that needs the GPU, and what it is.
+    pub device_use: Option<(Span, String)>,
+    /// The first construct device code cannot have, and what it is.
+    pub host_use: Option<(Span, String)>,
+    /// A kernel, a direct device use, or a call of a device-only function.
+    pub device_only: bool,
 }
 
 /// A constant initializer, typed by its global.
@@ -187,6 +341,8 @@ pub(crate) struct GlobalDef {
     /// `None`: a repeated `declare` of the same type keeps its value.
     pub init: Option<Constant>,
     pub span: Span,
+    /// The address space on the GPU: 3 for `define-shared` and `(addrspace 3)`, else 0.
+    pub space: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -268,6 +424,18 @@ pub(crate) enum FunctionKind {
 #[derive(Clone, Debug)]
 pub(crate) struct GlobalEntry {
     pub ty: Ty,
+    /// Its address space on the GPU (device code gives shared globals their own storage).
+    pub space: u32,
+    /// The value its definition gives: device copies start from it.
+    pub init: Constant,
+}
+
+impl GlobalEntry {
+    /// The entry a committed definition makes; `previous` keeps the value of a repeated `declare`.
+    pub fn from_def(global: &GlobalDef, previous: Option<&GlobalEntry>) -> GlobalEntry {
+        let init = global.init.clone().or_else(|| previous.map(|entry| entry.init.clone())).unwrap_or(Constant::Zero);
+        GlobalEntry { ty: global.ty.clone(), space: global.space, init }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -296,7 +464,10 @@ pub(crate) fn check(env: &Env, forms: &[Sexp], resolve: ResolveExtern<'_>, top_l
     checker.flatten(forms, &mut flat);
     checker.collect_declarations(&flat);
     checker.check_bodies(&flat, top_level_name);
+    checker.settle_placement();
     checker.recheck_dependents(top_level_name.trim_start_matches("cell#"));
+    checker.settle_placement();
+    checker.placement_errors();
     checker.collect_inline_bodies();
     if checker.errors.is_empty() {
         Ok(checker.cell)
@@ -371,6 +542,8 @@ struct Prototype<'f> {
     name_span: Span,
     ret: &'f Sexp,
     params: Vec<(String, Span, &'f Sexp)>,
+    /// The Lapis annotation words after each parameter's type (`in n`, `handle`), if any.
+    annotations: Vec<&'f [Sexp]>,
     variadic: bool,
 }
 
@@ -381,6 +554,7 @@ fn parse_prototype(form: &Sexp) -> Result<Prototype<'_>, Diagnostic> {
     let [name, ret] = first.list().ok_or_else(shape)? else { return Err(shape()) };
     let name_text = name.symbol().ok_or_else(|| syntax(name.span, "a function name must be a symbol"))?;
     let mut params = Vec::new();
+    let mut annotations = Vec::new();
     let mut variadic = false;
     for (index, param) in rest.iter().enumerate() {
         if param.symbol() == Some("...") {
@@ -400,28 +574,41 @@ fn parse_prototype(form: &Sexp) -> Result<Prototype<'_>, Diagnostic> {
         };
         let param_name = pair.first().and_then(Sexp::symbol);
         match (valid, param_name) {
-            (true, Some(param_name)) => params.push((param_name.to_string(), pair[0].span, &pair[1])),
+            (true, Some(param_name)) => {
+                params.push((param_name.to_string(), pair[0].span, &pair[1]));
+                annotations.push(&pair[2..]);
+            }
+            _ if pair.len() > 2 => return Err(syntax(param.span, "a parameter is `(NAME TYPE)`").with_note("a Lapis annotation is (NAME TYPE in|out|inout SIZE) or (NAME TYPE handle)")),
             _ => return Err(syntax(param.span, "a parameter is `(NAME TYPE)`")),
         }
     }
-    Ok(Prototype { name: name_text.to_string(), name_span: name.span, ret, params, variadic })
+    Ok(Prototype { name: name_text.to_string(), name_span: name.span, ret, params, annotations, variadic })
 }
 
-/// Splits a `define…` head into its attributes.
-fn define_attributes(head: &str) -> Option<(bool, bool)> {
+/// The attributes of a `define…` head.
+#[derive(Clone, Copy, Default)]
+struct Attributes {
+    inline: bool,
+    brilisp: bool,
+    kernel: bool,
+}
+
+/// Splits a `define…` head into its attributes: `define-kernel` (cuda-lisp) is one too.
+fn define_attributes(head: &str) -> Option<Attributes> {
     let mut parts = head.split('-');
     if parts.next() != Some("define") {
         return None;
     }
-    let (mut inline, mut brilisp) = (false, false);
+    let mut attributes = Attributes::default();
     for part in parts {
         match part {
-            "inline" if !inline => inline = true,
-            "brilisp" if !brilisp => brilisp = true,
+            "inline" if !attributes.inline => attributes.inline = true,
+            "brilisp" if !attributes.brilisp => attributes.brilisp = true,
+            "kernel" if !attributes.kernel => attributes.kernel = true,
             _ => return None,
         }
     }
-    Some((inline, brilisp))
+    Some(attributes)
 }
 
 impl<'a> CellChecker<'a> {
@@ -506,6 +693,7 @@ impl<'a> CellChecker<'a> {
         for form in forms {
             match form.head() {
                 Some("define-global") => self.collect_global(form),
+                Some("define-shared") => self.collect_shared(form),
                 Some("declare") => self.collect_top_declare(form),
                 _ => {}
             }
@@ -598,7 +786,7 @@ impl<'a> CellChecker<'a> {
             Ty::Bool | Ty::Int(8) => (1, 1),
             Ty::Int(16) => (2, 2),
             Ty::Int(32) | Ty::Float => (4, 4),
-            Ty::Int(_) | Ty::Double | Ty::Ptr(..) => (8, 8),
+            Ty::Int(_) | Ty::Double | Ty::Ptr(..) | Ty::GpuBuf(_) => (8, 8),
             Ty::Void => (0, 1),
             _ if depth > MAX_NESTING => (u64::MAX, 1),
             Ty::Arr(length, element) => {
@@ -680,8 +868,33 @@ impl<'a> CellChecker<'a> {
             Some(init) => self.global_initializer(init, &mut ty),
         };
         let Some(init) = init else { return };
-        self.overlay.globals.insert(name_text.to_string(), GlobalEntry { ty: ty.clone() });
-        self.cell.globals.push(GlobalDef { name: name_text.to_string(), ty, init: Some(init), span: form.span });
+        // `(addrspace N)` places the global on the GPU; on the CPU it is plain memory.
+        let space = items.get(2).filter(|init| init.head() == Some("addrspace")).and_then(|init| parse_addrspace(init).ok()).unwrap_or(0);
+        self.add_global(GlobalDef { name: name_text.to_string(), ty, init: Some(init), span: form.span, space });
+    }
+
+    fn add_global(&mut self, global: GlobalDef) {
+        let entry = GlobalEntry::from_def(&global, self.env.globals.get(&global.name));
+        self.overlay.globals.insert(global.name.clone(), entry);
+        self.cell.globals.push(global);
+    }
+
+    /// `(define-shared NAME (N T))`: `(define-global (NAME (arr N T)) (addrspace 3))`.
+    fn collect_shared(&mut self, form: &Sexp) {
+        let items = form.list().unwrap_or(&[]);
+        let (Some(name), Some(Some([length, element])), 3) = (items.get(1).and_then(Sexp::symbol), items.get(2).map(Sexp::list), items.len()) else {
+            self.error(syntax(form.span, "shared memory is `(define-shared NAME (LENGTH TYPE))`").with_note("for example (define-shared tile (256 float))"));
+            return;
+        };
+        if !self.define_global_name(name, items[1].span) {
+            return;
+        }
+        let array = Sexp { kind: SexpKind::List(vec![Sexp { kind: SexpKind::Symbol("arr".into()), span: items[2].span }, length.clone(), element.clone()]), span: items[2].span };
+        let Some(ty) = self.parse_ty(&array) else { return };
+        if !self.require_sized(&ty, items[2].span, "shared memory") || !self.require_size(&ty, items[2].span, "shared memory", MAX_SHARED_BYTES) {
+            return;
+        }
+        self.add_global(GlobalDef { name: name.to_string(), ty, init: Some(Constant::Zero), span: form.span, space: 3 });
     }
 
     fn global_initializer(&mut self, init: &Sexp, ty: &mut Ty) -> Option<Constant> {
@@ -770,8 +983,7 @@ impl<'a> CellChecker<'a> {
         // The same type again keeps the value; another type (or a layout this cell changes)
         // replaces the global.
         let keep = self.env.globals.get(name).is_some_and(|existing| existing.ty == ty) && !self.layout_changes_here(&ty, 0);
-        self.overlay.globals.insert(name.to_string(), GlobalEntry { ty: ty.clone() });
-        self.cell.globals.push(GlobalDef { name: name.to_string(), ty, init: if keep { None } else { Some(Constant::Zero) }, span: form.span });
+        self.add_global(GlobalDef { name: name.to_string(), ty, init: if keep { None } else { Some(Constant::Zero) }, span: form.span, space: 0 });
     }
 
     fn signature_of(&mut self, prototype: &Prototype<'_>) -> Option<Signature> {
@@ -805,7 +1017,8 @@ impl<'a> CellChecker<'a> {
     fn collect_function(&mut self, form: &Sexp, declared: &mut HashMap<String, (Signature, Span)>) {
         let items = form.list().unwrap_or(&[]);
         let Some(head) = items.first().and_then(Sexp::symbol) else { return };
-        let Some((inline, _brilisp)) = define_attributes(head) else { return };
+        let Some(attributes) = define_attributes(head) else { return };
+        let inline = attributes.inline;
         let Some(proto_form) = items.get(1) else {
             self.error(syntax(form.span, "a definition is `(define ((NAME TYPE) (PARAM TYPE)…) BODY…)`"));
             return;
@@ -821,6 +1034,10 @@ impl<'a> CellChecker<'a> {
         let name = prototype.name.clone();
         let has_body = items.len() > 2;
         let param_names = prototype.params.iter().map(|(name, _, _)| name.clone()).collect();
+        let Some(annotations) = self.annotations(&prototype, &signature) else { return };
+        if attributes.kernel && !self.kernel_prototype(&prototype, &signature, attributes, has_body) {
+            return;
+        }
         if name.starts_with("llvm.") {
             if has_body {
                 self.error(syntax(prototype.name_span, "`llvm.` names are LLVM intrinsics and cannot be defined"));
@@ -858,6 +1075,8 @@ impl<'a> CellChecker<'a> {
                 return;
             }
             let kind = match (self.resolve)(&name) {
+                // libdevice is linked into device code: nothing on the host provides it.
+                _ if is_libdevice(&name) => FunctionKind::External(name.clone()),
                 Some(link) => FunctionKind::External(link),
                 None => FunctionKind::Unresolved,
             };
@@ -897,15 +1116,92 @@ impl<'a> CellChecker<'a> {
             span: form.span,
             source: form.clone(),
             uses: BTreeSet::new(),
+            kernel: attributes.kernel,
+            annotations,
+            placement: Placement { device_only: attributes.kernel, ..Placement::default() },
         });
         self.overlay.functions.insert(name, FunctionEntry { signature, param_names, kind: FunctionKind::Defined(placeholder), invalidated: None });
+    }
+
+    /// The rules a `define-kernel` prototype follows: a body, no result, no variadic tail,
+    /// parameters a launch can pass (scalars and pointers).
+    fn kernel_prototype(&mut self, prototype: &Prototype<'_>, signature: &Signature, attributes: Attributes, has_body: bool) -> bool {
+        let gpu = |span: Span, message: String| Diagnostic::error(Kind::Gpu, message).with_label(span, "");
+        let name = &prototype.name;
+        if !has_body {
+            self.error(syntax(prototype.name_span, format!("the kernel `{name}` needs a body")));
+            return false;
+        }
+        if attributes.inline {
+            self.error(gpu(prototype.name_span, format!("the kernel `{name}` cannot be inline: kernels are launched, not called")));
+            return false;
+        }
+        if signature.ret != Ty::Void {
+            self.error(type_error(prototype.ret.span, format!("a kernel returns `void`, but `{name}` returns `{}`", signature.ret)).with_note("kernels write their results through pointers"));
+            return false;
+        }
+        if signature.variadic {
+            self.error(syntax(prototype.name_span, "a kernel cannot be variadic"));
+            return false;
+        }
+        let mut ok = true;
+        for ((param, _, ty_form), ty) in prototype.params.iter().zip(&signature.params) {
+            if !ty.is_scalar() {
+                self.error(type_error(ty_form.span, format!("the kernel parameter `{param}` is `{ty}`, but kernels take scalars and pointers")).with_note("pass a (gpu-buf T) at the launch to a (ptr T) parameter"));
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// Reads the Lapis annotations of a prototype (§7.4). SIZE may use only literals and the
+    /// integer parameters, so a launch can evaluate it from its own arguments.
+    fn annotations(&mut self, prototype: &Prototype<'_>, signature: &Signature) -> Option<Vec<Option<Annotation>>> {
+        let mut annotations = Vec::new();
+        let mut ok = true;
+        for (((param, span, _), words), ty) in prototype.params.iter().zip(&prototype.annotations).zip(&signature.params) {
+            let annotation = match words {
+                [] => None,
+                [word] => Some(Annotation::Handle).filter(|_| word.symbol() == Some("handle")),
+                [direction, size] => direction.symbol().and_then(Direction::from_word).map(|direction| Annotation::Sized(direction, size.clone())),
+                _ => None,
+            };
+            if !words.is_empty() && !ty.is_ptr() {
+                self.error(type_error(*span, format!("the annotated parameter `{param}` is `{ty}`, but annotations describe pointers")));
+                ok = false;
+            }
+            if let Some(Annotation::Sized(_, size)) = &annotation {
+                if let Err(error) = self.check_size_form(size, prototype, signature) {
+                    self.error(error);
+                    ok = false;
+                }
+            }
+            annotations.push(annotation);
+        }
+        ok.then_some(annotations)
+    }
+
+    fn check_size_form(&self, size: &Sexp, prototype: &Prototype<'_>, signature: &Signature) -> Result<(), Diagnostic> {
+        match &size.kind {
+            SexpKind::Int(value) if *value >= 0 => Ok(()),
+            SexpKind::Symbol(name) => {
+                let index = prototype.params.iter().position(|(param, _, _)| param == name);
+                match index.and_then(|index| signature.params.get(index)) {
+                    Some(ty) if ty.is_int() => Ok(()),
+                    Some(ty) => Err(type_error(size.span, format!("a size must be an integer, but `{name}` is `{ty}`"))),
+                    None => Err(Diagnostic::error(Kind::UnknownName, format!("`{name}` is not a parameter of `{}`", prototype.name)).with_label(size.span, "").with_note("a size is a literal, an integer parameter, or an expression over them like (mul m n)")),
+                }
+            }
+            SexpKind::List(items) if items.first().and_then(Sexp::symbol).is_some() => items[1..].iter().try_for_each(|item| self.check_size_form(item, prototype, signature)),
+            _ => Err(syntax(size.span, format!("`{size}` is not a size")).with_note("a size is a literal, an integer parameter, or an expression over them like (mul m n)")),
+        }
     }
 
     /// Second pass: function bodies and top-level code.
     fn check_bodies(&mut self, forms: &[&Sexp], top_level_name: &str) {
         for form in forms {
             match form.head() {
-                Some("define-struct" | "define-global" | "declare") => {}
+                Some("define-struct" | "define-global" | "define-shared" | "declare") => {}
                 Some(head) if define_attributes(head).is_some() => {
                     let items = form.list().unwrap_or(&[]);
                     if items.len() > 2 {
@@ -913,9 +1209,6 @@ impl<'a> CellChecker<'a> {
                             self.cell.functions.push(function);
                         }
                     }
-                }
-                Some("define-kernel" | "define-shared") => {
-                    self.error(Diagnostic::error(Kind::Gpu, format!("`{}` needs Quasi's GPU support, which this build does not have yet", form.head().unwrap_or_default())).with_label(form.span, ""));
                 }
                 Some(_) | None => {
                     let index = self.cell.top.len();
@@ -934,9 +1227,11 @@ impl<'a> CellChecker<'a> {
         let entry = self.overlay.functions.get(&prototype.name).or_else(|| self.env.functions.get(&prototype.name))?.clone();
         let FunctionKind::Defined(placeholder) = &entry.kind else { return None };
         let inline = placeholder.inline;
-        let (_, brilisp) = define_attributes(items[0].symbol()?)?;
+        let (kernel, annotations) = (placeholder.kernel, placeholder.annotations.clone());
+        let brilisp = define_attributes(items[0].symbol()?)?.brilisp;
         let errors_before = self.errors.len();
         let mut body_checker = BodyChecker::new(self, prototype.name.clone(), entry.signature.ret.clone(), false);
+        body_checker.kernel = kernel;
         for ((name, span, _), ty) in prototype.params.iter().zip(&entry.signature.params) {
             body_checker.declare_local(name, ty.clone(), *span);
         }
@@ -948,7 +1243,13 @@ impl<'a> CellChecker<'a> {
             let falls_through = !always_returns(&body);
             (body, Vec::new(), falls_through)
         };
-        let BodyChecker { locals, uses, mut warnings, ret, .. } = body_checker;
+        let BodyChecker { locals, uses, mut warnings, ret, placement, .. } = body_checker;
+        if let (false, Some((device_span, device)), Some((host_span, host))) = (kernel, &placement.device_use, &placement.host_use) {
+            self.error(Diagnostic::error(Kind::Gpu, format!("`{}` uses {device}, so it is device code, and device code cannot use {host}", prototype.name))
+                .with_label(*host_span, "host code")
+                .with_secondary(*device_span, "device code")
+                .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+        }
         if falls_through && ret != Ty::Void {
             warnings.push(Diagnostic::warning(Kind::Type, format!("`{}` can reach its end without `(ret …)`; it then returns 0", prototype.name)).with_label(prototype.name_span, ""));
         }
@@ -956,7 +1257,8 @@ impl<'a> CellChecker<'a> {
         if self.errors.len() == errors_before {
             self.cell.warnings.extend(warnings);
         }
-        Some(FunctionDef { name: prototype.name, signature: entry.signature, locals, body, labels, inline, span: form.span, source: form.clone(), uses })
+        let placement = Placement { device_only: kernel || placement.device_use.is_some(), ..placement };
+        Some(FunctionDef { name: prototype.name, signature: entry.signature, locals, body, labels, inline, span: form.span, source: form.clone(), uses, kernel, annotations, placement })
     }
 
     fn check_top_item(&mut self, form: &Sexp, entry_name: &str) -> Option<TopItem> {
@@ -992,8 +1294,97 @@ impl<'a> CellChecker<'a> {
             span: form.span,
             source: form.clone(),
             uses,
+            kernel: false,
+            annotations: Vec::new(),
+            placement: Placement::default(),
         };
         Some(TopItem { function, value })
+    }
+
+    fn struct_layouts(&self) -> HashMap<String, StructEntry> {
+        let mut structs = self.env.structs.clone();
+        structs.extend(self.overlay.structs.iter().map(|(name, entry)| (name.clone(), entry.clone())));
+        structs
+    }
+
+    /// Whether the session function `name`, as this cell leaves it, is device-only.
+    fn is_device_function(&self, name: &str) -> bool {
+        match self.cell.functions.iter().chain(&self.cell.recompiled).find(|function| function.name == name) {
+            Some(function) => function.placement.device_only,
+            None => matches!(self.env.functions.get(name), Some(FunctionEntry { kind: FunctionKind::Defined(def), .. }) if def.placement.device_only),
+        }
+    }
+
+    /// A function that calls a device-only function is device-only too: settles that over
+    /// the cell's functions.
+    fn settle_placement(&mut self) {
+        if !self.errors.is_empty() {
+            return;
+        }
+        loop {
+            let mut newly_device = Vec::new();
+            for (index, function) in self.cell.functions.iter().chain(&self.cell.recompiled).enumerate() {
+                if function.placement.device_only {
+                    continue;
+                }
+                if let Some((span, callee)) = first_call(&function.body, &|name| self.is_device_function(name)) {
+                    newly_device.push((index, span, callee));
+                }
+            }
+            if newly_device.is_empty() {
+                break;
+            }
+            let own = self.cell.functions.len();
+            for (index, span, callee) in newly_device {
+                let function = if index < own { &mut self.cell.functions[index] } else { &mut self.cell.recompiled[index - own] };
+                function.placement.device_only = true;
+                function.placement.device_use = Some((span, format!("the device function `{callee}`")));
+            }
+        }
+    }
+
+    /// The GPU rules only the whole cell shows: device code mixed with host code, host code
+    /// calling device code, and device code (of kernels, device functions and launched
+    /// functions) that reaches something the GPU cannot run.
+    fn placement_errors(&mut self) {
+        if !self.errors.is_empty() {
+            return;
+        }
+        let mut errors = Vec::new();
+        for function in self.cell.functions.iter().chain(&self.cell.recompiled) {
+            let placement = &function.placement;
+            let propagated = placement.device_use.as_ref().is_some_and(|(_, what)| what.starts_with("the device function"));
+            if let (false, true, Some((device_span, device)), Some((host_span, host))) = (function.kernel, propagated, &placement.device_use, &placement.host_use) {
+                errors.push(Diagnostic::error(Kind::Gpu, format!("`{}` calls {device}, so it is device code, and device code cannot use {host}", function.name))
+                    .with_label(*host_span, "host code")
+                    .with_secondary(*device_span, "device code")
+                    .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+            }
+        }
+        for item in &self.cell.top {
+            if let Some((span, callee)) = first_call(&item.function.body, &|name| self.is_device_function(name)) {
+                errors.push(Diagnostic::error(Kind::Gpu, format!("`{callee}` is device code: host code cannot call it")).with_label(span, "").with_note("call it from a kernel, and launch the kernel"));
+            }
+        }
+        let roots: Vec<&FunctionDef> = self.cell.functions.iter().chain(&self.cell.recompiled).filter(|function| function.placement.device_only && !function.inline).collect();
+        let launches: Vec<(String, Span)> = self.cell.functions.iter().chain(&self.cell.recompiled).map(|function| &function.body).chain(self.cell.top.iter().map(|item| &item.function.body)).flat_map(|body| launch_targets(body)).collect();
+        if errors.is_empty() && (!roots.is_empty() || !launches.is_empty()) {
+            let here: HashMap<String, Rc<FunctionDef>> = self.cell.functions.iter().chain(&self.cell.recompiled).map(|function| (function.name.clone(), Rc::new(function.clone()))).collect();
+            let lookup = |name: &str| here.get(name).cloned().or_else(|| defined(self.env, name));
+            for root in roots {
+                if let Some(problem) = device_problem(root, &lookup) {
+                    errors.push(Diagnostic::error(Kind::Gpu, format!("`{}` is device code, but {problem}", root.name)).with_label(root.span, "").with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+                }
+            }
+            for (kernel, span) in launches {
+                if let Some(problem) = lookup(&kernel).and_then(|root| device_problem(&root, &lookup)) {
+                    errors.push(Diagnostic::error(Kind::Gpu, format!("`{kernel}` cannot run on the GPU: {problem}")).with_label(span, "").with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+                }
+            }
+        }
+        for error in errors {
+            self.error(error);
+        }
     }
 
     /// Gathers the finished bodies of the inline functions the cell calls, transitively. The
@@ -1030,6 +1421,10 @@ impl<'a> CellChecker<'a> {
         for function in &self.cell.functions {
             match self.env.functions.get(&function.name) {
                 Some(old) if old.signature != function.signature => {
+                    changed.insert(format!("fn:{}", function.name));
+                }
+                // Callers of a function that moved to the GPU (or back) must be checked again.
+                Some(FunctionEntry { kind: FunctionKind::Defined(old), .. }) if old.placement.device_only != function.placement.device_only || old.kernel != function.kernel => {
                     changed.insert(format!("fn:{}", function.name));
                 }
                 Some(FunctionEntry { kind: FunctionKind::Defined(old), .. }) if old.inline || function.inline => {
@@ -1133,7 +1528,7 @@ impl<'a> CellChecker<'a> {
         for (name, global) in globals {
             let Some((inner, span)) = changed_structs.iter().find(|(inner, _)| holds_by_value(&global.ty, inner)) else { continue };
             self.cell.warnings.push(Diagnostic::warning(Kind::Type, format!("the global `{name}` holds a `(struct {inner})`, whose layout changed: it is made again, zeroed")).with_label(*span, ""));
-            self.cell.globals.push(GlobalDef { name: name.clone(), ty: global.ty.clone(), init: Some(Constant::Zero), span: *span });
+            self.cell.globals.push(GlobalDef { name: name.clone(), ty: global.ty.clone(), init: Some(Constant::Zero), span: *span, space: global.space });
             changed.insert(format!("global:{name}"));
         }
     }
@@ -1229,8 +1624,91 @@ fn expr_children(expr: &Expr) -> Vec<&Expr> {
         ExprKind::Select(a, b, c) => vec![a.as_ref(), b.as_ref(), c.as_ref()],
         ExprKind::GepPath(pointer, indices) => std::iter::once(pointer.as_ref()).chain(indices.iter()).collect(),
         ExprKind::Call { args, .. } | ExprKind::Asm { args, .. } => args.iter().collect(),
-        ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) | ExprKind::Read(_) | ExprKind::AddressOf(_) | ExprKind::Zero => Vec::new(),
+        ExprKind::GpuAlloc(_, a) | ExprKind::GpuFree(a) | ExprKind::GpuLen(a) => vec![a.as_ref()],
+        ExprKind::GpuCopy(_, a, b, c) => vec![a.as_ref(), b.as_ref(), c.as_ref()],
+        ExprKind::Launch(launch) => launch.grid.iter().chain(&launch.block).chain(launch.args.iter().flat_map(|arg| std::iter::once(&arg.value).chain(arg.count.as_ref()))).collect(),
+        ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) | ExprKind::Read(_) | ExprKind::AddressOf(_) | ExprKind::Zero | ExprKind::GpuIndex(..) | ExprKind::Barrier => Vec::new(),
     }
+}
+
+/// The first call of a session function `wanted` accepts: its span and the callee's name.
+fn first_call(body: &[Stmt], wanted: &dyn Fn(&str) -> bool) -> Option<(Span, String)> {
+    let mut found = None;
+    visit_exprs(body, &mut |expr| {
+        if let (None, ExprKind::Call { callee: Callee::Slot(name) | Callee::Inline(name), .. }) = (&found, &expr.kind) {
+            if wanted(name) {
+                found = Some((expr.span, name.clone()));
+            }
+        }
+    });
+    found
+}
+
+/// The kernels a body launches, with the launches' spans.
+pub(crate) fn launch_targets(body: &[Stmt]) -> Vec<(String, Span)> {
+    let mut targets = Vec::new();
+    visit_exprs(body, &mut |expr| {
+        if let ExprKind::Launch(launch) = &expr.kind {
+            targets.push((launch.kernel.clone(), expr.span));
+        }
+    });
+    targets
+}
+
+/// The body of a session function, if it is defined and valid.
+pub(crate) fn defined(env: &Env, name: &str) -> Option<Rc<FunctionDef>> {
+    match env.functions.get(name) {
+        Some(FunctionEntry { kind: FunctionKind::Defined(def), invalidated: None, .. }) => Some(def.clone()),
+        _ => None,
+    }
+}
+
+/// The session functions `root` calls, transitively, itself first: its device code.
+pub(crate) fn device_members(root: &Rc<FunctionDef>, lookup: &dyn Fn(&str) -> Option<Rc<FunctionDef>>) -> Vec<Rc<FunctionDef>> {
+    let mut members = vec![root.clone()];
+    let mut seen = BTreeSet::from([root.name.clone()]);
+    let mut index = 0;
+    while let Some(function) = members.get(index).cloned() {
+        index += 1;
+        visit_exprs(&function.body, &mut |expr| {
+            if let ExprKind::Call { callee: Callee::Slot(name) | Callee::Inline(name), .. } = &expr.kind {
+                if seen.insert(name.clone()) {
+                    if let Some(callee) = lookup(name) {
+                        members.push(callee);
+                    }
+                }
+            }
+        });
+    }
+    members
+}
+
+/// Why the device code of `root` cannot run on the GPU: the first member that uses what
+/// device code cannot, or calls what is not a valid session function; `None` if it can.
+pub(crate) fn device_problem(root: &FunctionDef, lookup: &dyn Fn(&str) -> Option<Rc<FunctionDef>>) -> Option<String> {
+    let root = Rc::new(root.clone());
+    let members = device_members(&root, lookup);
+    for member in &members {
+        let whose = if member.name == root.name { "it".to_string() } else { format!("`{}`, which it calls,", member.name) };
+        if let Some((_, what)) = &member.placement.host_use {
+            return Some(format!("{whose} uses {what}"));
+        }
+        if member.kernel && member.name != root.name {
+            return Some(format!("it calls the kernel `{}`", member.name));
+        }
+        let mut missing = None;
+        visit_exprs(&member.body, &mut |expr| {
+            if let ExprKind::Call { callee: Callee::Slot(name), .. } = &expr.kind {
+                if missing.is_none() && lookup(name).is_none() {
+                    missing = Some(name.clone());
+                }
+            }
+        });
+        if let Some(name) = missing {
+            return Some(format!("{whose} calls `{name}`, which is not a valid session function"));
+        }
+    }
+    None
 }
 
 /// Whether every path through the statements ends in `ret`.
@@ -1322,6 +1800,11 @@ fn intrinsic_name(name: &str) -> String {
         .join(".")
 }
 
+/// libdevice's math functions (`__nv_sinf`…): declared like C functions, linked into device code.
+pub(crate) fn is_libdevice(name: &str) -> bool {
+    name.starts_with("__nv_")
+}
+
 /// Statement forms (as opposed to expressions) at the top of a cell or in a body.
 fn is_statement_form(form: &Sexp) -> bool {
     match form.list() {
@@ -1376,11 +1859,15 @@ pub(crate) struct BodyChecker<'c, 'a> {
     /// Statements and expressions being checked, outermost first (see `MAX_NESTING`).
     nesting: usize,
     reported_nesting: bool,
+    /// The body is a kernel's: host-only constructs are errors at once.
+    pub kernel: bool,
+    /// What of the body needs the GPU or the host.
+    pub placement: Placement,
 }
 
 impl<'c, 'a> BodyChecker<'c, 'a> {
     fn new(cell: &'c mut CellChecker<'a>, name: String, ret: Ty, top_level: bool) -> Self {
-        BodyChecker { cell, name, ret, top_level, locals: Vec::new(), scopes: vec![HashMap::new()], loop_depth: 0, uses: BTreeSet::new(), warnings: Vec::new(), reported_unknown: BTreeSet::new(), nesting: 0, reported_nesting: false }
+        BodyChecker { cell, name, ret, top_level, locals: Vec::new(), scopes: vec![HashMap::new()], loop_depth: 0, uses: BTreeSet::new(), warnings: Vec::new(), reported_unknown: BTreeSet::new(), nesting: 0, reported_nesting: false, kernel: false, placement: Placement::default() }
     }
 
     pub fn error(&mut self, diagnostic: Diagnostic) {
@@ -1725,14 +2212,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 self.error(syntax(span, format!("`{name}` left in C-Lisp code")).with_note("C-Lisp code is already quasiquoted; backquotes pass templates to Rhai"));
                 None
             }
-            "tid.x" | "tid.y" | "tid.z" | "bid.x" | "bid.y" | "bid.z" | "bdim.x" | "bdim.y" | "bdim.z" | "gdim.x" | "gdim.y" | "gdim.z" | "__syncthreads" | "syncthreads" => {
-                self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is only available in device code (kernels)")).with_label(span, ""));
-                None
-            }
-            "gpu-alloc" | "gpu-free" | "gpu-len" | "gpu-copy" | "launch" => {
-                self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` needs Quasi's GPU support, which this build does not have yet")).with_label(span, ""));
-                None
-            }
+            "tid.x" | "tid.y" | "tid.z" | "bid.x" | "bid.y" | "bid.z" | "bdim.x" | "bdim.y" | "bdim.z" | "gdim.x" | "gdim.y" | "gdim.z" | "__syncthreads" | "syncthreads" => self.check_gpu_builtin(form, name, operands),
+            "gpu-alloc" => self.check_gpu_alloc(form, operands),
+            "gpu-free" | "gpu-len" => self.check_gpu_buffer_op(form, name, operands),
+            "gpu-copy" => self.check_gpu_copy(form, operands),
+            "launch" => self.check_launch(form, operands),
             _ if name.starts_with("define-") && define_attributes(name).is_none() && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") => {
                 self.error(syntax(head.span, format!("`{name}` is not a definition form")).with_note("definitions are define, define-inline, define-brilisp, define-inline-brilisp, define-struct, define-global"));
                 None
@@ -2011,7 +2495,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
 
     fn check_index(&mut self, name: &str, index: &Expr) -> bool {
         if !index.ty.is_int() {
-            let what = if name == "alloc" { "count" } else { "offset" };
+            let what = if matches!(name, "alloc" | "gpu-alloc" | "gpu-copy") { "count" } else { "offset" };
             self.error(type_error(index.span, format!("the {what} of `{name}` must be an integer, found `{}`", index.ty)));
             return false;
         }
@@ -2185,6 +2669,274 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         Some(Expr { kind: ExprKind::Insert(Box::new(aggregate), Box::new(value), index), ty, span: form.span })
     }
 
+    /// Notes a construct that needs the GPU; in top-level code it is an error.
+    fn use_device(&mut self, span: Span, what: String) -> bool {
+        if self.top_level {
+            self.error(Diagnostic::error(Kind::Gpu, format!("{what} is device code: host code cannot use it")).with_label(span, "").with_note("use it in a kernel (define-kernel), or in a function a kernel calls"));
+            return false;
+        }
+        if self.placement.device_use.is_none() {
+            self.placement.device_use = Some((span, what));
+        }
+        true
+    }
+
+    /// Notes a construct device code cannot have; in a kernel it is an error.
+    fn use_host(&mut self, span: Span, what: String) -> bool {
+        if self.kernel {
+            self.error(Diagnostic::error(Kind::Gpu, format!("the kernel `{}` cannot use {what}", self.name)).with_label(span, "").with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+            return false;
+        }
+        if self.placement.host_use.is_none() {
+            self.placement.host_use = Some((span, what));
+        }
+        true
+    }
+
+    /// `(tid.x)`, `[bdim.y]`, `(syncthreads)`…
+    fn check_gpu_builtin(&mut self, form: &Sexp, name: &str, operands: &[Sexp]) -> Option<Expr> {
+        if !operands.is_empty() {
+            self.error(arity(form.span, format!("`{name}` takes no operands")));
+            return None;
+        }
+        if !self.use_device(form.span, format!("`({name})`")) {
+            return None;
+        }
+        let (kind, ty) = match GpuRegister::from_builtin(name) {
+            Some((register, dimension)) => (ExprKind::GpuIndex(register, dimension), INT),
+            None => (ExprKind::Barrier, Ty::Void),
+        };
+        Some(Expr { kind, ty, span: form.span })
+    }
+
+    fn check_gpu_alloc(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [type_form, count_form] = operands else {
+            self.error(arity(form.span, "`gpu-alloc` is `(gpu-alloc TYPE COUNT)`"));
+            return None;
+        };
+        if !self.use_host(form.span, "`gpu-alloc`".into()) {
+            return None;
+        }
+        let element = self.ty(type_form);
+        let count = self.check_expr(count_form);
+        let (element, count) = (element?, count?);
+        if !crate::types::is_buffer_element(&element) {
+            self.error(type_error(type_form.span, format!("a device buffer holds integers or floats, not `{element}`")));
+            return None;
+        }
+        if !self.check_index("gpu-alloc", &count) {
+            return None;
+        }
+        let ty = Ty::GpuBuf(Rc::new(element.clone()));
+        Some(Expr { kind: ExprKind::GpuAlloc(element, Box::new(count)), ty, span: form.span })
+    }
+
+    /// `(gpu-free b)`, `(gpu-len b)`.
+    fn check_gpu_buffer_op(&mut self, form: &Sexp, name: &str, operands: &[Sexp]) -> Option<Expr> {
+        let buffer = self.operands(form, name, operands, 1)?.pop()?;
+        if !self.use_host(form.span, format!("`{name}`")) {
+            return None;
+        }
+        if !matches!(buffer.ty, Ty::GpuBuf(_)) {
+            self.error(type_error(buffer.span, format!("`{name}` needs a device buffer `(gpu-buf T)`, found `{}`", buffer.ty)));
+            return None;
+        }
+        let (kind, ty) = if name == "gpu-free" { (ExprKind::GpuFree(Box::new(buffer)), Ty::Void) } else { (ExprKind::GpuLen(Box::new(buffer)), INT64) };
+        Some(Expr { kind, ty, span: form.span })
+    }
+
+    /// `(gpu-copy DST SRC n)`: buffer ← host pointer, host pointer ← buffer, buffer ← buffer.
+    fn check_gpu_copy(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let mut values = self.operands(form, "gpu-copy", operands, 3)?;
+        if !self.use_host(form.span, "`gpu-copy`".into()) {
+            return None;
+        }
+        let count = values.pop()?;
+        let source = values.pop()?;
+        let destination = values.pop()?;
+        let direction = match (&destination.ty, &source.ty) {
+            (Ty::GpuBuf(to), Ty::Ptr(from, 0)) if to == from => CopyDirection::HostToDevice,
+            (Ty::Ptr(to, 0), Ty::GpuBuf(from)) if to == from => CopyDirection::DeviceToHost,
+            (Ty::GpuBuf(to), Ty::GpuBuf(from)) if to == from => CopyDirection::DeviceToDevice,
+            (to, from) => {
+                self.error(type_error(form.span, format!("`gpu-copy` copies between a `(gpu-buf T)` and a `(ptr T)` or another `(gpu-buf T)`, found `{to}` ← `{from}`")).with_note("the destination comes first: (gpu-copy DST SRC COUNT)"));
+                return None;
+            }
+        };
+        if !self.check_index("gpu-copy", &count) {
+            return None;
+        }
+        Some(Expr { kind: ExprKind::GpuCopy(direction, Box::new(destination), Box::new(source), Box::new(count)), ty: Ty::Void, span: form.span })
+    }
+
+    /// `(grid X [Y [Z]])` or `(block …)`: three integer expressions, missing ones 1.
+    fn launch_dimensions(&mut self, word: &str, form: &Sexp) -> Option<Vec<Expr>> {
+        let items = form.list().filter(|items| items.first().and_then(Sexp::symbol) == Some(word));
+        let Some(items) = items.filter(|items| (2..=4).contains(&items.len())) else {
+            self.error(syntax(form.span, format!("expected `({word} X [Y [Z]])`")).with_note("a launch is (launch KERNEL (grid X [Y [Z]]) (block X [Y [Z]]) ARG…)"));
+            return None;
+        };
+        let mut dimensions = Vec::new();
+        for item in &items[1..] {
+            let value = self.check_expr(item)?;
+            if !value.ty.is_int() {
+                self.error(type_error(value.span, format!("a {word} dimension must be an integer, found `{}`", value.ty)));
+                return None;
+            }
+            dimensions.push(value);
+        }
+        while dimensions.len() < 3 {
+            dimensions.push(Expr { kind: ExprKind::Int(1), ty: INT, span: form.span });
+        }
+        Some(dimensions)
+    }
+
+    fn check_launch(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [kernel_form, grid_form, block_form, arg_forms @ ..] = operands else {
+            self.error(arity(form.span, "a launch is `(launch KERNEL (grid X [Y [Z]]) (block X [Y [Z]]) ARG…)`"));
+            return None;
+        };
+        let Some(kernel) = kernel_form.symbol() else {
+            self.error(syntax(kernel_form.span, "`launch` takes a kernel's name"));
+            return None;
+        };
+        if !self.use_host(form.span, "`launch`".into()) {
+            return None;
+        }
+        let grid = self.launch_dimensions("grid", grid_form);
+        let block = self.launch_dimensions("block", block_form);
+        let (grid, block) = (grid?, block?);
+        let entry = match self.cell.lookup_function(kernel).cloned() {
+            Some(entry) => entry,
+            None => {
+                self.error(Diagnostic::error(Kind::UnknownName, format!("no kernel named `{kernel}`")).with_label(kernel_form.span, "").with_note("define one with (define-kernel ((NAME void) (PARAM TYPE)…) BODY…)"));
+                return None;
+            }
+        };
+        let FunctionKind::Defined(def) = &entry.kind else {
+            self.error(type_error(kernel_form.span, format!("`{kernel}` is declared without a body: only kernels and void functions of the session can be launched")));
+            return None;
+        };
+        if let Some(cause) = &entry.invalidated {
+            self.error(type_error(kernel_form.span, format!("`{kernel}` was invalidated by the redefinition of {cause}; redefine `{kernel}`")));
+            return None;
+        }
+        let signature = entry.signature.clone();
+        if signature.ret != Ty::Void {
+            self.error(type_error(kernel_form.span, format!("only kernels and void functions can be launched, but `{kernel}` returns `{}`", signature.ret)));
+            return None;
+        }
+        if arg_forms.len() != signature.params.len() {
+            let count = signature.params.len();
+            self.error(arity(form.span, format!("`{kernel}` takes {count} argument{}, found {}", if count == 1 { "" } else { "s" }, arg_forms.len())).with_note(format!("{kernel} : {signature}")));
+            return None;
+        }
+        self.uses.insert(format!("fn:{kernel}"));
+        let annotations = def.annotations.clone();
+        let mut args = Vec::new();
+        let mut sizes = Vec::new();
+        let mut ok = true;
+        for (index, (arg_form, param)) in arg_forms.iter().zip(&signature.params).enumerate() {
+            let param_name = entry.param_names.get(index).cloned().unwrap_or_default();
+            let annotation = annotations.get(index).cloned().flatten();
+            match self.launch_arg(kernel, index, &param_name, param, annotation.as_ref(), arg_form) {
+                Some((arg, size)) => {
+                    args.push(arg);
+                    sizes.push(size);
+                }
+                None => ok = false,
+            }
+        }
+        if !ok {
+            return None;
+        }
+        // Annotation sizes read the arguments through hidden locals named like the parameters.
+        let mut arg_locals = vec![None; args.len()];
+        if sizes.iter().any(Option::is_some) {
+            let counts = self.with_scope(|this| {
+                for (index, (param, arg)) in signature.params.iter().zip(&args).enumerate() {
+                    if param.is_int() && arg.kind == LaunchArgKind::Scalar {
+                        arg_locals[index] = this.declare_local(&entry.param_names[index], param.clone(), arg.value.span);
+                    }
+                }
+                sizes.iter().map(|size| size.as_ref().map(|size| this.check_expr(size))).collect::<Vec<_>>()
+            });
+            for (arg, count) in args.iter_mut().zip(counts) {
+                match count {
+                    Some(Some(count)) if count.ty.is_int() => arg.count = Some(count),
+                    Some(Some(count)) => {
+                        self.error(type_error(count.span, format!("an annotated size must be an integer, found `{}`", count.ty)));
+                        return None;
+                    }
+                    Some(None) => return None,
+                    None => {}
+                }
+            }
+        }
+        let launch = Launch { kernel: kernel.to_string(), grid, block, args, arg_locals };
+        Some(Expr { kind: ExprKind::Launch(Box::new(launch)), ty: Ty::Void, span: form.span })
+    }
+
+    /// One launch argument against its parameter; with the annotated SIZE still to check.
+    fn launch_arg(&mut self, kernel: &str, index: usize, param_name: &str, param: &Ty, annotation: Option<&Annotation>, form: &Sexp) -> Option<(LaunchArg, Option<Sexp>)> {
+        let what = format!("argument {} of `{kernel}` (`{param_name}`)", index + 1);
+        let structs = self.cell.struct_layouts();
+        let size_of = |ty: &Ty| crate::value::size_align(ty, &structs).0 as u64;
+        let Ty::Ptr(element, _) = param else {
+            if !param.is_scalar() {
+                self.error(type_error(form.span, format!("`{kernel}` cannot be launched: its parameter `{param_name}` is `{param}`")).with_note("kernels take scalars and pointers"));
+                return None;
+            }
+            let value = self.check_expr(form)?;
+            if value.ty != *param {
+                self.error(type_error(value.span, format!("{what} must be `{param}`, found `{}`", value.ty)).with_note(cast_note(&value.ty, param)));
+                return None;
+            }
+            return Some((LaunchArg { kind: LaunchArgKind::Scalar, value, count: None, direction: None, element_size: size_of(param) }, None));
+        };
+        let element_size = size_of(element);
+        // `(in PTR N)`, `(out PTR N)`, `(inout PTR N)`: host memory moved for this launch.
+        if let Some(direction) = form.head().and_then(Direction::from_word) {
+            let [_, pointer_form, count_form] = form.list().unwrap_or(&[]) else {
+                self.error(arity(form.span, format!("`{}` is `({} HOST-POINTER COUNT)`", direction.word(), direction.word())));
+                return None;
+            };
+            let pointer = self.check_expr(pointer_form);
+            let count = self.check_expr(count_form);
+            let (pointer, count) = (pointer?, count?);
+            if pointer.ty != Ty::ptr((**element).clone()) {
+                self.error(type_error(pointer.span, format!("{what} is `{param}`, so `{}` needs a host `(ptr {element})`, found `{}`", direction.word(), pointer.ty)));
+                return None;
+            }
+            if !self.check_index("gpu-copy", &count) {
+                return None;
+            }
+            return Some((LaunchArg { kind: LaunchArgKind::Host, value: pointer, count: Some(count), direction: Some(direction), element_size }, None));
+        }
+        let value = self.check_expr(form)?;
+        let (direction, size) = match annotation {
+            Some(Annotation::Sized(direction, size)) => (Some(*direction), Some(size.clone())),
+            _ => (None, None),
+        };
+        let kind = match (&value.ty, annotation) {
+            (ty, Some(Annotation::Handle)) if ty == param => LaunchArgKind::Scalar,
+            (Ty::GpuBuf(held), _) if held == element => LaunchArgKind::Buffer,
+            (Ty::Ptr(pointee, 1), _) if pointee == element => LaunchArgKind::DevicePointer,
+            (Ty::Ptr(pointee, 0), Some(Annotation::Sized(..))) if pointee == element => LaunchArgKind::Host,
+            (Ty::Ptr(pointee, 0), None) if pointee == element => {
+                self.error(type_error(value.span, format!("{what} is a host pointer, but `{param_name}` has no size to copy")).with_note(format!("pass (in PTR N), (out PTR N) or (inout PTR N), a (gpu-buf {element}), or annotate the parameter: ({param_name} {param} in N)")));
+                return None;
+            }
+            (found, _) => {
+                self.error(type_error(value.span, format!("{what} must be a `(gpu-buf {element})`, a `(ptr {element} (addrspace 1))` or `(in|out|inout PTR N)`, found `{found}`")));
+                return None;
+            }
+        };
+        let element_size = if kind == LaunchArgKind::Scalar { size_of(param) } else { element_size };
+        let size = size.filter(|_| matches!(kind, LaunchArgKind::Buffer | LaunchArgKind::Host));
+        Some((LaunchArg { kind, value, count: None, direction: direction.filter(|_| kind != LaunchArgKind::Scalar), element_size }, size))
+    }
+
     fn check_call(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
         let Some((name_form, arg_forms)) = operands.split_first() else {
             self.error(arity(form.span, "`call` needs a function name: (call NAME ARG…)"));
@@ -2204,6 +2956,15 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         if let Some(cause) = &entry.invalidated {
             self.error(type_error(name_form.span, format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`")));
             return None;
+        }
+        if let FunctionKind::Defined(def) = &entry.kind {
+            if def.kernel {
+                self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is a kernel: kernels are launched, not called")).with_label(form.span, "").with_note(format!("write (launch {name} (grid N) (block N) ARG…)")));
+                return None;
+            }
+            if def.placement.device_only && !self.use_device(form.span, format!("the device function `{name}`")) {
+                return None;
+            }
         }
         let args: Vec<Expr> = args.into_iter().collect::<Option<_>>()?;
         let signature = entry.signature.clone();
@@ -2247,8 +3008,22 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             FunctionKind::Defined(_) if name == self.name => Callee::SelfCall,
             FunctionKind::Defined(_) | FunctionKind::Unresolved => Callee::Slot(name.to_string()),
             FunctionKind::External(_) if name.starts_with("llvm.") => Callee::Intrinsic(self.check_intrinsic_call(form, name, &signature, &args)?),
-            FunctionKind::External(link) => Callee::Direct(link.clone()),
+            FunctionKind::External(link) if is_libdevice(name) => {
+                if !self.use_device(form.span, format!("libdevice's `{name}`")) {
+                    return None;
+                }
+                Callee::Direct(link.clone())
+            }
+            FunctionKind::External(link) => {
+                if !self.use_host(form.span, format!("the C function `{name}`")) {
+                    return None;
+                }
+                Callee::Direct(link.clone())
+            }
         };
+        if matches!(entry.kind, FunctionKind::Unresolved) && !self.use_host(form.span, format!("`{name}`, which nothing defines")) {
+            return None;
+        }
         self.uses.insert(format!("fn:{name}"));
         let ty = signature.ret.clone();
         Some(Expr { kind: ExprKind::Call { callee, name: name.to_string(), signature, args }, ty, span: form.span })
@@ -2257,11 +3032,16 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     /// An intrinsic call: its LLVM name, after checking what LLVM requires of the call site.
     fn check_intrinsic_call(&mut self, form: &Sexp, name: &str, signature: &Signature, args: &[Expr]) -> Option<String> {
         let link = intrinsic_name(name);
-        if device_only_intrinsic(name) {
-            self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is a device intrinsic: host code cannot call it")).with_label(form.span, "").with_note("device code needs Quasi's GPU support, which this build does not have yet"));
+        let nvvm = link.starts_with("llvm.nvvm.");
+        if nvvm {
+            if !self.use_device(form.span, format!("the device intrinsic `{name}`")) {
+                return None;
+            }
+        } else if device_only_intrinsic(name) {
+            self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is an intrinsic of another target: Quasi compiles for x86-64 and NVPTX")).with_label(form.span, ""));
             return None;
         }
-        if !host_intrinsic(&link) {
+        if !nvvm && !host_intrinsic(&link) {
             self.error(type_error(form.span, format!("`{name}` is not among the intrinsics Quasi compiles for the CPU")).with_note("host code may call the math, bit, overflow, memory and trap intrinsics; LLVM cannot lower the others everywhere"));
             return None;
         }

@@ -94,11 +94,29 @@ pub(crate) struct CellModule<'ctx> {
 pub(crate) const RT_FAULT: &str = "quasi#fault";
 pub(crate) const RT_SESSION_ALLOC: &str = "quasi#session_alloc";
 
+/// The session's GPU runtime (its address is the symbol's), and the functions that host GPU
+/// forms call with it (`gpu` provides them). Each returns a status that compiled code checks:
+/// a failure faults with `FAULT_GPU`, and the runtime keeps the message.
+pub(crate) const RT_GPU: &str = "quasi#gpu";
+pub(crate) const RT_GPU_ALLOC: &str = "quasi#gpu_alloc";
+pub(crate) const RT_GPU_FREE: &str = "quasi#gpu_free";
+pub(crate) const RT_GPU_LEN: &str = "quasi#gpu_len";
+pub(crate) const RT_GPU_COPY: &str = "quasi#gpu_copy";
+pub(crate) const RT_GPU_LAUNCH: &str = "quasi#gpu_launch";
+
+/// Words per launch argument in the descriptor `RT_GPU_LAUNCH` reads: kind, value, count
+/// (-1: none), element size, direction (0 none, 1 in, 2 out, 3 inout).
+pub(crate) const LAUNCH_ARG_WORDS: usize = 5;
+
 /// Fault codes passed to `RT_FAULT`.
 pub(crate) const FAULT_DIVIDE_BY_ZERO: u64 = 1;
 pub(crate) const FAULT_DIVIDE_OVERFLOW: u64 = 2;
 pub(crate) const FAULT_UNRESOLVED: u64 = 3;
 pub(crate) const FAULT_INVALIDATED: u64 = 4;
+/// A host GPU form failed; the GPU runtime holds the message.
+pub(crate) const FAULT_GPU: u64 = 5;
+/// Old host code called a function that is now device code.
+pub(crate) const FAULT_DEVICE_ONLY: u64 = 6;
 
 /// What LLVM's intrinsic table says about a declaration the checker accepted.
 #[derive(Clone, Debug)]
@@ -169,6 +187,7 @@ fn scratch_type<'ctx>(context: &'ctx Context, ty: &Ty, struct_fields: &dyn Fn(&s
         Ty::Float => context.f32_type().into(),
         Ty::Double => context.f64_type().into(),
         Ty::Ptr(_, space) => context.ptr_type(AddressSpace::from(u16::try_from(*space).ok()?)).into(),
+        Ty::GpuBuf(_) => context.i64_type().into(),
         Ty::Arr(length, element) => scratch_type(context, element, struct_fields)?.array_type(u32::try_from(*length).ok()?).into(),
         Ty::Struct(name) => {
             let fields: Option<Vec<BasicTypeEnum>> = struct_fields(name)?.iter().map(|field| scratch_type(context, field, struct_fields)).collect();
@@ -202,7 +221,7 @@ pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, trip
     let module = context.create_module(module_name);
     module.set_triple(triple);
     module.set_data_layout(&target_data.get_data_layout());
-    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming, target_data, fault_sites: Vec::new(), inline_bodies: &cell.inline_bodies, inline_copies: HashMap::new() };
+    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming, target_data, fault_sites: Vec::new(), inline_bodies: &cell.inline_bodies, inline_copies: HashMap::new(), device: None };
     lowering.define_struct_bodies(cell)?;
     let mut to_emit: Vec<(&FunctionDef, FunctionValue<'ctx>)> = Vec::new();
     for function in cell.functions.iter().chain(&cell.recompiled) {
@@ -214,7 +233,12 @@ pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, trip
         to_emit.push((function, value));
     }
     for (function, value) in to_emit {
-        lowering.emit_function(function, value, None)?;
+        if function.placement.device_only {
+            // Device code is compiled only for the GPU; its slot gets a body that reports it.
+            lowering.emit_fault_body(value, FAULT_DEVICE_ONLY, function.span, &function.name)?;
+        } else {
+            lowering.emit_function(function, value, None)?;
+        }
     }
     // A slot must never hold an address that calls with the wrong types, nor null: unresolved
     // declarations and invalidated functions get a trap that reports what went wrong.
@@ -251,6 +275,8 @@ struct Lowering<'ctx, 'n> {
     inline_bodies: &'n HashMap<String, Rc<FunctionDef>>,
     /// Private copies of `define-inline` callees emitted into this module.
     inline_copies: HashMap<String, FunctionValue<'ctx>>,
+    /// Set when lowering device code for NVPTX.
+    device: Option<DeviceState<'ctx, 'n>>,
 }
 
 /// Per-function state while emitting a body.
@@ -290,7 +316,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
-    /// The LLVM type of a value type. Address spaces are erased: on the CPU they are all one.
+    /// The LLVM type of a value type. On the CPU address spaces are erased: they are all one.
     fn basic_type(&self, ty: &Ty) -> BasicTypeEnum<'ctx> {
         match ty {
             Ty::Bool => self.context.bool_type().into(),
@@ -300,7 +326,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             Ty::Int(_) => self.context.i64_type().into(),
             Ty::Float => self.context.f32_type().into(),
             Ty::Double => self.context.f64_type().into(),
+            // Device code keeps address spaces: NVPTX loads shared and global memory differently.
+            Ty::Ptr(_, space) if self.device.is_some() => self.context.ptr_type(AddressSpace::from(*space as u16)).into(),
             Ty::Ptr(..) | Ty::Void => self.context.ptr_type(AddressSpace::default()).into(),
+            Ty::GpuBuf(_) => self.context.i64_type().into(),
             Ty::Arr(length, element) => self.basic_type(element).array_type(*length as u32).into(),
             Ty::Struct(name) => self.struct_type(name).into(),
         }
@@ -321,12 +350,17 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// A static slot for a value of `ty` in the function's first block.
     fn temporary(&self, state: &FunctionState<'ctx>, ty: &Ty) -> Result<PointerValue<'ctx>> {
+        self.temporary_of(state, self.basic_type(ty))
+    }
+
+    /// A static slot of an LLVM type in the function's first block.
+    fn temporary_of(&self, state: &FunctionState<'ctx>, llvm_type: BasicTypeEnum<'ctx>) -> Result<PointerValue<'ctx>> {
         let here = self.builder.get_insert_block();
         match state.allocas.get_terminator() {
             Some(terminator) => self.builder.position_before(&terminator),
             None => self.builder.position_at_end(state.allocas),
         }
-        let slot = self.builder.build_alloca(self.basic_type(ty), "tmp");
+        let slot = self.builder.build_alloca(llvm_type, "tmp");
         if let Some(block) = here {
             self.builder.position_at_end(block);
         }
@@ -574,11 +608,50 @@ impl<'ctx> Lowering<'ctx, '_> {
     fn place_pointer(&self, state: &FunctionState<'ctx>, place: &Place) -> PointerValue<'ctx> {
         match place {
             Place::Local(index) => state.locals[*index],
+            Place::Global(name) if self.device.is_some() => self.device_global(name),
             Place::Global(name) => {
                 let symbol = self.naming.global_symbols.get(name).cloned().unwrap_or_else(|| name.clone());
                 self.external_global(&symbol)
             }
         }
+    }
+
+    /// Device code's copy of a global, made on first use: shared memory (address space 3) for
+    /// `define-shared`, else global memory initialised from the definition. C-Lisp sees a
+    /// generic pointer, as `aptradd` of a shared array gives; NVPTX infers the space back.
+    fn device_global(&self, name: &str) -> PointerValue<'ctx> {
+        let generic = self.context.ptr_type(AddressSpace::default());
+        let Some(device) = &self.device else { return generic.const_null() };
+        if let Some(pointer) = device.globals.borrow().get(name) {
+            return *pointer;
+        }
+        let entry = device.unit.globals.get(name);
+        let (ty, space, init) = match entry {
+            Some(entry) => (entry.ty.clone(), entry.space, Some(&entry.init)),
+            None => (Ty::Int(8), 0, None),
+        };
+        let (size, align) = crate::value::size_align(&ty, device.unit.structs);
+        let bytes = self.context.i8_type().array_type(size.max(1) as u32);
+        let shared = space == 3;
+        let global = self.module.add_global(bytes, Some(AddressSpace::from(if shared { 3 } else { 1 })), &ptx_identifier("$g_", name));
+        global.set_linkage(Linkage::Internal);
+        if shared {
+            // Shared memory cannot be initialised; C-Lisp promises 16-byte alignment.
+            global.set_initializer(&bytes.get_undef());
+            global.set_alignment(align.max(16) as u32);
+            device.shared_bytes.set(device.shared_bytes.get() + size as u64);
+        } else {
+            let mut image = vec![0u8; size.max(1)];
+            if let Some(init) = init {
+                crate::value::encode_constant(&mut image, 0, &ty, init, device.unit.structs);
+            }
+            let values: Vec<IntValue> = image.iter().map(|byte| self.context.i8_type().const_int(u64::from(*byte), false)).collect();
+            global.set_initializer(&self.context.i8_type().const_array(&values));
+            global.set_alignment(align.max(1) as u32);
+        }
+        let pointer = global.as_pointer_value().const_address_space_cast(generic);
+        device.globals.borrow_mut().insert(name.to_string(), pointer);
+        pointer
     }
 
     /// Emits a scalar expression.
@@ -766,6 +839,56 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.cast(*op, &from, &expr.ty, value)?
             }
             ExprKind::Asm { template, constraints, args } => return self.asm(state, &expr.ty, template, constraints, args),
+            ExprKind::GpuIndex(register, dimension) => self.gpu_index(*register, *dimension)?,
+            ExprKind::Barrier => {
+                self.device_intrinsic("llvm.nvvm.barrier0", &[])?;
+                return Ok(Value::Nothing);
+            }
+            ExprKind::GpuAlloc(element, count) => {
+                let element_size = self.size_of(element);
+                let count = self.index(state, count)?;
+                let handle = self.call_gpu(RT_GPU_ALLOC, self.context.i64_type().into(), &[element_size.into(), count.into()])?;
+                let failed = self.builder.build_int_compare(IntPredicate::EQ, handle, self.context.i64_type().const_zero(), "")?;
+                self.fault_if(state, failed, FAULT_GPU, expr.span)?;
+                handle.into()
+            }
+            ExprKind::GpuFree(buffer) => {
+                let handle = self.value(state, buffer)?;
+                let status = self.call_gpu(RT_GPU_FREE, self.context.i32_type().into(), &[handle.into()])?;
+                self.fault_unless_zero(state, status, expr.span)?;
+                return Ok(Value::Nothing);
+            }
+            ExprKind::GpuLen(buffer) => {
+                let handle = self.value(state, buffer)?;
+                let length = self.call_gpu(RT_GPU_LEN, self.context.i64_type().into(), &[handle.into()])?;
+                let failed = self.builder.build_int_compare(IntPredicate::SLT, length, self.context.i64_type().const_zero(), "")?;
+                self.fault_if(state, failed, FAULT_GPU, expr.span)?;
+                length.into()
+            }
+            ExprKind::GpuCopy(direction, destination, source, count) => {
+                let element = match &source.ty {
+                    Ty::GpuBuf(element) | Ty::Ptr(element, _) => (**element).clone(),
+                    _ => return Err(CodegenError::Other("gpu-copy from a non-buffer".into())),
+                };
+                let destination = self.value(state, destination)?;
+                let destination = self.as_word(destination)?;
+                let source = self.value(state, source)?;
+                let source = self.as_word(source)?;
+                let count = self.index(state, count)?;
+                let code = match direction {
+                    crate::check::CopyDirection::HostToDevice => 0,
+                    crate::check::CopyDirection::DeviceToHost => 1,
+                    crate::check::CopyDirection::DeviceToDevice => 2,
+                };
+                let direction = self.context.i64_type().const_int(code, false);
+                let status = self.call_gpu(RT_GPU_COPY, self.context.i32_type().into(), &[direction.into(), destination.into(), source.into(), count.into(), self.size_of(&element).into()])?;
+                self.fault_unless_zero(state, status, expr.span)?;
+                return Ok(Value::Nothing);
+            }
+            ExprKind::Launch(launch) => {
+                self.launch(state, launch, expr.span)?;
+                return Ok(Value::Nothing);
+            }
         };
         Ok(Value::Scalar(value))
     }
@@ -901,6 +1024,132 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
+    /// A body for `function` that only reports fault `code` (device code on the host).
+    fn emit_fault_body(&mut self, function: FunctionValue<'ctx>, code: u64, span: Span, name: &str) -> Result<()> {
+        let block = self.context.append_basic_block(function, "entry");
+        self.builder.position_at_end(block);
+        let site = self.naming.first_site + self.fault_sites.len() as u32;
+        self.fault_sites.push(FaultSite { span, function: name.to_string(), detail: String::new() });
+        self.call_fault(code, site)
+    }
+
+    /// A value as the 64-bit word the GPU runtime takes: integers sign-extended, floats by
+    /// their bits, pointers by address.
+    fn as_word(&self, value: BasicValueEnum<'ctx>) -> Result<IntValue<'ctx>> {
+        let word = self.context.i64_type();
+        Ok(match value {
+            BasicValueEnum::IntValue(int) if int.get_type().get_bit_width() == 1 => self.builder.build_int_z_extend(int, word, "")?,
+            BasicValueEnum::IntValue(int) => self.builder.build_int_s_extend_or_bit_cast(int, word, "")?,
+            BasicValueEnum::FloatValue(float) => {
+                let bits = if float.get_type() == self.context.f32_type() { self.context.i32_type() } else { word };
+                let bits = self.builder.build_bit_cast(float, bits, "")?.into_int_value();
+                self.builder.build_int_z_extend_or_bit_cast(bits, word, "")?
+            }
+            BasicValueEnum::PointerValue(pointer) => self.builder.build_ptr_to_int(pointer, word, "")?,
+            _ => return Err(CodegenError::Other("an aggregate where the GPU runtime wants a word".into())),
+        })
+    }
+
+    /// Calls a GPU runtime function with the session's GPU runtime first.
+    fn call_gpu(&mut self, name: &str, result: BasicTypeEnum<'ctx>, args: &[BasicMetadataValueEnum<'ctx>]) -> Result<IntValue<'ctx>> {
+        let gpu = self.external_global(RT_GPU);
+        let mut values: Vec<BasicMetadataValueEnum<'ctx>> = vec![gpu.into()];
+        values.extend_from_slice(args);
+        let types: Vec<BasicMetadataTypeEnum<'ctx>> = values.iter().map(|value| match value {
+            BasicMetadataValueEnum::PointerValue(pointer) => pointer.get_type().into(),
+            BasicMetadataValueEnum::IntValue(int) => int.get_type().into(),
+            _ => self.context.i64_type().into(),
+        }).collect();
+        let function = self.runtime_function(name, result.fn_type(&types, false));
+        let call = self.builder.build_call(function, &values, "")?;
+        Ok(call.try_as_basic_value().basic().ok_or_else(no_value)?.into_int_value())
+    }
+
+    fn fault_unless_zero(&mut self, state: &FunctionState<'ctx>, status: IntValue<'ctx>, span: Span) -> Result<()> {
+        let failed = self.builder.build_int_compare(IntPredicate::NE, status, status.get_type().const_zero(), "")?;
+        self.fault_if(state, failed, FAULT_GPU, span)
+    }
+
+    /// `(launch …)`: the arguments are evaluated, then described to the runtime, which moves
+    /// memory, launches and waits. Arguments are evaluated first, then the element counts (an
+    /// annotation's SIZE reads the arguments).
+    fn launch(&mut self, state: &mut FunctionState<'ctx>, launch: &crate::check::Launch, span: Span) -> Result<()> {
+        let word = self.context.i64_type();
+        let mut dimensions = Vec::new();
+        for dimension in launch.grid.iter().chain(&launch.block) {
+            dimensions.push(self.index(state, dimension)?);
+        }
+        let mut values = Vec::new();
+        for (arg, local) in launch.args.iter().zip(&launch.arg_locals) {
+            let value = self.value(state, &arg.value)?;
+            if let Some(local) = local {
+                self.builder.build_store(state.locals[*local], value)?;
+            }
+            values.push(self.as_word(value)?);
+        }
+        let mut counts = Vec::new();
+        for arg in &launch.args {
+            counts.push(match &arg.count {
+                Some(count) => self.index(state, count)?,
+                None => word.const_all_ones(),
+            });
+        }
+        let dimensions_memory = self.temporary_of(state, word.array_type(6).into())?;
+        for (index, dimension) in dimensions.into_iter().enumerate() {
+            self.store_word(dimensions_memory, 6, index, dimension)?;
+        }
+        let words = (launch.args.len() * LAUNCH_ARG_WORDS).max(1) as u32;
+        let descriptor = self.temporary_of(state, word.array_type(words).into())?;
+        for (index, ((arg, value), count)) in launch.args.iter().zip(values).zip(counts).enumerate() {
+            let kind = match arg.kind {
+                crate::check::LaunchArgKind::Scalar => 0,
+                crate::check::LaunchArgKind::DevicePointer => 1,
+                crate::check::LaunchArgKind::Buffer => 2,
+                crate::check::LaunchArgKind::Host => 3,
+            };
+            let direction = match arg.direction {
+                None => 0,
+                Some(crate::check::Direction::In) => 1,
+                Some(crate::check::Direction::Out) => 2,
+                Some(crate::check::Direction::InOut) => 3,
+            };
+            let fields = [word.const_int(kind, false), value, count, word.const_int(arg.element_size, false), word.const_int(direction, false)];
+            for (field, field_value) in fields.into_iter().enumerate() {
+                self.store_word(descriptor, words, index * LAUNCH_ARG_WORDS + field, field_value)?;
+            }
+        }
+        let name = self.builder.build_global_string_ptr(&launch.kernel, ".kernel")?.as_pointer_value();
+        let arguments = [name.into(), word.const_int(launch.kernel.len() as u64, false).into(), dimensions_memory.into(), descriptor.into(), word.const_int(launch.args.len() as u64, false).into()];
+        let status = self.call_gpu(RT_GPU_LAUNCH, self.context.i32_type().into(), &arguments)?;
+        self.fault_unless_zero(state, status, span)
+    }
+
+    fn store_word(&self, array: PointerValue<'ctx>, length: u32, index: usize, value: IntValue<'ctx>) -> Result<()> {
+        let word = self.context.i64_type();
+        let indices = [word.const_zero(), word.const_int(index as u64, false)];
+        // SAFETY: `index` is below the array's length by construction.
+        let pointer = unsafe { self.builder.build_in_bounds_gep(word.array_type(length), array, &indices, "")? };
+        self.builder.build_store(pointer, value)?;
+        Ok(())
+    }
+
+    /// `(tid.x)` and friends: NVPTX's special registers.
+    fn gpu_index(&mut self, register: crate::check::GpuRegister, dimension: u8) -> Result<BasicValueEnum<'ctx>> {
+        let axis = ["x", "y", "z"][usize::from(dimension.min(2))];
+        let name = format!("llvm.nvvm.read.ptx.sreg.{}.{axis}", register.ptx());
+        self.device_intrinsic(&name, &[])?.ok_or_else(no_value)
+    }
+
+    /// Calls a (non-overloaded) NVVM intrinsic; only device code has them.
+    fn device_intrinsic(&mut self, name: &str, args: &[BasicMetadataValueEnum<'ctx>]) -> Result<Option<BasicValueEnum<'ctx>>> {
+        if self.device.is_none() {
+            return Err(CodegenError::Other(format!("`{name}` in host code")));
+        }
+        let intrinsic = Intrinsic::find(name).ok_or_else(|| CodegenError::Other(format!("LLVM has no intrinsic {name}")))?;
+        let declaration = intrinsic.get_declaration(&self.module, &[]).ok_or_else(|| CodegenError::Other(format!("no declaration of {name}")))?;
+        Ok(self.builder.build_call(declaration, args, "")?.try_as_basic_value().basic())
+    }
+
     fn emit_trap(&mut self, name: &str, code: u64, span: Span, detail: String) -> Result<()> {
         let symbol = trap_symbol(name, &self.module.get_name().to_string_lossy());
         let trap = self.module.add_function(&symbol, self.context.void_type().fn_type(&[], false), Some(Linkage::External));
@@ -912,6 +1161,18 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     fn fault_if(&mut self, state: &FunctionState<'ctx>, condition: IntValue<'ctx>, code: u64, span: Span) -> Result<()> {
+        if self.device.is_some() {
+            // The GPU has no fault runtime: a failed check traps, and the launch reports it.
+            let fault_block = self.context.append_basic_block(state.function, "trap");
+            let ok_block = self.context.append_basic_block(state.function, "ok");
+            self.builder.build_conditional_branch(condition, fault_block, ok_block)?;
+            self.builder.position_at_end(fault_block);
+            let trap = Intrinsic::find("llvm.trap").and_then(|trap| trap.get_declaration(&self.module, &[])).ok_or_else(|| CodegenError::Other("no llvm.trap".into()))?;
+            self.builder.build_call(trap, &[], "")?;
+            self.builder.build_unreachable()?;
+            self.builder.position_at_end(ok_block);
+            return Ok(());
+        }
         let site = self.naming.first_site + self.fault_sites.len() as u32;
         self.fault_sites.push(FaultSite { span, function: state.name.clone(), detail: String::new() });
         let fault_block = self.context.append_basic_block(state.function, "fault");
@@ -977,6 +1238,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             CastOp::Bitcast if from.is_ptr() => value,
             CastOp::Bitcast => b.build_bit_cast(value, target, "")?,
             // Address spaces are erased on the CPU.
+            CastOp::AddrSpaceCast if self.device.is_some() => b.build_address_space_cast(value.into_pointer_value(), target.into_pointer_type(), "")?.into(),
             CastOp::AddrSpaceCast => value,
         })
     }
@@ -994,7 +1256,17 @@ impl<'ctx> Lowering<'ctx, '_> {
             let value: BasicMetadataValueEnum = if is_aggregate(&arg.ty) { self.owned_copy(state, arg)?.into() } else { self.value(state, arg)?.into() };
             values.push(value);
         }
+        let member = match callee {
+            Callee::Slot(target) | Callee::Inline(target) => self.device.as_ref().map(|device| device.functions.get(target).copied().ok_or_else(|| CodegenError::Other(format!("`{target}` is not part of this device code")))),
+            _ => None,
+        };
         let call = match callee {
+            // Device code is one module: its functions call each other directly.
+            _ if member.is_some() => self.builder.build_call(member.transpose()?.ok_or_else(no_value)?, &values, "")?,
+            Callee::Direct(link) if self.device.is_some() => {
+                let function = self.module.get_function(link).unwrap_or_else(|| self.module.add_function(link, self.function_type(signature, false), Some(Linkage::External)));
+                self.builder.build_call(function, &values, "")?
+            }
             Callee::SelfCall => self.builder.build_call(state.function, &values, "")?,
             Callee::Slot(target) => {
                 // Load the callee from its slot rather than calling it directly: a later cell may
@@ -1133,6 +1405,94 @@ impl<'ctx> Lowering<'ctx, '_> {
             (None, _) => Ok(Value::Nothing),
         }
     }
+}
+
+/// What the PTX builder gives codegen: the device code of one launched function.
+pub(crate) struct DeviceUnit<'u> {
+    /// The launched function first, then every session function it calls, transitively.
+    pub members: &'u [Rc<FunctionDef>],
+    /// The session's globals: device code gets its own copies.
+    pub globals: &'u HashMap<String, crate::check::GlobalEntry>,
+    pub structs: &'u HashMap<String, crate::check::StructEntry>,
+}
+
+/// Device code's extra state: its member functions and its copies of globals.
+struct DeviceState<'ctx, 'n> {
+    unit: &'n DeviceUnit<'n>,
+    functions: HashMap<String, FunctionValue<'ctx>>,
+    globals: std::cell::RefCell<HashMap<String, PointerValue<'ctx>>>,
+    shared_bytes: std::cell::Cell<u64>,
+}
+
+/// A lowered device module: its kernel entry's PTX name and the shared memory it declares.
+pub(crate) struct DeviceModule<'ctx> {
+    pub module: Module<'ctx>,
+    pub entry: String,
+    pub shared_bytes: u64,
+    /// libdevice functions it calls (`__nv_…`).
+    pub libdevice: Vec<String>,
+}
+
+/// The PTX calling convention of kernels (LLVM's `ptx_kernel`).
+const PTX_KERNEL: u32 = 71;
+
+/// A PTX identifier for a C-Lisp name: PTX allows letters, digits, `_` and `$`, so every
+/// other byte (and `$`) becomes `$` and two hex digits; `prefix` keeps classes apart.
+pub(crate) fn ptx_identifier(prefix: &str, name: &str) -> String {
+    let mut identifier = prefix.to_string();
+    for (index, byte) in name.bytes().enumerate() {
+        let plain = byte.is_ascii_alphabetic() || byte == b'_' || (byte.is_ascii_digit() && (index > 0 || !prefix.is_empty()));
+        if plain {
+            identifier.push(byte as char);
+        } else {
+            identifier.push_str(&format!("${byte:02x}"));
+        }
+    }
+    identifier
+}
+
+/// Lowers device code for NVPTX: the members as internal functions, and a kernel entry with
+/// the PTX calling convention that calls the first one (so a launched function may also be
+/// called, even by itself).
+pub(crate) fn lower_device<'ctx>(context: &'ctx Context, target_data: &TargetData, triple: &inkwell::targets::TargetTriple, unit: &DeviceUnit<'_>, struct_names: &HashMap<String, String>, module_name: &str) -> Result<DeviceModule<'ctx>> {
+    let module = context.create_module(module_name);
+    module.set_triple(triple);
+    module.set_data_layout(&target_data.get_data_layout());
+    let empty = HashMap::new();
+    let naming = Naming { global_symbols: &empty, struct_names, body_symbols: &empty, first_site: 0 };
+    let no_inline_bodies = HashMap::new();
+    let device = DeviceState { unit, functions: HashMap::new(), globals: std::cell::RefCell::new(HashMap::new()), shared_bytes: std::cell::Cell::new(0) };
+    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming: &naming, target_data, fault_sites: Vec::new(), inline_bodies: &no_inline_bodies, inline_copies: HashMap::new(), device: Some(device) };
+    let root = unit.members.first().ok_or_else(|| CodegenError::Other("device code without a kernel".into()))?;
+    let mut functions = HashMap::new();
+    for member in unit.members {
+        let function = lowering.module.add_function(&ptx_identifier("$f_", &member.name), lowering.function_type(&member.signature, false), Some(Linkage::Internal));
+        if member.inline {
+            lowering.mark_inline(function);
+        }
+        functions.insert(member.name.clone(), function);
+    }
+    if let Some(device) = &mut lowering.device {
+        device.functions = functions.clone();
+    }
+    for member in unit.members {
+        lowering.emit_function(member, functions[&member.name], None)?;
+    }
+    let entry = ptx_identifier("", &root.name);
+    let kernel = lowering.module.add_function(&entry, lowering.function_type(&root.signature, false), Some(Linkage::External));
+    kernel.set_call_conventions(PTX_KERNEL);
+    let block = context.append_basic_block(kernel, "entry");
+    lowering.builder.position_at_end(block);
+    let args: Vec<BasicMetadataValueEnum> = kernel.get_param_iter().map(Into::into).collect();
+    lowering.builder.build_call(functions[&root.name], &args, "")?;
+    lowering.builder.build_return(None)?;
+    // LLVM 19 also reads kernels from `!nvvm.annotations`; older drivers' tools expect it.
+    let annotation = context.metadata_node(&[kernel.as_global_value().as_pointer_value().into(), context.metadata_string("kernel").into(), context.i32_type().const_int(1, false).into()]);
+    lowering.module.add_global_metadata("nvvm.annotations", &annotation).map_err(|error| CodegenError::Other(error.to_string()))?;
+    lowering.module.verify().map_err(|message| CodegenError::Verify(message.to_string()))?;
+    let shared_bytes = lowering.device.as_ref().map_or(0, |device| device.shared_bytes.get());
+    let libdevice = lowering.module.get_functions().filter(|function| function.count_basic_blocks() == 0).map(|function| function.get_name().to_string_lossy().into_owned()).filter(|name| crate::check::is_libdevice(name)).collect();
+    Ok(DeviceModule { module: lowering.module, entry, shared_bytes, libdevice })
 }
 
 fn label_block<'ctx>(state: &FunctionState<'ctx>, label: usize) -> Result<BasicBlock<'ctx>> {

@@ -19,6 +19,8 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (":types [NAME|TEXT]", "the typed tree"),
     (":ir [opt] [NAME]", "LLVM IR before (or after) optimisation"),
     (":asm [NAME]", "x86-64 assembly"),
+    (":ptx [NAME]", "PTX of a kernel (or any void function) and what it calls; no GPU needed"),
+    (":gpu-arch [sm_XX]", "show or set the GPU target of PTX (default sm_90)"),
     (":time on|off|last", "show phase times after every cell, or of the last cell"),
     (":bench TEXT", "benchmark TEXT, as (bench TEXT)"),
 ];
@@ -92,6 +94,14 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
             return session.inspect_command(&[stage], subject(rest));
         }
         ":asm" => return session.inspect_command(&[inspect::Stage::Assembly], subject(argument)),
+        ":ptx" => match subject(argument).map(str::to_string).or_else(|| session.default_ptx_subject()) {
+            Some(name) => return session.inspect_command(&[inspect::Stage::Ptx], Some(&name)),
+            None => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "`:ptx` needs a kernel: the last cell defined or launched none").with_note("write `:ptx NAME`")),
+        },
+        ":gpu-arch" => match session.gpu_arch_command(argument) {
+            Ok(text) => message(&mut outcome, text),
+            Err(diagnostic) => outcome.diagnostics.push(diagnostic),
+        },
         ":time" => match argument {
             "on" | "off" => {
                 session.show_timing = argument == "on";

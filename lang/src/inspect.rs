@@ -1,5 +1,5 @@
 //! Inspect: listings of every stage of a definition — expanded forms, the typed tree, LLVM IR
-//! before and after passes, x86-64 assembly — made by recompiling it in a scratch module that
+//! before and after passes, x86-64 assembly or PTX — made by recompiling it in a scratch module that
 //! is never linked, so inspecting changes nothing.
 
 use crate::check::{BinOp, CastOp, Env, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt};
@@ -15,6 +15,8 @@ pub(crate) enum Stage {
     Ir,
     OptimisedIr,
     Assembly,
+    /// NVIDIA PTX of device code (`:ptx`); `:stages` of a kernel shows it for `Assembly`.
+    Ptx,
 }
 
 impl Stage {
@@ -28,6 +30,7 @@ impl Stage {
             Stage::Ir => "LLVM IR",
             Stage::OptimisedIr => "optimised LLVM IR",
             Stage::Assembly => "x86-64 assembly",
+            Stage::Ptx => "PTX",
         }
     }
 }
@@ -55,7 +58,8 @@ pub(crate) fn typed_tree(function: &FunctionDef, env: &Env) -> Sexp {
     for (local, ty) in function.locals.iter().zip(&function.signature.params) {
         prototype.push(list(vec![symbol(local.name.clone()), symbol(ty.to_string())]));
     }
-    let mut items = vec![symbol(if function.inline { "define-inline" } else { "define" }), list(prototype)];
+    let head = if function.kernel { "define-kernel" } else if function.inline { "define-inline" } else { "define" };
+    let mut items = vec![symbol(head), list(prototype)];
     items.extend(function.body.iter().map(|stmt| printer.stmt(stmt)));
     list(items)
 }
@@ -159,6 +163,23 @@ impl TypedPrinter<'_> {
             ExprKind::Asm { template, constraints, args } => {
                 let strings = [template, constraints].into_iter().map(|text| symbol(format!("{text:?}")));
                 self.node("asm", ty, strings.chain(args.iter().map(|arg| self.expr(arg))).collect())
+            }
+            ExprKind::GpuIndex(register, dimension) => self.node(&format!("{}.{}", register.builtin(), ["x", "y", "z"][usize::from(*dimension).min(2)]), ty, Vec::new()),
+            ExprKind::Barrier => list(vec![symbol("syncthreads")]),
+            ExprKind::GpuAlloc(element, count) => self.node("gpu-alloc", ty, vec![symbol(element.to_string()), self.expr(count)]),
+            ExprKind::GpuFree(buffer) => self.node("gpu-free", ty, self.exprs(&[buffer])),
+            ExprKind::GpuLen(buffer) => self.node("gpu-len", ty, self.exprs(&[buffer])),
+            ExprKind::GpuCopy(_, destination, source, count) => self.node("gpu-copy", ty, self.exprs(&[destination, source, count])),
+            ExprKind::Launch(launch) => {
+                let dimensions = |word: &str, values: &[Expr]| list(std::iter::once(symbol(word)).chain(values.iter().map(|value| self.expr(value))).collect());
+                let mut operands = vec![symbol(launch.kernel.clone()), dimensions("grid", &launch.grid), dimensions("block", &launch.block)];
+                for arg in &launch.args {
+                    operands.push(match (arg.kind, arg.direction, &arg.count) {
+                        (crate::check::LaunchArgKind::Host, Some(direction), Some(count)) => list(vec![symbol(direction.word()), self.expr(&arg.value), self.expr(count)]),
+                        _ => self.expr(&arg.value),
+                    });
+                }
+                self.node("launch", ty, operands)
             }
         }
     }

@@ -12,6 +12,7 @@ mod codegen;
 pub mod command;
 mod diagnostics;
 mod expand;
+mod gpu;
 mod inspect;
 mod bench;
 mod jit;
@@ -24,8 +25,9 @@ mod value;
 
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use reader::{completeness, Completeness, SourceFile, SourceId, Span};
+pub use gpu::probe as gpu_probe;
 pub use session::{InterruptHandle, Session, SessionConfig, SessionError};
-pub use timing::{AutotuneReport, BenchReport, Phase, PhaseTimes, Throughput, VariantReport};
+pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Throughput, VariantReport};
 
 /// Everything one cell produced, in order. Plain data: nothing here renders itself.
 #[derive(Clone, Debug, Default)]

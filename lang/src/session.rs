@@ -129,9 +129,9 @@ pub struct Session {
     runner: Runner,
     cells: Vec<CellCode>,
     jit: Jit,
-    context: Context,
+    pub(crate) context: Context,
     /// LLVM's errors about the context's code (after `context`, so it is dropped after it).
-    llvm_diagnostics: Box<LlvmDiagnostics>,
+    pub(crate) llvm_diagnostics: Box<LlvmDiagnostics>,
     machines: Vec<Option<TargetMachine>>,
     triple: TargetTriple,
     pub(crate) env: Env,
@@ -142,7 +142,7 @@ pub struct Session {
     globals: HashMap<String, GlobalStorage>,
     /// Storage of globals that were replaced (retyped): freed with the session, not before.
     retired_globals: Vec<GlobalStorage>,
-    struct_names: HashMap<String, String>,
+    pub(crate) struct_names: HashMap<String, String>,
     used_symbols: HashSet<String>,
     symbol_counter: u64,
     fault_sites: Vec<FaultSite>,
@@ -154,13 +154,16 @@ pub struct Session {
     /// The last cell's text, the default subject of `:expand`.
     last_cell: Option<String>,
     /// The last cell's expansion as it was compiled (same gensyms), for `:expand`.
-    last_expansion: Option<Vec<reader::Sexp>>,
+    pub(crate) last_expansion: Option<Vec<reader::Sexp>>,
     /// The current body symbol of every defined function, for listings.
     body_symbols: HashMap<String, String>,
     /// Show the timing table after every cell (`:time on`).
     pub(crate) show_timing: bool,
     /// The last cell's phase times, for `:time last`.
     pub(crate) last_timing: Option<PhaseTimes>,
+    /// The GPU runtime, the target and the PTX built (last: compiled code may use it until
+    /// the runner, dropped first, has stopped).
+    pub(crate) gpu: crate::gpu::ptx::SessionGpu,
 }
 
 const MACHINE_LEVELS: [OptimizationLevel; 4] = [OptimizationLevel::None, OptimizationLevel::Less, OptimizationLevel::Default, OptimizationLevel::Aggressive];
@@ -176,6 +179,9 @@ impl Session {
         initialise_llvm()?;
         let mut jit = Jit::new().map_err(|error| SessionError::Llvm(error.to_string()))?;
         jit.define_absolute(&run::runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
+        // The CUDA driver starts in the background now, so the first GPU cell rarely waits.
+        let gpu = crate::gpu::ptx::SessionGpu::new();
+        jit.define_absolute(&gpu.runtime.runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
         let opt_level = config.opt_level.min(3);
         let interrupt = expand::new_interrupt_flag();
         let load_prelude = config.load_prelude;
@@ -211,6 +217,7 @@ impl Session {
             body_symbols: HashMap::new(),
             show_timing: false,
             last_timing: None,
+            gpu,
         };
         if load_prelude {
             session.load_prelude()?;
@@ -420,7 +427,16 @@ impl Session {
             cell.functions.clear();
         }
         let level = self.opt_level;
-        let needs_code = stages.iter().any(|stage| matches!(stage, inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly));
+        // Device code lists its GPU build: IR for NVPTX, and PTX instead of x86-64 assembly.
+        let device_subject = subject.filter(|name| label == *name && (stages.contains(&inspect::Stage::Ptx) || check::defined(&self.env, name).is_some_and(|def| def.placement.device_only)));
+        let device = match device_subject {
+            Some(name) if stages.iter().any(|stage| matches!(stage, inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly | inspect::Stage::Ptx)) => match self.ptx_listing(name) {
+                Ok(listing) => Some(listing),
+                Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),
+            },
+            _ => None,
+        };
+        let needs_code = device.is_none() && stages.iter().any(|stage| matches!(stage, inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly));
         let code = if needs_code {
             match self.scratch_listings(&cell, stages) {
                 Ok(code) => Some(code),
@@ -440,11 +456,17 @@ impl Session {
                     }
                     (Language::CLisp, parts.join("\n"))
                 }
+                inspect::Stage::Ir if device.is_some() => (Language::LlvmIr, device.as_ref().map(|device| device.ir.clone()).unwrap_or_default()),
+                inspect::Stage::OptimisedIr if device.is_some() => (Language::LlvmIr, device.as_ref().map(|device| device.optimised.clone()).unwrap_or_default()),
+                inspect::Stage::Assembly | inspect::Stage::Ptx if device.is_some() => (Language::Ptx, device.as_ref().map(|device| device.ptx.clone()).unwrap_or_default()),
                 inspect::Stage::Ir => (Language::LlvmIr, code.as_ref().map(|code| code.0.clone()).unwrap_or_default()),
                 inspect::Stage::OptimisedIr => (Language::LlvmIr, code.as_ref().map(|code| code.1.clone()).unwrap_or_default()),
-                inspect::Stage::Assembly => (Language::Assembly, code.as_ref().map(|code| code.2.clone()).unwrap_or_default()),
+                inspect::Stage::Assembly | inspect::Stage::Ptx => (Language::Assembly, code.as_ref().map(|code| code.2.clone()).unwrap_or_default()),
             };
+            let arch = self.gpu.arch.clone();
             let title = match stage {
+                inspect::Stage::Ir | inspect::Stage::OptimisedIr if device.is_some() => format!("{label}: {} for {arch} (opt 3)", stage.title()),
+                inspect::Stage::Assembly | inspect::Stage::Ptx if device.is_some() => format!("{label}: PTX ({arch})"),
                 inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly => format!("{label}: {} (opt {level})", stage.title()),
                 _ => format!("{label}: {}", stage.title()),
             };
@@ -633,10 +655,13 @@ impl Session {
         if mode == EvalMode::Cell {
             outcome.items.extend(defined);
         }
+        let top: Vec<&check::FunctionDef> = cell.top.iter().map(|item| &item.function).collect();
+        self.prepare_launches(&top, &mut outcome.timing);
         let run_start = Instant::now();
         for (item, address) in cell.top.iter().zip(&entries) {
             let size = item.value.as_ref().map_or(0, |ty| value::size_align(ty, &self.env.structs).0);
             let report = self.runner.call(*address, size, self.config.capture_output);
+            outcome.timing.device.extend(self.gpu.runtime.take_rows());
             self.session_memory.extend(report.allocations);
             for (stream, bytes) in [(Stream::Stdout, &report.output), (Stream::Stderr, &report.errors)] {
                 if !bytes.is_empty() {
@@ -649,7 +674,8 @@ impl Session {
             }
             if let Some(ty) = &item.value {
                 if mode != EvalMode::Script {
-                    outcome.items.push(Item::Value { text: value::format_value(&report.result, 0, ty, &self.env.structs), ty: ty.to_string() });
+                    let text = value::format_value_with(&report.result, 0, ty, &self.env.structs, &|handle, element| self.describe_buffer(handle, element));
+                    outcome.items.push(Item::Value { text, ty: ty.to_string() });
                 }
             }
         }
@@ -689,7 +715,9 @@ impl Session {
 
     /// Runs an entry and returns the bytes of its value.
     pub(crate) fn call_for_value(&mut self, entry: usize, size: usize, span: Span) -> Result<Vec<u8>, Vec<Diagnostic>> {
+        self.prepare_launches(&[], &mut PhaseTimes::default());
         let report = self.runner.call(entry, size, self.config.capture_output);
+        self.gpu.runtime.take_rows();
         self.session_memory.extend(report.allocations);
         match report.fault {
             Some(fault) => Err(vec![self.fault_diagnostic(&fault, span)]),
@@ -716,11 +744,16 @@ impl Session {
                     (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (Kind::RuntimeFault, format!("integer overflow in division in function `{}`", display_function(&site.function)), site.span),
                     (&codegen::FAULT_UNRESOLVED, Some(site)) => (Kind::UnknownName, format!("`{}` was called, but nothing defines it: no session function, library or process symbol", site.function), site.span),
                     (&codegen::FAULT_INVALIDATED, Some(site)) => (Kind::Type, format!("`{}` was invalidated by the redefinition of {}; redefine `{}`", site.function, site.detail, site.function), site.span),
+                    (&codegen::FAULT_GPU, Some(site)) => (Kind::Gpu, self.gpu.runtime.take_error().unwrap_or_else(|| "the GPU runtime failed".into()), site.span),
+                    (&codegen::FAULT_DEVICE_ONLY, Some(site)) => (Kind::Gpu, format!("`{}` is device code now: host code compiled earlier cannot call it", site.function), site.span),
                     _ => (Kind::RuntimeFault, "a runtime check failed".to_string(), item_span),
                 };
                 let mut diagnostic = Diagnostic::error(kind, message).with_label(span, "");
-                if kind != Kind::RuntimeFault {
+                if kind != Kind::RuntimeFault && span != item_span {
                     diagnostic = diagnostic.with_secondary(item_span, "while running this");
+                }
+                if kind == Kind::Gpu && diagnostic.message.starts_with("no CUDA device") {
+                    diagnostic = diagnostic.with_note("kernels still compile without a device, and `:ptx NAME` shows their PTX");
                 }
                 diagnostic.with_note(note)
             }
@@ -885,7 +918,8 @@ impl Session {
         }
         for global in &cell.globals {
             let redefined = self.env.globals.contains_key(&global.name);
-            self.env.globals.insert(global.name.clone(), GlobalEntry { ty: global.ty.clone() });
+            let entry = GlobalEntry::from_def(global, self.env.globals.get(&global.name));
+            self.env.globals.insert(global.name.clone(), entry);
             if let Some(init) = &global.init {
                 self.initialise_global(&global.name, &global.ty, init);
             }
@@ -1136,6 +1170,8 @@ fn function_note(entry: &FunctionEntry, redefined: bool) -> String {
     let mut notes = Vec::new();
     match &entry.kind {
         FunctionKind::Defined(def) if def.inline => notes.push("inline"),
+        FunctionKind::Defined(def) if def.kernel => notes.push("kernel"),
+        FunctionKind::Defined(def) if def.placement.device_only => notes.push("device"),
         FunctionKind::External(_) => notes.push("extern"),
         FunctionKind::Unresolved => notes.push("extern, unresolved"),
         FunctionKind::Defined(_) => {}

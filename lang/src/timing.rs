@@ -44,6 +44,23 @@ impl Phase {
 pub struct PhaseTimes {
     /// Phases in the order they ran, each with its total duration.
     pub phases: Vec<(Phase, Duration)>,
+    /// GPU rows (§7.5): PTX built, modules loaded, transfers and kernels, in order.
+    pub device: Vec<DeviceTiming>,
+}
+
+/// One GPU row of a cell's timing table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceTiming {
+    /// `ptx`, `load`, `h2d`, `d2h`, `d2d` or `kernel NAME`.
+    pub label: String,
+    /// Wall time, or the time between CUDA events around a kernel.
+    pub duration: Duration,
+    /// Bytes moved (transfers) or read and written as annotated (kernels), when known.
+    pub bytes: Option<u64>,
+    /// What else the row says: the launch's grid and block, GB/s, the module's kernel.
+    pub detail: String,
+    /// Whether it happened while the cell's code ran, so `run` already counts it.
+    pub during_run: bool,
 }
 
 impl PhaseTimes {
@@ -67,9 +84,10 @@ impl PhaseTimes {
         self.phases.iter().find(|(existing, _)| *existing == phase).map_or(Duration::ZERO, |(_, duration)| *duration)
     }
 
-    /// The sum of all phases.
+    /// The sum of all phases, and of the GPU work outside them (building PTX).
     pub fn total(&self) -> Duration {
-        self.phases.iter().map(|(_, duration)| *duration).sum()
+        let outside: Duration = self.device.iter().filter(|row| !row.during_run).map(|row| row.duration).sum();
+        self.phases.iter().map(|(_, duration)| *duration).sum::<Duration>() + outside
     }
 }
 

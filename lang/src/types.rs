@@ -19,6 +19,8 @@ pub(crate) enum Ty {
     Ptr(Rc<Ty>, u32),
     Arr(u64, Rc<Ty>),
     Struct(Rc<str>),
+    /// `(gpu-buf T)`: a host handle to a device buffer of T (held as an `i64`).
+    GpuBuf(Rc<Ty>),
 }
 
 pub(crate) const INT: Ty = Ty::Int(32);
@@ -86,6 +88,7 @@ impl fmt::Display for Ty {
             Ty::Ptr(pointee, space) => write!(f, "(ptr {pointee} (addrspace {space}))"),
             Ty::Arr(length, element) => write!(f, "(arr {length} {element})"),
             Ty::Struct(name) => write!(f, "(struct {name})"),
+            Ty::GpuBuf(element) => write!(f, "(gpu-buf {element})"),
         }
     }
 }
@@ -183,14 +186,24 @@ fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize)
                         .with_note("define it first with (define-struct NAME (FIELD TYPE)…)")),
                     None => Err(bad("a struct type is `(struct NAME)`".into())),
                 },
-                ("gpu-buf", 2) => Err(Diagnostic::error(Kind::Gpu, "device buffers `(gpu-buf T)` need the GPU support of Quasi, which this build does not have yet")
-                    .with_label(form.span, "")),
+                ("gpu-buf", 2) => {
+                    let element = parse_type(&items[1], known_struct)?;
+                    if !is_buffer_element(&element) {
+                        return Err(bad(format!("a device buffer holds integers or floats, not `{element}`")).with_note("buffers are (gpu-buf T) with T one of int8 int16 int int64 float double"));
+                    }
+                    Ok(Ty::GpuBuf(Rc::new(element)))
+                }
                 _ => Err(bad(format!("`{form}` is not a type"))
                     .with_note("types are bool int8 int16 int int32 int64 float double void (ptr T) (arr N T) (struct S)")),
             }
         }
         _ => Err(bad(format!("`{form}` is not a type"))),
     }
+}
+
+/// The element types a device buffer may hold: the numbers a kernel reads and writes.
+pub(crate) fn is_buffer_element(ty: &Ty) -> bool {
+    matches!(ty, Ty::Int(_) | Ty::Float | Ty::Double)
 }
 
 /// `(addrspace N)`.

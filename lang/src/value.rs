@@ -13,7 +13,7 @@ pub(crate) fn size_align(ty: &Ty, structs: &HashMap<String, StructEntry>) -> (us
         Ty::Bool | Ty::Int(8) => (1, 1),
         Ty::Int(16) => (2, 2),
         Ty::Int(32) | Ty::Float => (4, 4),
-        Ty::Int(_) | Ty::Double | Ty::Ptr(..) => (8, 8),
+        Ty::Int(_) | Ty::Double | Ty::Ptr(..) | Ty::GpuBuf(_) => (8, 8),
         Ty::Void => (0, 1),
         Ty::Arr(length, element) => {
             let (size, align) = size_align(element, structs);
@@ -43,6 +43,58 @@ pub(crate) fn struct_layout(fields: &[(String, Ty)], structs: &HashMap<String, S
     (offsets, offset.checked_next_multiple_of(max_align).unwrap_or(usize::MAX), max_align)
 }
 
+/// The elements of a buffer as a value prints them: all up to 16, else the first 8, `…` and
+/// the last 2 (as arrays print). `elements` holds the ones `shown_indices` names, in order.
+pub(crate) fn buffer_text(length: u64, element: &Ty, elements: &[u8]) -> String {
+    let (size, _) = size_align(element, &HashMap::new());
+    let shown: Vec<String> = (0..elements.len() / size.max(1)).map(|index| format_value(elements, index * size, element, &HashMap::new())).collect();
+    let parts: Vec<String> = if length > 16 && shown.len() == 10 {
+        shown[..8].iter().cloned().chain(std::iter::once("…".to_string())).chain(shown[8..].iter().cloned()).collect()
+    } else {
+        shown
+    };
+    format!("<gpu {length} × {element}> [{}]", parts.join(", "))
+}
+
+/// The element indices a printed buffer of `length` shows (see `buffer_text`).
+pub(crate) fn buffer_shown_indices(length: u64) -> Vec<u64> {
+    if length > 16 { (0..8).chain(length - 2..length).collect() } else { (0..length).collect() }
+}
+
+/// The bytes of a constant of type `ty` at `offset` (C layout); addresses of other globals are
+/// left zero (device copies of globals cannot point into host memory).
+pub(crate) fn encode_constant(bytes: &mut [u8], offset: usize, ty: &Ty, constant: &crate::check::Constant, structs: &HashMap<String, StructEntry>) {
+    use crate::check::Constant;
+    let mut put = |data: &[u8]| {
+        if let Some(target) = bytes.get_mut(offset..offset + data.len()) {
+            target.copy_from_slice(data);
+        }
+    };
+    match (ty, constant) {
+        (Ty::Bool, Constant::Bool(value)) => put(&[u8::from(*value)]),
+        (Ty::Int(8), Constant::Int(value)) => put(&(*value as i8).to_ne_bytes()),
+        (Ty::Int(16), Constant::Int(value)) => put(&(*value as i16).to_ne_bytes()),
+        (Ty::Int(32), Constant::Int(value)) => put(&(*value as i32).to_ne_bytes()),
+        (Ty::Int(_), Constant::Int(value)) => put(&value.to_ne_bytes()),
+        (Ty::Float, Constant::Float(value)) => put(&(*value as f32).to_ne_bytes()),
+        (Ty::Double, Constant::Float(value)) => put(&value.to_ne_bytes()),
+        (Ty::Arr(_, element), Constant::Aggregate(values)) => {
+            let (size, _) = size_align(element, structs);
+            for (index, value) in values.iter().enumerate() {
+                encode_constant(bytes, offset + index * size, element, value, structs);
+            }
+        }
+        (Ty::Struct(name), Constant::Aggregate(values)) => {
+            let fields = structs.get(&**name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
+            let (offsets, _, _) = struct_layout(&fields, structs);
+            for ((value, (_, field_ty)), field_offset) in values.iter().zip(&fields).zip(offsets) {
+                encode_constant(bytes, offset + field_offset, field_ty, value, structs);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Spells a float as the language does: shortest round-trip decimal, `inf`, `nan`.
 fn float_text<T: std::fmt::Debug + Copy + Into<f64>>(value: T) -> String {
     let wide: f64 = value.into();
@@ -63,9 +115,24 @@ fn read<const N: usize>(bytes: &[u8], offset: usize) -> [u8; N] {
     out
 }
 
+/// Spells a device buffer from its handle and element type (the session reads its contents).
+pub(crate) type DescribeBuffer<'a> = &'a dyn Fn(u64, &Ty) -> String;
+
+/// How a buffer handle reads without a device to ask: `<gpu null>` for none.
+fn buffer_handle_text(handle: u64, _element: &Ty) -> String {
+    if handle == 0 { "<gpu null>".into() } else { format!("<gpu buffer {handle}>") }
+}
+
 /// Spells the value of type `ty` stored at `offset` in `bytes`.
 pub(crate) fn format_value(bytes: &[u8], offset: usize, ty: &Ty, structs: &HashMap<String, StructEntry>) -> String {
+    format_value_with(bytes, offset, ty, structs, &buffer_handle_text)
+}
+
+/// `format_value`, with device buffers spelled by `buffers`.
+pub(crate) fn format_value_with(bytes: &[u8], offset: usize, ty: &Ty, structs: &HashMap<String, StructEntry>, buffers: DescribeBuffer<'_>) -> String {
+    let format_value = |bytes: &[u8], offset: usize, ty: &Ty, structs: &HashMap<String, StructEntry>| format_value_with(bytes, offset, ty, structs, buffers);
     match ty {
+        Ty::GpuBuf(element) => buffers(u64::from_ne_bytes(read(bytes, offset)), element),
         Ty::Bool => if bytes.get(offset).copied().unwrap_or(0) & 1 == 1 { "#t".into() } else { "#f".into() },
         Ty::Int(8) => i8::from_ne_bytes(read(bytes, offset)).to_string(),
         Ty::Int(16) => i16::from_ne_bytes(read(bytes, offset)).to_string(),

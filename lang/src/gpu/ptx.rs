@@ -1,0 +1,267 @@
+//! PTX: device code (a launched function and the session functions it calls) lowered for
+//! `nvptx64-nvidia-cuda`, optimised at O3 and printed as PTX by LLVM's NVPTX back end; the
+//! cache that rebuilds it when a member is redefined; `:ptx` and the PTX stages of `:stages`.
+//!
+//! PTX is built on the session's thread, before a cell's code runs, for every function host
+//! code launches: the runtime on the executor thread only loads it. A function that cannot
+//! be built is registered with its reason, which the launch then reports as `error[gpu]`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Once};
+use std::time::Instant;
+
+use inkwell::module::{FlagBehavior, Linkage, Module};
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
+use inkwell::OptimizationLevel;
+
+use super::{CompiledPtx, Gpu};
+use crate::check::{self, FunctionDef, MAX_SHARED_BYTES};
+use crate::codegen::{self, DeviceUnit};
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::session::Session;
+use crate::timing::{DeviceTiming, PhaseTimes};
+use crate::types::Ty;
+
+/// The GPU target when the session starts; `:gpu-arch` changes it.
+pub(crate) const DEFAULT_ARCH: &str = "sm_90";
+
+/// The targets LLVM 19's NVPTX back end knows.
+const ARCHES: &[&str] = &["sm_30", "sm_32", "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"];
+
+const TRIPLE: &str = "nvptx64-nvidia-cuda";
+
+/// The session's GPU side: the runtime, the target, and what PTX was built from.
+pub(crate) struct SessionGpu {
+    pub runtime: Box<Gpu>,
+    pub arch: String,
+    /// Per launched function: the members its PTX was built from, kept alive so that pointer
+    /// equality means "not redefined since", and the target and globals it was built for.
+    built: HashMap<String, Built>,
+    /// The functions each session function launches, by the body they were read from.
+    launches: HashMap<String, (Rc<FunctionDef>, Vec<String>)>,
+    machine: Option<(String, TargetMachine)>,
+    builds: u64,
+}
+
+struct Built {
+    members: Vec<Rc<FunctionDef>>,
+    key: String,
+}
+
+/// PTX and the LLVM IR it came from, before and after optimisation.
+pub(crate) struct PtxListing {
+    pub ir: String,
+    pub optimised: String,
+    pub ptx: String,
+}
+
+impl SessionGpu {
+    pub fn new() -> SessionGpu {
+        SessionGpu { runtime: Gpu::new(), arch: DEFAULT_ARCH.to_string(), built: HashMap::new(), launches: HashMap::new(), machine: None, builds: 0 }
+    }
+}
+
+/// Whether LLVM can target `arch` (`:gpu-arch`).
+pub(crate) fn known_arch(arch: &str) -> bool {
+    ARCHES.contains(&arch)
+}
+
+/// The GPU targets `:gpu-arch` accepts, for its message.
+pub(crate) fn arch_list() -> String {
+    ARCHES.join(" ")
+}
+
+/// Where libdevice is: `QUASI_LIBDEVICE`, or the CUDA toolkit's usual places.
+fn libdevice_path() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("QUASI_LIBDEVICE").map(PathBuf::from).into_iter().collect();
+    candidates.extend(["/usr/local/cuda/nvvm/libdevice/libdevice.10.bc", "/usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc", "/opt/cuda/nvvm/libdevice/libdevice.10.bc"].map(PathBuf::from));
+    candidates.into_iter().find(|path| path.is_file())
+}
+
+/// What device code reads of the session's globals, for the cache key: a changed global
+/// changes its device copy.
+fn globals_key(session: &Session, members: &[Rc<FunctionDef>]) -> String {
+    let used: BTreeSet<&str> = members.iter().flat_map(|member| member.uses.iter()).filter_map(|used| used.strip_prefix("global:")).collect();
+    used.into_iter().map(|name| format!("{name}={:?};", session.env.globals.get(name).map(|entry| (&entry.ty, entry.space, &entry.init)))).collect()
+}
+
+fn same_members(left: &[Rc<FunctionDef>], right: &[Rc<FunctionDef>]) -> bool {
+    left.len() == right.len() && left.iter().zip(right).all(|(a, b)| Rc::ptr_eq(a, b))
+}
+
+impl Session {
+    /// Makes sure every function host code can launch has current PTX registered with the
+    /// runtime; `top` is the cell's top-level code. Builds add `ptx` rows to `timing`.
+    pub(crate) fn prepare_launches(&mut self, top: &[&FunctionDef], timing: &mut PhaseTimes) {
+        let mut targets: BTreeSet<String> = top.iter().flat_map(|function| check::launch_targets(&function.body)).map(|(name, _)| name).collect();
+        for (name, entry) in &self.env.functions {
+            let check::FunctionKind::Defined(def) = &entry.kind else { continue };
+            let fresh = self.gpu.launches.get(name).is_some_and(|(seen, _)| Rc::ptr_eq(seen, def));
+            if !fresh {
+                let launched = check::launch_targets(&def.body).into_iter().map(|(name, _)| name).collect();
+                self.gpu.launches.insert(name.clone(), (def.clone(), launched));
+            }
+        }
+        targets.extend(self.gpu.launches.values().flat_map(|(_, launched)| launched.iter().cloned()));
+        for target in targets {
+            self.ensure_ptx(&target, timing);
+        }
+    }
+
+    fn ensure_ptx(&mut self, name: &str, timing: &mut PhaseTimes) {
+        // A launch of a function that is gone was invalidated with it: nothing to build.
+        let Some(root) = check::defined(&self.env, name) else { return };
+        let members = check::device_members(&root, &|callee| check::defined(&self.env, callee));
+        let key = format!("{} {}", self.gpu.arch, globals_key(self, &members));
+        let current = self.gpu.built.get(name).is_some_and(|built| built.key == key && same_members(&built.members, &members));
+        if current {
+            return;
+        }
+        let start = Instant::now();
+        let built = self.build_ptx(&root).map(|(ptx, _)| Arc::new(ptx));
+        timing.device.push(DeviceTiming { label: "ptx".into(), duration: start.elapsed(), bytes: None, detail: format!("`{name}` for {}", self.gpu.arch), during_run: false });
+        self.gpu.runtime.set_kernel(name, built.map_err(|diagnostic| diagnostic.message));
+        self.gpu.built.insert(name.to_string(), Built { members, key });
+    }
+
+    /// `:ptx NAME`, and the device stages of `:stages`: IR, optimised IR and PTX of NAME's
+    /// device code, built afresh and registered nowhere.
+    pub(crate) fn ptx_listing(&mut self, name: &str) -> Result<PtxListing, Diagnostic> {
+        let Some(root) = check::defined(&self.env, name) else {
+            let message = if self.env.functions.contains_key(name) { format!("`{name}` has no valid body to compile for the GPU") } else { format!("no function named `{name}`") };
+            return Err(Diagnostic::error(Kind::UnknownName, message));
+        };
+        self.build_ptx(&root).map(|(_, listing)| listing)
+    }
+
+    /// Compiles `root`'s device code to PTX.
+    fn build_ptx(&mut self, root: &Rc<FunctionDef>) -> Result<(CompiledPtx, PtxListing), Diagnostic> {
+        let gpu_error = |message: String| Diagnostic::error(Kind::Gpu, message);
+        let name = root.name.clone();
+        if root.signature.ret != Ty::Void {
+            return Err(gpu_error(format!("`{name}` returns `{}`: only kernels and void functions run on the GPU", root.signature.ret)));
+        }
+        if let Some(param) = root.signature.params.iter().find(|param| !param.is_scalar()) {
+            return Err(gpu_error(format!("`{name}` takes a `{param}`: kernels take scalars and pointers")));
+        }
+        let lookup = |callee: &str| check::defined(&self.env, callee);
+        if let Some(problem) = check::device_problem(root, &lookup) {
+            return Err(gpu_error(format!("`{name}` cannot run on the GPU: {problem}")));
+        }
+        let members = check::device_members(root, &lookup);
+        self.nvptx_machine().map_err(gpu_error)?;
+        let Some((arch, machine)) = &self.gpu.machine else { return Err(gpu_error("no NVPTX target".into())) };
+        let triple = TargetTriple::create(TRIPLE);
+        let target_data = machine.get_target_data();
+        self.llvm_diagnostics.take_errors();
+        let unit = DeviceUnit { members: &members, globals: &self.env.globals, structs: &self.env.structs };
+        let lowered = codegen::lower_device(&self.context, &target_data, &triple, &unit, &self.struct_names, &format!("ptx#{name}")).map_err(|error| Diagnostic::error(Kind::Internal, format!("code generation for the GPU failed: {error}")).with_note("this is a bug in Quasi; the session is unchanged"))?;
+        if lowered.shared_bytes > MAX_SHARED_BYTES {
+            return Err(Diagnostic::error(Kind::Limit, format!("`{name}` uses {} bytes of shared memory, more than the {MAX_SHARED_BYTES} a kernel may have", lowered.shared_bytes)));
+        }
+        let module = lowered.module;
+        let missing_libdevice = if lowered.libdevice.is_empty() { Vec::new() } else { link_libdevice(&module, &self.context, &lowered.entry, lowered.libdevice) };
+        let ir = crate::inspect::trim_ir(&module.print_to_string().to_string());
+        module.run_passes("default<O3>", machine, PassBuilderOptions::create()).map_err(|error| gpu_error(format!("LLVM passes failed on `{name}`: {error}")))?;
+        let optimised = crate::inspect::trim_ir(&module.print_to_string().to_string());
+        let buffer = machine.write_to_memory_buffer(&module, FileType::Assembly).map_err(|error| gpu_error(format!("LLVM could not emit PTX for `{name}`: {error}")))?;
+        let errors = self.llvm_diagnostics.take_errors();
+        if let Some(error) = errors.first() {
+            return Err(gpu_error(format!("LLVM could not compile `{name}` for {arch}: {}", error.trim())));
+        }
+        let ptx = String::from_utf8_lossy(buffer.as_slice()).trim_end_matches('\0').to_string();
+        self.gpu.builds += 1;
+        let text = std::ffi::CString::new(ptx.clone()).map_err(|_| gpu_error("LLVM's PTX holds a NUL byte".into()))?;
+        let compiled = CompiledPtx { text, entry: lowered.entry, fingerprint: format!("{name}#{}", self.gpu.builds), missing_libdevice };
+        Ok((compiled, PtxListing { ir, optimised, ptx }))
+    }
+
+    /// The NVPTX target machine for the session's `:gpu-arch`.
+    fn nvptx_machine(&mut self) -> Result<(), String> {
+        static INIT: Once = Once::new();
+        INIT.call_once(|| Target::initialize_nvptx(&InitializationConfig::default()));
+        if self.gpu.machine.as_ref().is_some_and(|(arch, _)| *arch == self.gpu.arch) {
+            return Ok(());
+        }
+        let triple = TargetTriple::create(TRIPLE);
+        let target = Target::from_triple(&triple).map_err(|error| format!("LLVM has no NVPTX target: {error}"))?;
+        let machine = target
+            .create_target_machine(&triple, &self.gpu.arch, "", OptimizationLevel::Aggressive, RelocMode::Default, CodeModel::Default)
+            .ok_or_else(|| format!("LLVM could not make an NVPTX target machine for {}", self.gpu.arch))?;
+        self.gpu.machine = Some((self.gpu.arch.clone(), machine));
+        Ok(())
+    }
+
+    /// `:gpu-arch [sm_XX]`.
+    pub(crate) fn gpu_arch_command(&mut self, argument: &str) -> Result<String, Diagnostic> {
+        if argument.is_empty() {
+            return Ok(format!("GPU target {}", self.gpu.arch));
+        }
+        if !known_arch(argument) {
+            return Err(Diagnostic::error(Kind::Syntax, format!("`{argument}` is not a GPU target LLVM knows")).with_note(format!("the targets are: {}", arch_list())));
+        }
+        self.gpu.arch = argument.to_string();
+        Ok(format!("GPU target {argument}"))
+    }
+
+    /// What `:ptx` lists without a name: the last cell's first kernel, or what it launched.
+    pub(crate) fn default_ptx_subject(&self) -> Option<String> {
+        let forms = self.last_expansion.as_ref()?;
+        let kernel = forms.iter().find(|form| form.head() == Some("define-kernel")).and_then(|form| form.list()?.get(1)?.list()?.first()?.list()?.first()?.symbol().map(str::to_string));
+        kernel.or_else(|| {
+            forms.iter().find_map(|form| {
+                let mut found = None;
+                find_launch(form, &mut found);
+                found
+            })
+        })
+    }
+
+    /// The device buffer spelling values use: contents read from the GPU.
+    pub(crate) fn describe_buffer(&self, handle: u64, element: &Ty) -> String {
+        if handle == 0 {
+            return "<gpu null>".into();
+        }
+        self.gpu.runtime.describe(handle, element)
+    }
+}
+
+fn find_launch(form: &crate::reader::Sexp, found: &mut Option<String>) {
+    if found.is_some() {
+        return;
+    }
+    if let Some(items) = form.list() {
+        if form.head() == Some("launch") {
+            *found = items.get(1).and_then(|kernel| kernel.symbol()).map(str::to_string);
+            return;
+        }
+        for item in items {
+            find_launch(item, found);
+        }
+    }
+}
+
+/// Links libdevice into `module` when it is installed, keeping only the kernel entry
+/// external so that O3 drops what is unused; returns the libdevice functions left unlinked.
+fn link_libdevice<'ctx>(module: &Module<'ctx>, context: &'ctx inkwell::context::Context, entry: &str, wanted: Vec<String>) -> Vec<String> {
+    let Some(path) = libdevice_path() else { return wanted };
+    let Ok(libdevice) = Module::parse_bitcode_from_path(&path, context) else { return wanted };
+    libdevice.set_triple(&module.get_triple());
+    if let Some(layout) = module.get_data_layout().as_str().to_str().ok().map(str::to_string) {
+        libdevice.set_data_layout(&inkwell::targets::TargetData::create(&layout).get_data_layout());
+    }
+    if module.link_in_module(libdevice).is_err() {
+        return wanted;
+    }
+    for function in module.get_functions() {
+        if function.count_basic_blocks() > 0 && function.get_name().to_str() != Ok(entry) {
+            function.set_linkage(Linkage::Internal);
+        }
+    }
+    // libdevice asks NVVM's reflection whether denormals flush to zero: they do not.
+    module.add_basic_value_flag("nvvm-reflect-ftz", FlagBehavior::Override, context.i32_type().const_zero());
+    Vec::new()
+}
