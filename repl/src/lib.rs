@@ -165,14 +165,44 @@ fn masked_duration(duration: Duration, masking: Masking) -> String {
 /// The phase table of a cell (`:time`).
 fn render_timing(timing: &PhaseTimes, masking: Masking) -> String {
     let mut table = Table::new();
-    table.load_style(presets::UTF8_FULL_CONDENSED).set_header(vec!["phase", "time", "share"]);
-    let total = timing.total().as_secs_f64().max(1e-12);
-    for (phase, duration) in &timing.phases {
-        let share = if masking == Masking::Addresses { "<share>".to_string() } else { format!("{:.1}%", 100.0 * duration.as_secs_f64() / total) };
-        table.add_row(vec![phase.name().to_string(), masked_duration(*duration, masking), share]);
+    // GPU rows (§7.5) say more than a time: bytes, GB/s, the launch's geometry.
+    let detailed = !timing.device.is_empty();
+    let mut header = vec!["phase", "time", "share"];
+    if detailed {
+        header.push("detail");
     }
-    table.add_row(vec!["total".to_string(), masked_duration(timing.total(), masking), "100%".to_string()]);
+    table.load_style(presets::UTF8_FULL_CONDENSED).set_header(header);
+    let total = timing.total().as_secs_f64().max(1e-12);
+    let share = |duration: Duration| if masking == Masking::Addresses { "<share>".to_string() } else { format!("{:.1}%", 100.0 * duration.as_secs_f64() / total) };
+    for (phase, duration) in &timing.phases {
+        let mut row = vec![phase.name().to_string(), masked_duration(*duration, masking), share(*duration)];
+        if detailed {
+            row.push(String::new());
+        }
+        table.add_row(row);
+    }
+    for device in &timing.device {
+        let mut detail: Vec<String> = device.bytes.map(byte_text).into_iter().collect();
+        detail.extend((!device.detail.is_empty()).then(|| device.detail.clone()));
+        let detail = detail.join(", ");
+        let detail = if masking == Masking::Addresses && detail.contains("/s") { "<detail>".to_string() } else { detail };
+        // Rows inside `run` are part of it, not added to the total.
+        let label = if device.during_run { format!("  {}", device.label) } else { device.label.clone() };
+        table.add_row(vec![label, masked_duration(device.duration, masking), share(device.duration), detail]);
+    }
+    let mut last = vec!["total".to_string(), masked_duration(timing.total(), masking), "100%".to_string()];
+    if detailed {
+        last.push(String::new());
+    }
+    table.add_row(last);
     format!("{table}\n")
+}
+
+/// A byte count in decimal units, as bandwidths are quoted.
+fn byte_text(bytes: u64) -> String {
+    let value = bytes as f64;
+    let (scaled, unit) = [(1e9, "GB"), (1e6, "MB"), (1e3, "kB")].into_iter().find(|(scale, _)| value >= *scale).map_or((value, "B"), |(scale, unit)| (value / scale, unit));
+    if unit == "B" { format!("{bytes} B") } else { format!("{scaled:.1} {unit}") }
 }
 
 fn throughput_text(throughput: Throughput) -> String {
