@@ -78,7 +78,9 @@ impl Kernel {
         while tokio::time::Instant::now() < deadline {
             let request: JupyterMessage = KernelInfoRequest {}.into();
             let msg_id = request.header.msg_id.clone();
-            self.shell.send(request).await?;
+            // A pure-Rust DEALER whose connection was reset while the kernel started waits for a
+            // peer forever: fail instead.
+            tokio::time::timeout(TIMEOUT, self.shell.send(request)).await.context("sending kernel_info_request")??;
             if tokio::time::timeout(Duration::from_millis(500), self.reply_to(&msg_id)).await.is_err() {
                 continue;
             }
