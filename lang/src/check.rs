@@ -2495,7 +2495,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
 
     fn check_index(&mut self, name: &str, index: &Expr) -> bool {
         if !index.ty.is_int() {
-            let what = if matches!(name, "alloc" | "gpu-alloc" | "gpu-copy") { "count" } else { "offset" };
+            let what = if matches!(name, "alloc" | "gpu-alloc" | "gpu-copy" | "in" | "out" | "inout") { "count" } else { "offset" };
             self.error(type_error(index.span, format!("the {what} of `{name}` must be an integer, found `{}`", index.ty)));
             return false;
         }
@@ -2908,7 +2908,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 self.error(type_error(pointer.span, format!("{what} is `{param}`, so `{}` needs a host `(ptr {element})`, found `{}`", direction.word(), pointer.ty)));
                 return None;
             }
-            if !self.check_index("gpu-copy", &count) {
+            if !self.check_index(direction.word(), &count) {
                 return None;
             }
             return Some((LaunchArg { kind: LaunchArgKind::Host, value: pointer, count: Some(count), direction: Some(direction), element_size }, None));
@@ -3093,6 +3093,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(syntax(template_span, format!("bad inline assembly template: {message}")).with_note("operands are $0, $1…, or ${0:k} with a modifier; $$ is a dollar sign"));
             return None;
         }
+        if nvptx_constraints(&operands) && !self.use_device(form.span, "PTX inline assembly".into()) {
+            return None;
+        }
         let outputs = operands.iter().filter(|operand| operand.output).count();
         let inputs = operands.len() - outputs;
         let ty = match (declared, expected) {
@@ -3210,7 +3213,8 @@ fn parse_asm_constraints(text: &str) -> Result<Vec<AsmOperand>, String> {
             return Err(format!("`&` (early clobber) belongs to outputs, not `{part}`"));
         }
         seen_input |= !output;
-        let allowed = if output { "rqQRabcdSDAx" } else { "rqQRabcdSDAxmoginX" };
+        // `l` `f` `h` are NVPTX's 64-bit, float and 16-bit registers (see `nvptx_constraints`).
+        let allowed = if output { "rqQRabcdSDAxlfh" } else { "rqQRabcdSDAxmoginXlfh" };
         let mut tied = None;
         let mut letters = String::new();
         let mut rest = codes;
@@ -3241,6 +3245,23 @@ fn parse_asm_constraints(text: &str) -> Result<Vec<AsmOperand>, String> {
         operands.push(AsmOperand { text: part.to_string(), output, tied, immediate });
     }
     Ok(operands)
+}
+
+/// Whether constraints name NVPTX's own register classes (`l`, `f`, `h`): such assembly is PTX,
+/// so the code is device code (x86-64 has no such classes, and LLVM would abort on them).
+fn nvptx_constraints(operands: &[AsmOperand]) -> bool {
+    operands.iter().any(|operand| {
+        // Letters inside `{…}` name registers (`{bl}`), not classes.
+        let mut depth = 0;
+        operand.text.chars().any(|letter| {
+            match letter {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            depth == 0 && matches!(letter, 'l' | 'f' | 'h')
+        })
+    })
 }
 
 /// Checks the `$` references of an inline assembly template against the operand count.

@@ -932,10 +932,19 @@ impl<'ctx> Lowering<'ctx, '_> {
         let b = &self.builder;
         if let BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_) = op {
             let (l, r) = (left.into_float_value(), right.into_float_value());
+            // NVPTX may fuse a*b+c into fma, as nvcc does (§7.1): device arithmetic may contract.
+            let contract = |value: inkwell::values::FloatValue<'ctx>| {
+                if self.device.is_some() {
+                    if let Some(instruction) = value.as_instruction() {
+                        let _ = instruction.set_fast_math_flags(inkwell::values::FastMathFlags::AllowContract);
+                    }
+                }
+                value
+            };
             return Ok(match op {
-                BinOp::FAdd => b.build_float_add(l, r, "")?.into(),
-                BinOp::FSub => b.build_float_sub(l, r, "")?.into(),
-                BinOp::FMul => b.build_float_mul(l, r, "")?.into(),
+                BinOp::FAdd => contract(b.build_float_add(l, r, "")?).into(),
+                BinOp::FSub => contract(b.build_float_sub(l, r, "")?).into(),
+                BinOp::FMul => contract(b.build_float_mul(l, r, "")?).into(),
                 BinOp::FDiv => b.build_float_div(l, r, "")?.into(),
                 BinOp::FCmp(cmp) => {
                     let predicate = match cmp {

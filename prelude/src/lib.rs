@@ -6,4 +6,5 @@ pub const FILES: &[(&str, &str)] = &[
     ("prelisp.rhai", include_str!("../prelisp.rhai")),
     ("loops.rhai", include_str!("../loops.rhai")),
     ("metaocaml.rhai", include_str!("../metaocaml.rhai")),
+    ("gpu.rhai", include_str!("../gpu.rhai")),
 ];
