@@ -41,7 +41,7 @@ fn assembly_is_the_function_with_its_recursive_calls() {
     let assembly = &listings(&mut session, ":asm fib")[0].2;
     assert!(assembly.lines().next().is_some_and(|line| line == "fib:"), "{assembly}");
     assert!(assembly.contains("call") && assembly.contains("fib"), "{assembly}");
-    assert!(assembly.trim_end().ends_with("retq"), "{assembly}");
+    assert!(assembly.lines().any(|line| line.trim() == "retq"), "{assembly}");
     assert!(!assembly.contains(".cfi_"), "directives are filtered: {assembly}");
 }
 
