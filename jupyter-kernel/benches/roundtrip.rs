@@ -38,7 +38,9 @@ fn main() -> anyhow::Result<()> {
     let mut table = Table::new();
     table.load_style(presets::ASCII_MARKDOWN);
     table.set_header(vec!["`(add 1 2)`", "median", "p90", "min", "added (median of differences)"]);
-    let rows: [(&str, &[Duration], Option<&[Duration]>); 4] = [
+    // Name, samples, and the samples it adds to.
+    type Row<'a> = (&'a str, &'a [Duration], Option<&'a [Duration]>);
+    let rows: [Row; 4] = [
         ("Session::eval, in process", &samples.direct, None),
         ("kernel: execute -> execute_reply", &samples.reply, Some(&samples.direct)),
         ("kernel: execute -> idle", &samples.idle, Some(&samples.direct)),

@@ -4,6 +4,7 @@
 //! Only this crate knows ZeroMQ, Jupyter messages and MIME types; the language and the
 //! session are `quasi-lang`'s, the text of every output `quasi-repl`'s.
 
+mod control;
 mod display;
 mod engine;
 mod history;
@@ -12,6 +13,7 @@ mod install;
 mod kernel;
 mod logging;
 mod parent;
+mod shell;
 mod wire;
 
 use std::path::Path;

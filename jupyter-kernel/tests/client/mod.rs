@@ -114,7 +114,7 @@ impl Kernel {
         let mut messages = Vec::new();
         loop {
             let message = self.iopub.read().await?;
-            if !message.parent_header.as_ref().is_some_and(|parent| parent.msg_id == msg_id) {
+            if message.parent_header.as_ref().is_none_or(|parent| parent.msg_id != msg_id) {
                 continue;
             }
             if let JupyterMessageContent::Status(status) = &message.content {

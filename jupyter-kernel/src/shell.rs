@@ -1,0 +1,237 @@
+//! Shell: requests served one at a time in arrival order, each between a `busy` and an `idle`
+//! status; cells go to the engine, their outcomes out as iopub outputs and an execute_reply.
+
+use std::collections::HashMap;
+
+use jupyter_protocol::{
+    CommInfoReply, CompleteReply, CompleteRequest, DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteRequest, ExecuteResult, ExecutionCount, ExecutionState, HistoryReply, InspectReply, InspectRequest, IsCompleteReply,
+    IsCompleteRequest, JupyterMessage, JupyterMessageContent, Media, MediaType, Payload, ReplyError, ReplyStatus, ShutdownReply, StreamContent, Transient,
+};
+use jupyter_zmq_client::Connection;
+use quasi_lang::Completeness;
+use quasi_repl::{render, Style};
+use tokio::sync::mpsc;
+use zeromq::{RouterRecvHalf, RouterSendHalf};
+
+use crate::display::{self, Output};
+use crate::engine::{Engine, EngineGone};
+use crate::history::{History, Query};
+use crate::html;
+use crate::kernel::{kernel_info, note_read_error, reply, shut_down, Interrupter, Publisher};
+use crate::logging::{debug, warning};
+use crate::wire::{self, Request};
+
+/// Reads the shell socket into a queue, so that after a failed cell the requests that already
+/// arrived can be told apart from those that come later (see `Shell::run`).
+pub async fn read_shell(mut requests: Connection<RouterRecvHalf>, queue: mpsc::UnboundedSender<Request>, exit: mpsc::UnboundedSender<i32>) {
+    let mut errors = 0;
+    loop {
+        match wire::read(&mut requests).await {
+            Ok(request) => {
+                errors = 0;
+                if queue.send(request).is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                if !note_read_error("shell", &error, &mut errors, &exit).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The shell's state: what the protocol keeps between cells (the session keeps the rest).
+pub struct Shell {
+    engine: Engine,
+    publisher: Publisher,
+    replies: Connection<RouterSendHalf>,
+    /// Cells run with `store_history`; the number of the last one.
+    execution_count: usize,
+    history: History,
+    interrupter: Interrupter,
+    exit: mpsc::UnboundedSender<i32>,
+}
+
+/// Whether a request asks for the execute requests queued behind it to be aborted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum After {
+    Continue,
+    AbortQueued,
+}
+
+impl Shell {
+    pub fn new(engine: Engine, publisher: Publisher, replies: Connection<RouterSendHalf>, interrupter: Interrupter, exit: mpsc::UnboundedSender<i32>) -> Shell {
+        Shell { engine, publisher, replies, execution_count: 0, history: History::default(), interrupter, exit }
+    }
+
+    /// Serves the queue the reader fills until the kernel exits.
+    pub async fn run(mut self, mut queued: mpsc::UnboundedReceiver<Request>) {
+        while let Some(request) = queued.recv().await {
+            if self.handle(request, false).await == After::Continue {
+                continue;
+            }
+            // A cell failed with `stop_on_error`: the cells the client already sent were
+            // written expecting it to succeed, so, as ipykernel does, the execute requests
+            // that arrived before now are answered `aborted`; other requests are served.
+            let mut arrived = Vec::new();
+            while let Ok(request) = queued.try_recv() {
+                arrived.push(request);
+            }
+            for request in arrived {
+                self.handle(request, true).await;
+            }
+        }
+    }
+
+    async fn handle(&mut self, request: Request, aborting: bool) -> After {
+        let parent = &request.message;
+        debug!("shell: {}", request.message_type());
+        self.publisher.status(ExecutionState::Busy, parent);
+        let mut after = After::Continue;
+        match &parent.content {
+            JupyterMessageContent::ExecuteRequest(execute) => after = self.execute(execute, parent, aborting).await,
+            JupyterMessageContent::KernelInfoRequest(_) => reply(&mut self.replies, kernel_info(), parent).await,
+            JupyterMessageContent::CompleteRequest(complete) => self.complete(complete, parent).await,
+            JupyterMessageContent::IsCompleteRequest(is_complete) => self.is_complete(is_complete, parent).await,
+            JupyterMessageContent::InspectRequest(inspect) => self.inspect(inspect, parent).await,
+            JupyterMessageContent::CommInfoRequest(_) => reply(&mut self.replies, CommInfoReply::default(), parent).await,
+            JupyterMessageContent::ShutdownRequest(shutdown) => {
+                // Old clients send it on shell; it means the same as on control.
+                reply(&mut self.replies, ShutdownReply { restart: shutdown.restart, status: ReplyStatus::Ok, error: None }, parent).await;
+                self.publisher.status(ExecutionState::Idle, parent);
+                shut_down(&self.engine, &self.publisher, &self.exit).await;
+                return After::Continue;
+            }
+            _ if request.message_type() == "history_request" => self.history(&request, parent).await,
+            // A request of a known type lands here only if its content did not parse.
+            JupyterMessageContent::UnknownMessage(_) if request.message_type().ends_with("_request") => warning!("ignored a {} that is unsupported or malformed", request.message_type()),
+            // Comms (widgets) are not supported; comm_info says there are none.
+            _ => debug!("ignored {} on shell", request.message_type()),
+        }
+        self.publisher.status(ExecutionState::Idle, parent);
+        after
+    }
+
+    async fn execute(&mut self, request: &ExecuteRequest, parent: &JupyterMessage, aborting: bool) -> After {
+        if aborting {
+            let aborted = ExecuteReply { status: ReplyStatus::Aborted, execution_count: ExecutionCount::new(self.execution_count), user_expressions: Some(HashMap::new()), ..ExecuteReply::default() };
+            reply(&mut self.replies, aborted, parent).await;
+            return After::Continue;
+        }
+        // `silent` means no broadcast, no result and no history.
+        let silent = request.silent;
+        let store_history = request.store_history && !silent;
+        if store_history {
+            self.execution_count += 1;
+        }
+        let count = ExecutionCount::new(self.execution_count);
+        if !silent {
+            self.publisher.publish(ExecuteInput { code: request.code.clone(), execution_count: count }, parent);
+        }
+        self.interrupter.set_running(true);
+        let evaluated = self.engine.execute(request.code.clone()).await;
+        self.interrupter.set_running(false);
+        let (outputs, quit) = match evaluated {
+            Ok(outcome) => {
+                if store_history {
+                    self.history.push(self.execution_count, &request.code, render(&outcome, Style::Plain));
+                }
+                (display::outputs(&outcome), outcome.quit)
+            }
+            Err(EngineGone) => (vec![internal_error()], false),
+        };
+        let mut error = None;
+        // `:quit`: ask the front end to leave (jupyter console does; notebooks ignore it).
+        let payload = if quit { vec![Payload::AskExit { keepkernel: false }] } else { Vec::new() };
+        for output in outputs {
+            match output {
+                Output::Stream { name, text } if !silent => self.publisher.publish(StreamContent { name, text }, parent),
+                Output::Display(data) if !silent => self.publisher.publish(DisplayData::new(data), parent),
+                Output::Result(data) if !silent => {
+                    // `transient` is sent as `{}`: clients validate it as an object, never null.
+                    self.publisher.publish(ExecuteResult { execution_count: count, data, metadata: Default::default(), transient: Some(Transient::default()) }, parent)
+                }
+                Output::Error { ename, evalue, traceback } => {
+                    if !silent {
+                        self.publisher.publish(ErrorOutput { ename: ename.clone(), evalue: evalue.clone(), traceback: traceback.clone() }, parent);
+                    }
+                    error = Some(ReplyError { ename, evalue, traceback });
+                }
+                _ => {}
+            }
+        }
+        let failed = error.is_some();
+        let execute_reply = ExecuteReply {
+            status: if failed { ReplyStatus::Error } else { ReplyStatus::Ok },
+            execution_count: count,
+            payload,
+            user_expressions: Some(HashMap::new()),
+            error: error.map(Box::new),
+        };
+        reply(&mut self.replies, execute_reply, parent).await;
+        if failed && request.stop_on_error && !silent {
+            After::AbortQueued
+        } else {
+            After::Continue
+        }
+    }
+
+    async fn complete(&mut self, request: &CompleteRequest, parent: &JupyterMessage) {
+        // Jupyter counts cursor positions in code points; `lang` in bytes.
+        let cursor = request.cursor_pos.min(request.code.chars().count());
+        let cursor_byte = byte_offset(&request.code, cursor);
+        let complete_reply = match self.engine.complete(request.code.clone(), cursor_byte).await {
+            Ok((start, matches)) => {
+                let cursor_start = request.code.get(..start).map_or(cursor, |before| before.chars().count());
+                CompleteReply { matches, cursor_start, cursor_end: cursor, ..CompleteReply::default() }
+            }
+            Err(EngineGone) => CompleteReply { status: ReplyStatus::Error, error: Some(Box::new(engine_gone())), ..CompleteReply::default() },
+        };
+        reply(&mut self.replies, complete_reply, parent).await;
+    }
+
+    async fn is_complete(&mut self, request: &IsCompleteRequest, parent: &JupyterMessage) {
+        let is_complete_reply = match self.engine.is_complete(request.code.clone()).await {
+            Ok(Completeness::Complete) => IsCompleteReply::complete(),
+            // Two spaces per open list, as the examples are indented.
+            Ok(Completeness::Incomplete { depth }) => IsCompleteReply::incomplete("  ".repeat(depth)),
+            Ok(Completeness::Invalid) => IsCompleteReply::invalid(),
+            Err(EngineGone) => IsCompleteReply::unknown(),
+        };
+        reply(&mut self.replies, is_complete_reply, parent).await;
+    }
+
+    async fn inspect(&mut self, request: &InspectRequest, parent: &JupyterMessage) {
+        let cursor = byte_offset(&request.code, request.cursor_pos.min(request.code.chars().count()));
+        let inspect_reply = match self.engine.inspect(request.code.clone(), cursor).await {
+            Ok(Some(line)) => {
+                let html = format!("<pre class=\"quasi-inspect\">{}</pre>", html::escape(&line));
+                InspectReply { found: true, data: Media::new(vec![MediaType::Plain(line), MediaType::Html(html)]), ..InspectReply::default() }
+            }
+            Ok(None) => InspectReply::default(),
+            Err(EngineGone) => InspectReply { status: ReplyStatus::Error, error: Some(Box::new(engine_gone())), ..InspectReply::default() },
+        };
+        reply(&mut self.replies, inspect_reply, parent).await;
+    }
+
+    async fn history(&mut self, request: &Request, parent: &JupyterMessage) {
+        let query: Query = serde_json::from_value(request.content.clone()).unwrap_or_default();
+        reply(&mut self.replies, HistoryReply::new(self.history.answer(&query)), parent).await;
+    }
+}
+
+/// The byte offset of the `cursor`th code point (the end if there are fewer).
+fn byte_offset(text: &str, cursor: usize) -> usize {
+    text.char_indices().nth(cursor).map_or(text.len(), |(offset, _)| offset)
+}
+
+fn engine_gone() -> ReplyError {
+    ReplyError { ename: "error[internal]".to_string(), evalue: EngineGone.to_string(), traceback: vec![format!("error[internal]: {EngineGone}; restart the kernel")] }
+}
+
+fn internal_error() -> Output {
+    let error = engine_gone();
+    Output::Error { ename: error.ename, evalue: error.evalue, traceback: error.traceback }
+}
