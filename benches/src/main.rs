@@ -6,6 +6,7 @@
 
 mod kernels;
 mod latency;
+mod staging;
 mod stats;
 mod startup;
 
@@ -21,6 +22,7 @@ pub struct Options {
     pub latency: bool,
     pub startup: bool,
     pub kernels: bool,
+    pub staging: bool,
     /// Timed iterations per latency row (after warm-up).
     pub iterations: usize,
     /// Untimed iterations before each latency row.
@@ -35,12 +37,14 @@ pub struct Options {
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
   kernels   six compute kernels in C-Lisp (:opt 3) against clang -O3 -march=native
-Without a section name, all three run (start-up first, so its first Session::new is cold).
+  staging   expansion share of a 64-way unrolled macro cell; MetaOCaml vector-add variants;
+            the cost of collecting phase times
+Without a section name, all four run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5) and repetitions (3), for a first look.";
 
 fn parse_options() -> Result<Options> {
@@ -48,6 +52,7 @@ fn parse_options() -> Result<Options> {
         latency: false,
         startup: false,
         kernels: false,
+        staging: false,
         iterations: 200,
         warmup: 20,
         runs: 25,
@@ -65,6 +70,7 @@ fn parse_options() -> Result<Options> {
             "latency" => options.latency = true,
             "startup" => options.startup = true,
             "kernels" => options.kernels = true,
+            "staging" => options.staging = true,
             "--iterations" => options.iterations = number("--iterations")?,
             "--warmup" => options.warmup = number("--warmup")?,
             "--runs" => options.runs = number("--runs")?,
@@ -84,8 +90,8 @@ fn parse_options() -> Result<Options> {
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
     }
-    if !(options.latency || options.startup || options.kernels) {
-        (options.latency, options.startup, options.kernels) = (true, true, true);
+    if !(options.latency || options.startup || options.kernels || options.staging) {
+        (options.latency, options.startup, options.kernels, options.staging) = (true, true, true, true);
     }
     Ok(options)
 }
@@ -102,6 +108,9 @@ fn main() -> Result<()> {
     }
     if options.kernels {
         kernels::run(&options)?;
+    }
+    if options.staging {
+        staging::run(&options)?;
     }
     println!("load average at the end: {}", load_average());
     Ok(())

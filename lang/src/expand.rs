@@ -449,22 +449,22 @@ fn rhai_type_name(value: &Dynamic) -> String {
 }
 
 /// Rhai data back to a form; every node gets `span` (the unquote that produced it).
+/// Values are read in place: cloning a `Dynamic` array copies it deeply, which made
+/// converting a deep generated tree quadratic.
 pub(crate) fn to_sexp(value: &Dynamic, span: Span) -> Result<Sexp, String> {
     let make = |kind| Ok(Sexp { kind, span });
-    if let Some(symbol) = value.clone().try_cast::<Sym>() {
-        return make(SexpKind::Symbol(symbol.0));
+    if let Some(symbol) = value.read_lock::<Sym>() {
+        return make(SexpKind::Symbol(symbol.0.clone()));
     }
-    if value.is_array() {
-        let array = value.clone().into_array().map_err(|name| format!("Rhai value of type {name} has no C-Lisp form"))?;
+    if let Ok(array) = value.as_array_ref() {
         if let [head, inner] = array.as_slice() {
-            if let Some(Sym(name)) = head.clone().try_cast::<Sym>() {
-                let inner = Box::new(to_sexp(inner, span)?);
-                match name.as_str() {
-                    "quasiquote" => return make(SexpKind::Quasiquote(inner)),
-                    "unquote" => return make(SexpKind::Unquote(inner)),
-                    "unquote-splicing" => return make(SexpKind::UnquoteSplicing(inner)),
-                    _ => {}
-                }
+            let wrapper = head.read_lock::<Sym>().map(|symbol| symbol.0.clone());
+            let make_wrapped = |kind: fn(Box<Sexp>) -> SexpKind| -> Result<Sexp, String> { Ok(Sexp { kind: kind(Box::new(to_sexp(inner, span)?)), span }) };
+            match wrapper.as_deref() {
+                Some("quasiquote") => return make_wrapped(SexpKind::Quasiquote),
+                Some("unquote") => return make_wrapped(SexpKind::Unquote),
+                Some("unquote-splicing") => return make_wrapped(SexpKind::UnquoteSplicing),
+                _ => {}
             }
         }
         let items = array.iter().map(|item| to_sexp(item, span)).collect::<Result<_, _>>()?;
@@ -479,8 +479,8 @@ pub(crate) fn to_sexp(value: &Dynamic, span: Span) -> Result<Sexp, String> {
     if let Ok(value) = value.as_bool() {
         return make(SexpKind::Bool(value));
     }
-    if value.is_string() {
-        return make(SexpKind::Str(value.clone().into_string().unwrap_or_default().into_bytes()));
+    if let Ok(text) = value.as_immutable_string_ref() {
+        return make(SexpKind::Str(text.as_bytes().to_vec()));
     }
     if value.is_unit() {
         return Err("the Rhai value `()` has no C-Lisp form".into());
@@ -496,9 +496,9 @@ fn fill(form: Dynamic, map: &Map, counter: &Rc<Cell<u64>>) -> Result<Dynamic, Bo
 }
 
 fn unquote_name(value: &Dynamic, head: &str) -> Option<String> {
-    let array = value.clone().into_array().ok()?;
+    let array = value.as_array_ref().ok()?;
     match array.as_slice() {
-        [first, name] if first.clone().try_cast::<Sym>().is_some_and(|symbol| symbol.0 == head) => name.clone().try_cast::<Sym>().map(|symbol| symbol.0),
+        [first, name] if first.read_lock::<Sym>().is_some_and(|symbol| symbol.0 == head) => name.read_lock::<Sym>().map(|symbol| symbol.0.clone()),
         _ => None,
     }
 }
@@ -511,7 +511,7 @@ fn lookup_hole(map: &Map, name: &str) -> Result<Dynamic, Box<EvalAltResult>> {
 }
 
 fn fill_level(form: Dynamic, map: &Map, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>, level: usize) -> Result<Dynamic, Box<EvalAltResult>> {
-    if let Some(symbol) = form.clone().try_cast::<Sym>() {
+    if let Some(symbol) = form.read_lock::<Sym>().map(|symbol| symbol.clone()) {
         if let Some(stem) = symbol.0.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#')) {
             let replacement = fresh.entry(symbol.0.clone()).or_insert_with(|| {
                 counter.set(counter.get() + 1);
@@ -530,7 +530,7 @@ fn fill_level(form: Dynamic, map: &Map, counter: &Rc<Cell<u64>>, fresh: &mut Has
         }
     }
     let array = form.into_array().unwrap_or_default();
-    let head = array.first().and_then(|head| head.clone().try_cast::<Sym>()).map(|symbol| symbol.0);
+    let head = array.first().and_then(|head| head.read_lock::<Sym>().map(|symbol| symbol.0.clone()));
     // A nested quasiquote raises the level of its operand; an unquote lowers it.
     let operand_level = match head.as_deref() {
         Some("quasiquote") if array.len() == 2 => level + 1,

@@ -26,7 +26,7 @@ mod value;
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use reader::{completeness, Completeness, SourceFile, SourceId, Span};
 pub use gpu::probe as gpu_probe;
-pub use session::{InterruptHandle, Session, SessionConfig, SessionError};
+pub use session::{InterruptHandle, Session, SessionConfig, SessionError, DEFAULT_OPT_LEVEL};
 pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Throughput, VariantReport};
 
 /// Everything one cell produced, in order. Plain data: nothing here renders itself.
