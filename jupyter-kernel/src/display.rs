@@ -43,7 +43,12 @@ pub fn outputs(outcome: &Outcome) -> Vec<Output> {
                 outputs.push(if Some(index) == last_value { Output::Result(bundle) } else { Output::Display(bundle) });
             }
             Item::Output { stream, text } => push_stream(&mut outputs, *stream, text),
-            Item::Message(_) | Item::Listing { .. } | Item::Timing(_) | Item::Bench(_) | Item::Autotune(_) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item))]))),
+            Item::Message(_) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item))]))),
+            // Listings go as Markdown code blocks too, which front ends highlight by language.
+            Item::Listing { title, language, text } => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item)), MediaType::Markdown(html::listing_markdown(title, *language, text)), MediaType::Html(html::listing(title, text))]))),
+            Item::Timing(timing) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item)), MediaType::Html(html::timing(timing))]))),
+            Item::Bench(report) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item)), MediaType::Html(html::bench(&line(item), report))]))),
+            Item::Autotune(report) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item)), MediaType::Html(html::autotune(report))]))),
             Item::Defined { .. } => {}
         }
     }

@@ -41,6 +41,8 @@ impl std::fmt::Display for EngineGone {
 #[derive(Clone)]
 pub struct Engine {
     events: mpsc::Sender<Event>,
+    /// Interrupts the running cell's staging (Rhai) from any thread.
+    pub interrupt: quasi_lang::InterruptHandle,
 }
 
 /// The session thread's stack: checking and code generation recurse over the forms of a cell,
@@ -51,13 +53,13 @@ impl Engine {
     /// Starts the session thread; fails if the session cannot start (LLVM, the JIT).
     pub fn spawn() -> anyhow::Result<Engine> {
         let (events, receiver) = mpsc::channel::<Event>();
-        let (started, start_result) = mpsc::channel::<Result<(), String>>();
+        let (started, start_result) = mpsc::channel::<Result<quasi_lang::InterruptHandle, String>>();
         std::thread::Builder::new().name("quasi-session".into()).stack_size(SESSION_STACK).spawn(move || {
             // Created here because the session stays on the thread that made it.
             let session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() });
             match session {
                 Ok(session) => {
-                    let _ = started.send(Ok(()));
+                    let _ = started.send(Ok(session.interrupt_handle()));
                     serve(session, receiver);
                 }
                 Err(error) => {
@@ -66,7 +68,7 @@ impl Engine {
             }
         })?;
         match start_result.recv() {
-            Ok(Ok(())) => Ok(Engine { events }),
+            Ok(Ok(interrupt)) => Ok(Engine { events, interrupt }),
             Ok(Err(error)) => anyhow::bail!("cannot start a session: {error}"),
             Err(_) => anyhow::bail!("the session thread died while starting"),
         }

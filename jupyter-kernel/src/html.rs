@@ -95,6 +95,86 @@ pub fn definitions(lines: &[(&str, &str)]) -> String {
     html
 }
 
+/// A listing as a Markdown code block, for front ends that highlight by language.
+pub fn listing_markdown(title: &str, language: quasi_lang::Language, text: &str) -> String {
+    let tag = match language {
+        quasi_lang::Language::CLisp => "lisp",
+        quasi_lang::Language::LlvmIr => "llvm",
+        quasi_lang::Language::Assembly => "asm",
+        quasi_lang::Language::Ptx => "ptx",
+    };
+    format!("**{}**\n\n```{tag}\n{text}\n```\n", title.replace('*', "\\*"))
+}
+
+/// A listing as HTML: its title, then the text.
+pub fn listing(title: &str, text: &str) -> String {
+    format!("<div class=\"quasi-listing\"><b>{}</b><pre>{}</pre></div>", escape(title), escape(text))
+}
+
+fn table(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut html = String::from("<table class=\"quasi-table\"><thead><tr>");
+    for cell in header {
+        html.push_str(&format!("<th>{}</th>", escape(cell)));
+    }
+    html.push_str("</tr></thead><tbody>");
+    for row in rows {
+        html.push_str("<tr>");
+        for cell in row {
+            html.push_str(&format!("<td style=\"text-align: right\">{}</td>", escape(cell)));
+        }
+        html.push_str("</tr>");
+    }
+    html.push_str("</tbody></table>");
+    html
+}
+
+/// A cell's phase times as a compact table.
+pub fn timing(timing: &quasi_lang::PhaseTimes) -> String {
+    let total = timing.total().as_secs_f64().max(1e-12);
+    let mut rows: Vec<Vec<String>> = timing.phases.iter().map(|(phase, duration)| vec![phase.name().to_string(), quasi_repl::format_duration(*duration), format!("{:.1}%", 100.0 * duration.as_secs_f64() / total)]).collect();
+    rows.push(vec!["total".into(), quasi_repl::format_duration(timing.total()), "100%".into()]);
+    table(&["phase".into(), "time".into(), "share".into()], &rows)
+}
+
+/// A benchmark's statistics as a one-row table under its summary line.
+pub fn bench(summary: &str, report: &quasi_lang::BenchReport) -> String {
+    let first = summary.lines().next().unwrap_or("");
+    let header: Vec<String> = ["runs", "min", "median", "mean", "std"].map(String::from).to_vec();
+    let row = vec![report.runs.to_string(), quasi_repl::format_duration(report.min), quasi_repl::format_duration(report.median), quasi_repl::format_duration(report.mean), quasi_repl::format_duration(report.std)];
+    format!("<div>{}</div>{}", escape(first), table(&header, &[row]))
+}
+
+/// The autotuning table, fastest first.
+pub fn autotune(report: &quasi_lang::AutotuneReport) -> String {
+    let mut header = vec!["rank".to_string()];
+    header.extend(report.params.iter().cloned());
+    header.extend(["median", "min", "vs first", "check"].map(String::from));
+    let mut rank = 0;
+    let rows: Vec<Vec<String>> = report
+        .variants
+        .iter()
+        .map(|variant| {
+            let mut row = Vec::new();
+            match &variant.result {
+                Ok(bench) => {
+                    rank += 1;
+                    row.push(rank.to_string());
+                    row.extend(variant.values.iter().cloned());
+                    let speedup = report.baseline.map_or("-".to_string(), |baseline| format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12)));
+                    row.extend([quasi_repl::format_duration(bench.median), quasi_repl::format_duration(bench.min), speedup, "ok".into()]);
+                }
+                Err(reason) => {
+                    row.push("-".into());
+                    row.extend(variant.values.iter().cloned());
+                    row.extend(["-".to_string(), "-".into(), "-".into(), reason.clone()]);
+                }
+            }
+            row
+        })
+        .collect();
+    format!("<div>autotune {}</div>{}", escape(&report.name), table(&header, &rows))
+}
+
 #[cfg(test)]
 mod tests {
     use expect_test::{expect, Expect};

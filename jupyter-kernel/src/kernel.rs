@@ -41,7 +41,7 @@ pub fn serve(connection_file: &Path) -> anyhow::Result<i32> {
         let sockets = wire::bind(&info, &session_id).await?;
         let (exit, mut exit_status) = mpsc::unbounded_channel::<i32>();
         let publisher = Publisher::start(sockets.iopub);
-        let interrupter = Interrupter::default();
+        let interrupter = Interrupter::new(engine.interrupt.clone());
         tokio::spawn(heartbeat(sockets.heartbeat));
         tokio::spawn(drain_stdin(sockets.stdin, exit.clone()));
         tokio::spawn(watch_signals(interrupter.clone()));
@@ -151,20 +151,25 @@ impl Publisher {
 // ---------------------------------------------------------------------------------------------
 // interrupt
 
-/// Where interrupts go. `lang` checks an interrupt flag on loop back edges, but its public API
-/// has no `InterruptHandle` yet; until it does, an interrupt is acknowledged and logged, and a
-/// running cell runs to its end. When the handle exists it lives here (it is `Send`), taken
-/// from the session when the engine starts, and `interrupt` calls it.
-#[derive(Clone, Default)]
+/// Where interrupts go: the session's `InterruptHandle`, taken when the engine starts. It
+/// stops Rhai expansion at once (the cell ends with `error[interrupted]`, the session is kept);
+/// compiled loops do not check the flag yet, so a running loop runs to its end.
+#[derive(Clone)]
 pub struct Interrupter {
     /// A cell is being evaluated (set by the shell around `Engine::execute`).
     running: Arc<AtomicBool>,
+    handle: quasi_lang::InterruptHandle,
 }
 
 impl Interrupter {
+    pub fn new(handle: quasi_lang::InterruptHandle) -> Interrupter {
+        Interrupter { running: Arc::new(AtomicBool::new(false)), handle }
+    }
+
     pub fn interrupt(&self, source: &str) {
         if self.running.load(Ordering::Relaxed) {
-            warning!("interrupt ({source}): a running cell cannot be interrupted yet; it runs to its end");
+            self.handle.interrupt();
+            warning!("interrupt ({source}): staging stops at once; compiled code runs to its end");
         } else {
             // jupyter_client interrupts before every shutdown; with nothing running that is news
             // to no one.

@@ -211,6 +211,44 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         results = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
         self.assertEqual(results, ["5 : int"])
 
+    def test_interrupt_stops_staging(self):
+        self.flush_channels()
+        self.run_cell(":limits operations 100000000000")
+        self.run_cell('(rhai "fn spin() { loop { } }")')
+        try:
+            msg_id = self.kc.execute(",(spin)")
+            time.sleep(0.5)
+            request = self.kc.session.msg("interrupt_request", {})
+            self.kc.control_channel.send(request)
+            control_reply = self.kc.control_channel.get_msg(timeout=TIMEOUT)
+            validate_message(control_reply, "interrupt_reply", request["header"]["msg_id"])
+            reply = self.kc.get_shell_msg(timeout=TIMEOUT)
+            self.assertEqual(reply["parent_header"]["msg_id"], msg_id)
+            self.assertEqual(reply["content"]["status"], "error")
+            self.assertEqual(reply["content"]["ename"], "error[interrupted]")
+        finally:
+            self.run_cell(":limits operations 10000000")
+        _, messages = self.run_cell("(add 2 3)")
+        results = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
+        self.assertEqual(results, ["5 : int"])
+
+    def test_tables_and_listings_are_rich(self):
+        self.flush_channels()
+        self.run_cell("(define ((sq int) (x int)) (ret (mul x x)))")
+        _, messages = self.run_cell(":time last")
+        (timing,) = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
+        self.assertIn("<table", timing["text/html"])
+        self.assertIn("phase", timing["text/plain"])
+        _, messages = self.run_cell("(bench (call sq 3) (iters 20))")
+        (bench,) = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
+        self.assertIn("<table", bench["text/html"])
+        self.assertTrue(bench["text/plain"].startswith("bench: 20 runs"))
+        _, messages = self.run_cell(":ir sq")
+        (listing,) = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
+        self.assertIn("```llvm", listing["text/markdown"])
+        self.assertIn("define i32 @", listing["text/plain"])
+        self.assertIn("mul i32", listing["text/plain"])
+
     def test_kernel_info_on_control_while_a_cell_runs(self):
         self.flush_channels()
         # A cell that computes for a while (about a second at -O1): control still answers.
