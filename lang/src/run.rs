@@ -163,18 +163,30 @@ struct Capture {
     file: i32,
 }
 
+thread_local! {
+    /// One memory file per captured descriptor, made once per executor thread and emptied
+    /// after each call: creating them per call was most of a small cell's capture cost.
+    static CAPTURE_FILES: std::cell::Cell<[i32; 3]> = const { std::cell::Cell::new([-1; 3]) };
+}
+
 impl Capture {
     fn start(target: i32) -> Option<Capture> {
-        // SAFETY: plain fd syscalls; every fd opened here is closed in `finish`.
+        let mut files = CAPTURE_FILES.with(std::cell::Cell::get);
+        let slot = usize::try_from(target).ok().filter(|slot| *slot < files.len())?;
+        // SAFETY: plain fd syscalls; the memory file lives for the thread, `saved` is closed in
+        // `finish`.
         unsafe {
-            libc::fflush(std::ptr::null_mut());
-            let file = libc::memfd_create(c"quasi-stdout".as_ptr(), 0);
-            if file < 0 {
-                return None;
+            if files[slot] < 0 {
+                files[slot] = libc::memfd_create(c"quasi-output".as_ptr(), libc::MFD_CLOEXEC);
+                if files[slot] < 0 {
+                    return None;
+                }
+                CAPTURE_FILES.with(|cell| cell.set(files));
             }
+            let file = files[slot];
+            libc::fflush(std::ptr::null_mut());
             let saved = libc::dup(target);
             if saved < 0 || libc::dup2(file, target) < 0 {
-                libc::close(file);
                 return None;
             }
             Some(Capture { target, saved, file })
@@ -183,7 +195,8 @@ impl Capture {
 
     fn finish(self) -> Vec<u8> {
         let mut output = Vec::new();
-        // SAFETY: restores fd 1 and reads back the memory file, then closes both fds.
+        // SAFETY: restores the descriptor, reads the memory file back and empties it for the
+        // next call.
         unsafe {
             libc::fflush(std::ptr::null_mut());
             libc::dup2(self.saved, self.target);
@@ -191,9 +204,11 @@ impl Capture {
             let length = libc::lseek(self.file, 0, libc::SEEK_END);
             if length > 0 {
                 output.resize(length as usize, 0);
-                libc::pread(self.file, output.as_mut_ptr().cast(), output.len(), 0);
+                let read = libc::pread(self.file, output.as_mut_ptr().cast(), output.len(), 0);
+                output.truncate(read.max(0) as usize);
+                libc::ftruncate(self.file, 0);
             }
-            libc::close(self.file);
+            libc::lseek(self.file, 0, libc::SEEK_SET);
         }
         output
     }
