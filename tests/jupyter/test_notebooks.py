@@ -4,6 +4,7 @@ ones saved in the file (addresses and durations masked).
 `python tests/jupyter/test_notebooks.py` re-executes the notebooks and saves their outputs."""
 
 import copy
+import ctypes.util
 import difflib
 import json
 import pathlib
@@ -16,6 +17,9 @@ from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+# gpu.ipynb is saved where there is no CUDA device; where there is one, its launches succeed.
+HAS_CUDA_DRIVER = ctypes.util.find_library("cuda") is not None
 
 ADDRESS = re.compile(r"0x[0-9a-f]+")
 DURATION = re.compile(r"\b\d+(\.\d+)?\s?(ns|µs|us|ms|s)\b")
@@ -42,6 +46,8 @@ def comparable(output):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.name for path in NOTEBOOKS])
 def test_notebook_outputs_match(path):
+    if path.name == "gpu.ipynb" and HAS_CUDA_DRIVER:
+        pytest.skip("a CUDA driver is present: gpu.ipynb's saved outputs are those without a device")
     saved = nbformat.read(path, as_version=4)
     executed = execute(saved)
     for index, (expected, actual) in enumerate(zip(saved.cells, executed.cells)):
