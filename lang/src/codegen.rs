@@ -643,7 +643,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         } else {
             let mut image = vec![0u8; size.max(1)];
             if let Some(init) = init {
-                crate::value::encode_constant(&mut image, 0, &ty, init, device.unit.structs);
+                crate::value::encode_constant(&mut image, 0, &ty, init, device.unit.structs, &|_| 0);
             }
             let values: Vec<IntValue> = image.iter().map(|byte| self.context.i8_type().const_int(u64::from(*byte), false)).collect();
             global.set_initializer(&self.context.i8_type().const_array(&values));

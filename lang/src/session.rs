@@ -1037,46 +1037,12 @@ impl Session {
 
     fn initialise_global(&mut self, name: &str, ty: &Ty, init: &Constant) {
         let mut bytes = vec![0u8; value::size_align(ty, &self.env.structs).0];
-        self.encode_constant(&mut bytes, 0, ty, init);
+        let globals = &self.globals;
+        value::encode_constant(&mut bytes, 0, ty, init, &self.env.structs, &|target| globals.get(target).map_or(0, |storage| storage.memory as usize));
         if let Some(storage) = self.globals.get_mut(name) {
             let target = storage.bytes_mut();
             let length = bytes.len().min(target.len());
             target[..length].copy_from_slice(&bytes[..length]);
-        }
-    }
-
-    fn encode_constant(&self, bytes: &mut [u8], offset: usize, ty: &Ty, constant: &Constant) {
-        let mut put = |data: &[u8]| {
-            if let Some(target) = bytes.get_mut(offset..offset + data.len()) {
-                target.copy_from_slice(data);
-            }
-        };
-        match (ty, constant) {
-            (Ty::Bool, Constant::Bool(value)) => put(&[u8::from(*value)]),
-            (Ty::Int(8), Constant::Int(value)) => put(&(*value as i8).to_ne_bytes()),
-            (Ty::Int(16), Constant::Int(value)) => put(&(*value as i16).to_ne_bytes()),
-            (Ty::Int(32), Constant::Int(value)) => put(&(*value as i32).to_ne_bytes()),
-            (Ty::Int(_), Constant::Int(value)) => put(&value.to_ne_bytes()),
-            (Ty::Float, Constant::Float(value)) => put(&(*value as f32).to_ne_bytes()),
-            (Ty::Double, Constant::Float(value)) => put(&value.to_ne_bytes()),
-            (Ty::Ptr(..), Constant::AddressOf(target)) => {
-                let address = self.globals.get(target).map_or(0, |storage| storage.memory as usize);
-                put(&(address as u64).to_ne_bytes());
-            }
-            (Ty::Arr(_, element), Constant::Aggregate(values)) => {
-                let (size, _) = value::size_align(element, &self.env.structs);
-                for (index, value) in values.iter().enumerate() {
-                    self.encode_constant(bytes, offset + index * size, element, value);
-                }
-            }
-            (Ty::Struct(name), Constant::Aggregate(values)) => {
-                let fields = self.env.structs.get(&**name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
-                let (offsets, _, _) = value::struct_layout(&fields, &self.env.structs);
-                for ((value, (_, field_ty)), field_offset) in values.iter().zip(&fields).zip(offsets) {
-                    self.encode_constant(bytes, offset + field_offset, field_ty, value);
-                }
-            }
-            _ => {}
         }
     }
 

@@ -61,9 +61,10 @@ pub(crate) fn buffer_shown_indices(length: u64) -> Vec<u64> {
     if length > 16 { (0..8).chain(length - 2..length).collect() } else { (0..length).collect() }
 }
 
-/// The bytes of a constant of type `ty` at `offset` (C layout); addresses of other globals are
-/// left zero (device copies of globals cannot point into host memory).
-pub(crate) fn encode_constant(bytes: &mut [u8], offset: usize, ty: &Ty, constant: &crate::check::Constant, structs: &HashMap<String, StructEntry>) {
+/// The bytes of a constant of type `ty` at `offset` (C layout). `address_of` gives the address
+/// of another global for `(ptr-to G)` initialisers (device copies pass zero: they cannot point
+/// into host memory).
+pub(crate) fn encode_constant(bytes: &mut [u8], offset: usize, ty: &Ty, constant: &crate::check::Constant, structs: &HashMap<String, StructEntry>, address_of: &dyn Fn(&str) -> usize) {
     use crate::check::Constant;
     let mut put = |data: &[u8]| {
         if let Some(target) = bytes.get_mut(offset..offset + data.len()) {
@@ -78,17 +79,18 @@ pub(crate) fn encode_constant(bytes: &mut [u8], offset: usize, ty: &Ty, constant
         (Ty::Int(_), Constant::Int(value)) => put(&value.to_ne_bytes()),
         (Ty::Float, Constant::Float(value)) => put(&(*value as f32).to_ne_bytes()),
         (Ty::Double, Constant::Float(value)) => put(&value.to_ne_bytes()),
+        (Ty::Ptr(..), Constant::AddressOf(target)) => put(&(address_of(target) as u64).to_ne_bytes()),
         (Ty::Arr(_, element), Constant::Aggregate(values)) => {
             let (size, _) = size_align(element, structs);
             for (index, value) in values.iter().enumerate() {
-                encode_constant(bytes, offset + index * size, element, value, structs);
+                encode_constant(bytes, offset + index * size, element, value, structs, address_of);
             }
         }
         (Ty::Struct(name), Constant::Aggregate(values)) => {
             let fields = structs.get(&**name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
             let (offsets, _, _) = struct_layout(&fields, structs);
             for ((value, (_, field_ty)), field_offset) in values.iter().zip(&fields).zip(offsets) {
-                encode_constant(bytes, offset + field_offset, field_ty, value, structs);
+                encode_constant(bytes, offset + field_offset, field_ty, value, structs, address_of);
             }
         }
         _ => {}
