@@ -18,3 +18,8 @@
 ; Redefinition: existing callers see the new body.
 (define ((fib int) (n int)) (ret 42))
 (call fib 30)
+; Staging: an unquote runs Rhai (here the prelude's dot_unrolled) before the cell is compiled.
+(define ((dot4 double) (a (ptr double)) (b (ptr double))) (ret ,(dot_unrolled 4 a b double)))
+:expand
+(define-global (v (arr 4 double)) (const (1 2 3 4)))
+(call dot4 (aptradd v 0) (aptradd v 0))
