@@ -624,7 +624,10 @@ impl Session {
             Ok(forms) => forms,
             Err(diagnostics) => return self.fail(outcome, diagnostics),
         };
-        self.refresh_view_if_stale();
+        // Only a cell that runs Rhai can read the view: most cells skip the rebuild.
+        if forms.iter().any(uses_staging) {
+            self.refresh_view_if_stale();
+        }
         let saved_stage = self.stage.snapshot();
         let expand_start = Instant::now();
         let expanded = self.stage.expand(forms, &mut self.sources, false);
@@ -1091,6 +1094,16 @@ fn pass_pipeline(level: u8) -> &'static str {
         1 => "function(mem2reg,instcombine<no-verify-fixpoint>,simplifycfg)",
         2 => "default<O2>",
         _ => "default<O3>",
+    }
+}
+
+/// Whether a form runs Rhai when expanded (an unquote, or a `rhai`/`rhai-file` form).
+fn uses_staging(form: &reader::Sexp) -> bool {
+    match &form.kind {
+        reader::SexpKind::Unquote(_) | reader::SexpKind::UnquoteSplicing(_) => true,
+        reader::SexpKind::Quasiquote(inner) => uses_staging(inner),
+        reader::SexpKind::List(items) => matches!(form.head(), Some("rhai" | "rhai-file" | "autotune")) || items.iter().any(uses_staging),
+        _ => false,
     }
 }
 
