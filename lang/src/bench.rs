@@ -195,9 +195,9 @@ impl Session {
         let Some(ty) = item.clone() else {
             return Err(vec![Diagnostic::error(Kind::Type, format!("`{expression}` has no value")).with_label(expression.span, "")]);
         };
-        let size = value::size_align(&ty, &self.env_structs()).0;
+        let size = value::size_align(&ty, &self.env.structs).0;
         let bytes = self.call_for_value(entry, size, expression.span)?;
-        Ok((value::format_value(&bytes, 0, &ty, &self.env_structs()), ty))
+        Ok((value::format_value(&bytes, 0, &ty, &self.env.structs), ty))
     }
 
     fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
@@ -315,7 +315,7 @@ impl Session {
         let Some(element) = pointer_type.pointee().cloned() else {
             return Err(vec![Diagnostic::error(Kind::Type, format!("`check-buffer` needs a pointer, found `{pointer_type}`")).with_label(span, "")]);
         };
-        let (size, _) = value::size_align(&element, &self.env_structs());
+        let (size, _) = value::size_align(&element, &self.env.structs);
         let buffer = vec![0u8; size * count.max(1)];
         let text = format!(
             "((declare k_q_copy int64) (for ((set k_q_copy (int64 0)) (lt k_q_copy (int64 {count})) (set k_q_copy (add k_q_copy (int64 1)))) (store (ptradd (inttoptr (int64 {}) (ptr {element})) k_q_copy) (load (ptradd POINTER k_q_copy)))))",
@@ -328,8 +328,8 @@ impl Session {
             _ => None,
         }, span);
         self.compile_and_run_statement(&copy)?;
-        let structs = self.env_structs();
-        Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, &structs)).collect())
+        let structs = &self.env.structs;
+        Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, structs)).collect())
     }
 }
 

@@ -779,36 +779,9 @@ impl<'a> CellChecker<'a> {
         }
     }
 
-    /// Size and alignment of a type in bytes, as LLVM lays it out for x86-64; saturating, and
-    /// safe on the struct cycles `reject_struct_cycles` reports.
-    fn layout_of(&self, ty: &Ty, depth: usize) -> (u64, u64) {
-        match ty {
-            Ty::Bool | Ty::Int(8) => (1, 1),
-            Ty::Int(16) => (2, 2),
-            Ty::Int(32) | Ty::Float => (4, 4),
-            Ty::Int(_) | Ty::Double | Ty::Ptr(..) | Ty::GpuBuf(_) => (8, 8),
-            Ty::Void => (0, 1),
-            _ if depth > MAX_NESTING => (u64::MAX, 1),
-            Ty::Arr(length, element) => {
-                let (size, align) = self.layout_of(element, depth + 1);
-                (size.saturating_mul(*length), align)
-            }
-            Ty::Struct(name) => {
-                let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
-                let (mut offset, mut max_align) = (0u64, 1u64);
-                for (_, field) in &fields {
-                    let (size, align) = self.layout_of(field, depth + 1);
-                    offset = offset.checked_next_multiple_of(align).unwrap_or(u64::MAX).saturating_add(size);
-                    max_align = max_align.max(align);
-                }
-                (offset.checked_next_multiple_of(max_align).unwrap_or(u64::MAX), max_align)
-            }
-        }
-    }
-
     /// Reports a value too large for where it lives (`what`), against `limit` bytes.
     fn require_size(&mut self, ty: &Ty, span: Span, what: &str, limit: u64) -> bool {
-        let (size, _) = self.layout_of(ty, 0);
+        let (size, _) = crate::value::layout(ty, &|name| self.lookup_struct(name).and_then(|entry| entry.fields.clone()));
         if size > limit {
             let note = if limit == MAX_LOCAL_BYTES { "locals live on the 64 MiB stack: use a global, or memory from malloc" } else { "use memory from malloc, and pointers" };
             self.error(Diagnostic::error(Kind::Limit, format!("{what} of type `{ty}` takes {size} bytes, more than the {limit} allowed")).with_label(span, "").with_note(note));

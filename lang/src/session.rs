@@ -744,10 +744,6 @@ impl Session {
         self.stage.expand(vec![form.clone()], &mut self.sources, false).map(|expanded| expanded.forms)
     }
 
-    pub(crate) fn env_structs(&self) -> HashMap<String, StructEntry> {
-        self.env.structs.clone()
-    }
-
     fn fault_diagnostic(&self, fault: &Fault, item_span: Span) -> Diagnostic {
         let note = "the session is intact; all definitions and globals are kept";
         match fault {
@@ -803,11 +799,11 @@ impl Session {
         // Names first: new storage for new or retyped globals, fresh body symbols.
         let mut global_symbols: HashMap<String, String> = self.globals.iter().map(|(name, storage)| (name.clone(), storage.symbol.clone())).collect();
         let mut new_globals = Vec::new();
+        let overlay_structs = if cell.globals.is_empty() { HashMap::new() } else { self.structs_with(cell) };
         for global in &cell.globals {
             if global.init.is_none() {
                 continue;
             }
-            let overlay_structs = self.structs_with(cell);
             let (size, align) = value::size_align(&global.ty, &overlay_structs);
             // A global defined again with its type keeps its storage (commit re-initialises it):
             // code compiled earlier, and pointers the program holds, still refer to it.

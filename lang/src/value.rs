@@ -5,27 +5,42 @@ use std::collections::HashMap;
 use crate::check::StructEntry;
 use crate::types::Ty;
 
-/// Size and alignment in bytes under the x86-64 C ABI (what LLVM's data layout gives). Sizes
-/// saturate: the checker refuses values too large to hold (`check::MAX_VALUE_BYTES`), but a
-/// pointer may still point to an absurdly large type.
-pub(crate) fn size_align(ty: &Ty, structs: &HashMap<String, StructEntry>) -> (usize, usize) {
+/// Size and alignment in bytes under the x86-64 C ABI (what LLVM's data layout gives), with
+/// each struct's fields from `fields_of`. Saturating, and bounded in depth, so it is safe on
+/// absurdly large types and on the struct cycles the checker reports.
+pub(crate) fn layout(ty: &Ty, fields_of: &dyn Fn(&str) -> Option<Vec<(String, Ty)>>) -> (u64, u64) {
+    layout_at(ty, fields_of, 0)
+}
+
+fn layout_at(ty: &Ty, fields_of: &dyn Fn(&str) -> Option<Vec<(String, Ty)>>, depth: usize) -> (u64, u64) {
     match ty {
         Ty::Bool | Ty::Int(8) => (1, 1),
         Ty::Int(16) => (2, 2),
         Ty::Int(32) | Ty::Float => (4, 4),
         Ty::Int(_) | Ty::Double | Ty::Ptr(..) | Ty::GpuBuf(_) => (8, 8),
         Ty::Void => (0, 1),
+        _ if depth > crate::check::MAX_NESTING => (u64::MAX, 1),
         Ty::Arr(length, element) => {
-            let (size, align) = size_align(element, structs);
-            (size.saturating_mul(usize::try_from(*length).unwrap_or(usize::MAX)), align)
+            let (size, align) = layout_at(element, fields_of, depth + 1);
+            (size.saturating_mul(*length), align)
         }
         Ty::Struct(name) => {
-            let fields = structs.get(&**name).and_then(|entry| entry.fields.as_ref());
-            let (offsets, size, align) = struct_layout(fields.map(Vec::as_slice).unwrap_or(&[]), structs);
-            let _ = offsets;
-            (size, align)
+            let (mut offset, mut max_align) = (0u64, 1u64);
+            for (_, field) in fields_of(name).unwrap_or_default() {
+                let (size, align) = layout_at(&field, fields_of, depth + 1);
+                offset = offset.checked_next_multiple_of(align).unwrap_or(u64::MAX).saturating_add(size);
+                max_align = max_align.max(align);
+            }
+            (offset.checked_next_multiple_of(max_align).unwrap_or(u64::MAX), max_align)
         }
     }
+}
+
+/// `layout` over a session's structs, in host sizes. The checker refuses values too large to
+/// hold (`check::MAX_VALUE_BYTES`), but a pointer may still point to an absurdly large type.
+pub(crate) fn size_align(ty: &Ty, structs: &HashMap<String, StructEntry>) -> (usize, usize) {
+    let (size, align) = layout(ty, &|name| structs.get(name).and_then(|entry| entry.fields.clone()));
+    (usize::try_from(size).unwrap_or(usize::MAX), usize::try_from(align).unwrap_or(usize::MAX))
 }
 
 /// Field offsets, total size and alignment of a struct with C layout.
