@@ -162,22 +162,20 @@ impl Session {
             self.run_harness(harness, options.warmup as usize, 1, span)?;
         }
         let single = self.run_harness(harness, 1, 1, span)?.first().copied().unwrap_or(1.0).max(1.0);
-        let start = Instant::now();
-        let samples = match options.iterations {
-            Some(runs) => self.run_harness(harness, runs as usize, 1, span)?,
+        // `(iters N)` times each run on its own; otherwise each sample batches `evals` runs.
+        let (count, evals) = match options.iterations {
+            Some(runs) => (runs as usize, 1),
             None => {
                 let evals = (SAMPLE_TARGET_NS / single).ceil().max(1.0);
-                let count = ((options.seconds * 1e9) / (single * evals)).clamp(1.0, MAX_SAMPLES as f64) as usize;
-                let mut samples = self.run_harness(harness, count, evals as i64, span)?;
-                // Report runs, not samples: each sample stands for `evals` runs.
-                let runs = count as u64 * evals as u64;
-                let elapsed = start.elapsed();
-                let mut report = BenchReport::from_samples(std::mem::take(&mut samples), options.warmup, elapsed);
-                report.runs = runs;
-                return Ok(report);
+                (((options.seconds * 1e9) / (single * evals)).clamp(1.0, MAX_SAMPLES as f64) as usize, evals as i64)
             }
         };
-        Ok(BenchReport::from_samples(samples, options.warmup, start.elapsed()))
+        let start = Instant::now();
+        let samples = self.run_harness(harness, count, evals, span)?;
+        let mut report = BenchReport::from_samples(samples, options.warmup, start.elapsed());
+        // Report runs, not samples.
+        report.runs = report.runs * evals as u64;
+        Ok(report)
     }
 
     /// The value of a constant expression, as a number (for `(bytes E)`, `(flops E)`).
