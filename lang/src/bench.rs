@@ -166,8 +166,14 @@ impl Session {
         let (count, evals) = match options.iterations {
             Some(runs) => (runs as usize, 1),
             None => {
+                // A single run's sample is mostly the clock's own cost; time a batch of `evals`
+                // runs to know how many samples fill the budget.
                 let evals = (SAMPLE_TARGET_NS / single).ceil().max(1.0);
-                (((options.seconds * 1e9) / (single * evals)).clamp(1.0, MAX_SAMPLES as f64) as usize, evals as i64)
+                let per_run = self.run_harness(harness, 1, evals as i64, span)?.first().copied().unwrap_or(single).max(0.01);
+                let runs = (options.seconds * 1e9 / per_run).max(1.0);
+                // Past the sample buffer, fill the budget with larger batches.
+                let evals = evals.max((runs / MAX_SAMPLES as f64).ceil());
+                ((runs / evals).clamp(1.0, MAX_SAMPLES as f64) as usize, evals as i64)
             }
         };
         let start = Instant::now();
