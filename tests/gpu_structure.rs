@@ -26,7 +26,8 @@ fn ptx(session: &mut Session, name: &str) -> String {
     }
 }
 
-const VADD: &str = "(define-kernel ((vadd void) (a (ptr float) in n) (b (ptr float) in n) (c (ptr float) out n) (n int))
+const VADD: &str =
+    "(define-kernel ((vadd void) (a (ptr float) in n) (b (ptr float) in n) (c (ptr float) out n) (n int))
   (declare i int)
   (set i (add (tid.x) (mul (bdim.x) (bid.x))))
   (if (lt i n) (store (ptradd c i) (fadd (load (ptradd a i)) (load (ptradd b i))))))";
@@ -36,7 +37,18 @@ fn a_kernel_is_a_ptx_entry_for_sm_90() {
     let mut session = session();
     eval_ok(&mut session, VADD);
     let text = ptx(&mut session, "vadd");
-    for needle in [".version 7.8", ".target sm_90", ".address_size 64", ".visible .entry vadd(", "%tid.x", "%ntid.x", "%ctaid.x", "ld.global.f32", "add.rn.f32", "st.global.f32"] {
+    for needle in [
+        ".version 7.8",
+        ".target sm_90",
+        ".address_size 64",
+        ".visible .entry vadd(",
+        "%tid.x",
+        "%ntid.x",
+        "%ctaid.x",
+        "ld.global.f32",
+        "add.rn.f32",
+        "st.global.f32",
+    ] {
         assert!(text.contains(needle), "PTX lacks `{needle}`:\n{text}");
     }
 }
@@ -45,11 +57,14 @@ fn a_kernel_is_a_ptx_entry_for_sm_90() {
 fn shared_memory_and_barriers_reach_ptx() {
     let mut session = session();
     eval_ok(&mut session, "(define-shared tile (256 float))");
-    eval_ok(&mut session, "(define-kernel ((reverse void) (data (ptr float)))
+    eval_ok(
+        &mut session,
+        "(define-kernel ((reverse void) (data (ptr float)))
       (declare t int) (set t [tid.x])
       (store (aptradd tile t) (load (ptradd data t)))
       (__syncthreads)
-      (store (ptradd data t) (load (aptradd tile (sub 255 t)))))");
+      (store (ptradd data t) (load (aptradd tile (sub 255 t)))))",
+    );
     let text = ptx(&mut session, "reverse");
     for needle in [".shared .align 16 .b8", "st.shared.f32", "ld.shared.f32", "bar.sync"] {
         assert!(text.contains(needle), "PTX lacks `{needle}`:\n{text}");
@@ -72,7 +87,13 @@ fn gpu_arch_changes_the_target_and_stages_show_ptx() {
     eval_ok(&mut session, VADD);
     eval_ok(&mut session, ":gpu-arch sm_80");
     let items = eval_ok(&mut session, ":stages vadd");
-    let titles: Vec<String> = items.iter().filter_map(|item| match item { Item::Listing { title, .. } => Some(title.clone()), _ => None }).collect();
+    let titles: Vec<String> = items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Listing { title, .. } => Some(title.clone()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(titles.last().map(String::as_str), Some("vadd: PTX (sm_80)"), "{titles:?}");
     let Some(Item::Listing { text, language: Language::Ptx, .. }) = items.last() else { panic!("no PTX stage") };
     assert!(text.contains(".target sm_80"), "{text}");
@@ -83,7 +104,10 @@ fn gpu_arch_changes_the_target_and_stages_show_ptx() {
 #[test]
 fn a_plain_void_function_compiles_as_a_kernel_for_a_launch() {
     let mut session = session();
-    eval_ok(&mut session, "(define ((kernel void) (p (ptr int)) (n int)) (if (lt (tid.x) n) (store (ptradd p (tid.x)) (tid.x))))");
+    eval_ok(
+        &mut session,
+        "(define ((kernel void) (p (ptr int)) (n int)) (if (lt (tid.x) n) (store (ptradd p (tid.x)) (tid.x))))",
+    );
     let text = ptx(&mut session, "kernel");
     assert!(text.contains(".entry kernel("), "{text}");
 }
@@ -129,7 +153,10 @@ fn launches_run_on_a_device_or_say_there_is_none() {
             let items = eval_ok(&mut session, "(load (ptradd h 1023))");
             assert_eq!(items, vec![Item::Value { text: "2046.0".into(), ty: "float".into() }]);
             let items = eval_ok(&mut session, "(declare buf (gpu-buf float)) (set buf (gpu-alloc float 4))");
-            assert!(matches!(items.last(), Some(Item::Value { text, .. }) if text == "<gpu 4 × float> [0.0, 0.0, 0.0, 0.0]"), "{items:?}");
+            assert!(
+                matches!(items.last(), Some(Item::Value { text, .. }) if text == "<gpu 4 × float> [0.0, 0.0, 0.0, 0.0]"),
+                "{items:?}"
+            );
         }
     }
 }

@@ -18,7 +18,9 @@ fn listings(session: &mut Session, command: &str) -> Vec<(String, Language, Stri
 
 fn session() -> Session {
     let mut session = Session::new(SessionConfig::default()).expect("session");
-    let outcome = session.eval("(define ((fib int) (n int)) (if (lt n 2) (ret n)) (ret (add (call fib (sub n 1)) (call fib (sub n 2)))))");
+    let outcome = session.eval(
+        "(define ((fib int) (n int)) (if (lt n 2) (ret n)) (ret (add (call fib (sub n 1)) (call fib (sub n 2)))))",
+    );
     assert!(!outcome.failed());
     session
 }
@@ -28,7 +30,17 @@ fn stages_lists_every_stage_in_order() {
     let mut session = session();
     let stages = listings(&mut session, ":stages fib");
     let titles: Vec<&str> = stages.iter().map(|(title, _, _)| title.as_str()).collect();
-    assert_eq!(titles, ["fib: source", "fib: expanded", "fib: typed", "fib: LLVM IR (opt 1)", "fib: optimised LLVM IR (opt 1)", "fib: x86-64 assembly (opt 1)"]);
+    assert_eq!(
+        titles,
+        [
+            "fib: source",
+            "fib: expanded",
+            "fib: typed",
+            "fib: LLVM IR (opt 1)",
+            "fib: optimised LLVM IR (opt 1)",
+            "fib: x86-64 assembly (opt 1)"
+        ]
+    );
     assert_eq!(stages[3].1, Language::LlvmIr);
     assert_eq!(stages[5].1, Language::Assembly);
     assert!(stages[0].2.starts_with("(define ((fib int) (n int))"));

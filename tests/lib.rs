@@ -31,7 +31,9 @@ pub fn parse(text: &str) -> Transcript {
         let bare = line.strip_suffix('\n').unwrap_or(line);
         if let Some(input) = bare.strip_prefix("> ").or_else(|| (bare == ">").then_some("")) {
             transcript.cells.push(Cell { input: input.to_string(), expected: String::new() });
-        } else if let (Some(more), Some(cell)) = (bare.strip_prefix(". ").or_else(|| (bare == ".").then_some("")), transcript.cells.last_mut()) {
+        } else if let (Some(more), Some(cell)) =
+            (bare.strip_prefix(". ").or_else(|| (bare == ".").then_some("")), transcript.cells.last_mut())
+        {
             if cell.expected.is_empty() {
                 cell.input.push('\n');
                 cell.input.push_str(more);
@@ -70,6 +72,11 @@ pub fn format(transcript: &Transcript, outputs: &[String]) -> String {
 /// Runs every cell in a fresh session and returns what each printed, as the terminal shows
 /// it (addresses masked).
 pub fn run(transcript: &Transcript) -> Result<Vec<String>, String> {
-    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).map_err(|error| error.to_string())?;
-    Ok(transcript.cells.iter().map(|cell| render_masked(&session.eval(&cell.input), Style::Plain, Masking::Addresses)).collect())
+    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })
+        .map_err(|error| error.to_string())?;
+    Ok(transcript
+        .cells
+        .iter()
+        .map(|cell| render_masked(&session.eval(&cell.input), Style::Plain, Masking::Addresses))
+        .collect())
 }

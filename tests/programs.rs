@@ -28,7 +28,9 @@ fn run_c(source: &Path) -> Result<Run, Failed> {
         .output()
         .map_err(|error| format!("cannot run clang-19 (it must be installed): {error}"))?;
     if !compiled.status.success() {
-        return Err(format!("clang-19 rejected {}:\n{}", source.display(), String::from_utf8_lossy(&compiled.stderr)).into());
+        return Err(
+            format!("clang-19 rejected {}:\n{}", source.display(), String::from_utf8_lossy(&compiled.stderr)).into()
+        );
     }
     let ran = Command::new(&binary).output().map_err(|error| format!("cannot run {}: {error}", binary.display()))?;
     let status = ran.status.code().ok_or_else(|| format!("{} ended by a signal", binary.display()))?;
@@ -37,7 +39,8 @@ fn run_c(source: &Path) -> Result<Run, Failed> {
 
 fn run_clisp(source: &Path) -> Result<Run, Failed> {
     let text = std::fs::read_to_string(source).map_err(|error| format!("cannot read {}: {error}", source.display()))?;
-    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).map_err(|error| error.to_string())?;
+    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })
+        .map_err(|error| error.to_string())?;
     let path = source.display().to_string();
     let (outcome, status) = session.run_file(&path, text, &[]);
     if outcome.failed() {
@@ -66,7 +69,14 @@ fn check(program: &Path) -> Result<(), Failed> {
         return Ok(());
     }
     let diff = TextDiff::from_lines(&expected.stdout, &actual.stdout).unified_diff().header("C", "C-Lisp").to_string();
-    Err(format!("{} differs from {}: exit status {} (C) and {} (C-Lisp)\n{diff}", program.display(), c_source.display(), expected.status, actual.status).into())
+    Err(format!(
+        "{} differs from {}: exit status {} (C) and {} (C-Lisp)\n{diff}",
+        program.display(),
+        c_source.display(),
+        expected.status,
+        actual.status
+    )
+    .into())
 }
 
 fn main() {
@@ -75,7 +85,13 @@ fn main() {
     arguments.test_threads = Some(1);
     let directory = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
     let mut programs: Vec<PathBuf> = std::fs::read_dir(&directory)
-        .map(|entries| entries.flatten().map(|entry| entry.path()).filter(|path| path.extension().is_some_and(|extension| extension == "cl")).collect())
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| path.extension().is_some_and(|extension| extension == "cl"))
+                .collect()
+        })
         .unwrap_or_default();
     programs.sort();
     let trials = programs

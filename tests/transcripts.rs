@@ -33,7 +33,8 @@ fn check(path: &Path) -> Result<(), Failed> {
         return Ok(());
     }
     let diff = TextDiff::from_lines(&text, &actual).unified_diff().header("expected", "actual").to_string();
-    let hint = if update { "UPDATE_EXPECT is ignored under CI" } else { "run with UPDATE_EXPECT=1 to accept the new output" };
+    let hint =
+        if update { "UPDATE_EXPECT is ignored under CI" } else { "run with UPDATE_EXPECT=1 to accept the new output" };
     Err(format!("transcript {} does not match ({hint}):\n{diff}", path.display()).into())
 }
 

@@ -142,7 +142,8 @@ impl ClispKernels {
     /// One timed run, as the compiled code measured it.
     pub fn run(&mut self, kernel: &Kernel) -> Result<Run> {
         let name = kernel.clisp_name();
-        let nanoseconds = |text: String| text.parse::<u64>().map(Duration::from_nanos).context("a clock gave no integer");
+        let nanoseconds =
+            |text: String| text.parse::<u64>().map(Duration::from_nanos).context("a clock gave no integer");
         let cpu = nanoseconds(value(&evaluate(&mut self.session, &format!("(call bench-time-{name})"))?)?)?;
         let wall = nanoseconds(value(&evaluate(&mut self.session, &format!("bench-wall-{name}"))?)?)?;
         let checksum = value(&evaluate(&mut self.session, &format!("bench-result-{name}"))?)?;
@@ -225,7 +226,8 @@ impl CLibrary {
     fn run(&self, kernel: &Kernel) -> Result<Run> {
         let address = self.symbol(&format!("{}_run", kernel.name))?;
         // SAFETY: every kernels/*.c defines `int64_t NAME_run(void)`, built in this run.
-        let run: extern "C" fn() -> i64 = unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> i64>(address) };
+        let run: extern "C" fn() -> i64 =
+            unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> i64>(address) };
         let wall = Instant::now();
         let cpu = thread_cpu_time();
         let checksum = run();
@@ -309,7 +311,12 @@ fn c_libraries(options: &Options, directory: &Path) -> Result<Vec<CLibrary>> {
         match build_library(&options.clang, directory, flags, index) {
             Ok((path, time)) => {
                 if index == 0 {
-                    println!("{} built the reference library ({}) from six C files in {} ms", options.clang, flags.join(" "), ms(time));
+                    println!(
+                        "{} built the reference library ({}) from six C files in {} ms",
+                        options.clang,
+                        flags.join(" "),
+                        ms(time)
+                    );
                 }
                 libraries.push(CLibrary::open(&path)?);
             }
@@ -358,7 +365,11 @@ pub fn run(options: &Options) -> Result<()> {
     println!("the session compiled every C-Lisp kernel at :opt 3 in {} ms", ms(start.elapsed()));
     let mut results = Vec::new();
     for kernel in &KERNELS {
-        let mut result = KernelResult { kernel, clisp: Measured::default(), c: libraries.iter().map(|_| Measured::default()).collect() };
+        let mut result = KernelResult {
+            kernel,
+            clisp: Measured::default(),
+            c: libraries.iter().map(|_| Measured::default()).collect(),
+        };
         // One untimed warm-up run each, then repetitions interleaved so that drifts of the
         // machine (frequency, other builds) fall on all of them alike. `setup` before every
         // run restores the input of kernels that work in place; it writes all the memory the
@@ -412,7 +423,18 @@ fn compare(ours: &str, reference: &str) -> &'static str {
 
 fn print_results(results: &[KernelResult<'_>], options: &Options) {
     let mut table = new_table(
-        &["kernel", "work per run", "clang best ms", "C-Lisp best ms", "ratio best", "clang median ms", "C-Lisp median ms", "ratio median", "ratio best, wall", "goal <= 1.10"],
+        &[
+            "kernel",
+            "work per run",
+            "clang best ms",
+            "C-Lisp best ms",
+            "ratio best",
+            "clang median ms",
+            "C-Lisp median ms",
+            "ratio median",
+            "ratio best, wall",
+            "goal <= 1.10",
+        ],
         &[2, 3, 4, 5, 6, 7, 8],
     );
     let empty = Measured::default();
@@ -463,15 +485,29 @@ fn print_results(results: &[KernelResult<'_>], options: &Options) {
     let mut checks = new_table(&header, &right);
     for result in results {
         let reference = result.c.first().map_or("", |measured| measured.checksum.as_str());
-        let mut row = vec![result.kernel.name.to_string(), result.clisp.checksum.clone(), compare(&result.clisp.checksum, reference).to_string()];
+        let mut row = vec![
+            result.kernel.name.to_string(),
+            result.clisp.checksum.clone(),
+            compare(&result.clisp.checksum, reference).to_string(),
+        ];
         for measured in result.c.iter().skip(1) {
-            row.extend([ms_of(&measured.cpu(), Samples::best), ratio(result.clisp.cpu().best(), measured.cpu().best()), compare(&measured.checksum, reference).to_string()]);
+            row.extend([
+                ms_of(&measured.cpu(), Samples::best),
+                ratio(result.clisp.cpu().best(), measured.cpu().best()),
+                compare(&measured.checksum, reference).to_string(),
+            ]);
         }
         checks.add_row(row);
     }
-    println!("Checksums (doubles hashed bit by bit; `same` = equal to the clang reference's), and two more C builds for");
-    println!("information, not for the goal: clang's default -O3 -march=native (fp-contract=on: it may fuse a*b+c into");
-    println!("one FMA, which C-Lisp never does, so its results may differ), and the reference flags plus -fwrapv (signed");
+    println!(
+        "Checksums (doubles hashed bit by bit; `same` = equal to the clang reference's), and two more C builds for"
+    );
+    println!(
+        "information, not for the goal: clang's default -O3 -march=native (fp-contract=on: it may fuse a*b+c into"
+    );
+    println!(
+        "one FMA, which C-Lisp never does, so its results may differ), and the reference flags plus -fwrapv (signed"
+    );
     println!("overflow wraps, as in C-Lisp: C then has to sign-extend 32-bit indices as C-Lisp does).");
     println!("{checks}\n");
 }

@@ -46,28 +46,57 @@ pub fn run(options: &Options) -> Result<()> {
         expect(&session.eval(&format!(":opt {level}")), &Expect::Success, ":opt")?;
         // A fresh name each iteration: a new slot, a new symbol, a new definition line.
         let mut counter = 0u32;
-        rows.push(measure(&mut session, options, "(define ((sqN int) (x int)) (ret (mul x x))), N fresh", level, Expect::Defined, || {
-            counter += 1;
-            format!("(define ((sq{counter} int) (x int)) (ret (mul x x)))")
-        })?);
+        rows.push(measure(
+            &mut session,
+            options,
+            "(define ((sqN int) (x int)) (ret (mul x x))), N fresh",
+            level,
+            Expect::Defined,
+            || {
+                counter += 1;
+                format!("(define ((sq{counter} int) (x int)) (ret (mul x x)))")
+            },
+        )?);
         // The same name each iteration: a redefinition with the same signature (slot rewritten).
-        rows.push(measure(&mut session, options, "(define ((sq int) (x int)) (ret (mul x x))), redefined", level, Expect::Defined, || "(define ((sq int) (x int)) (ret (mul x x)))".to_string())?);
-        rows.push(measure(&mut session, options, "(call sq 7)", level, Expect::Value("49"), || "(call sq 7)".to_string())?);
+        rows.push(measure(
+            &mut session,
+            options,
+            "(define ((sq int) (x int)) (ret (mul x x))), redefined",
+            level,
+            Expect::Defined,
+            || "(define ((sq int) (x int)) (ret (mul x x)))".to_string(),
+        )?);
+        rows.push(measure(&mut session, options, "(call sq 7)", level, Expect::Value("49"), || {
+            "(call sq 7)".to_string()
+        })?);
         if level == default_level {
             let mut quiet = Session::new(SessionConfig { capture_output: false, ..SessionConfig::default() })?;
             expect(&quiet.eval(&format!(":opt {level}")), &Expect::Success, ":opt")?;
             expect(&quiet.eval("(define ((sq int) (x int)) (ret (mul x x)))"), &Expect::Defined, "sq")?;
-            rows.push(measure(&mut quiet, options, "(call sq 7), output not captured", level, Expect::Value("49"), || "(call sq 7)".to_string())?);
+            rows.push(measure(
+                &mut quiet,
+                options,
+                "(call sq 7), output not captured",
+                level,
+                Expect::Value("49"),
+                || "(call sq 7)".to_string(),
+            )?);
             // The same cell in a session that already holds many definitions: per-cell work that
             // grows with the session shows here and nowhere else.
             let mut full = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
             expect(&full.eval(":opt 0"), &Expect::Success, ":opt")?;
             for index in 0..LARGE_SESSION {
-                expect(&full.eval(&format!("(define ((filler{index} int) (x int)) (ret (add x {index})))")), &Expect::Defined, "filler")?;
+                expect(
+                    &full.eval(&format!("(define ((filler{index} int) (x int)) (ret (add x {index})))")),
+                    &Expect::Defined,
+                    "filler",
+                )?;
             }
             expect(&full.eval(&format!(":opt {level}")), &Expect::Success, ":opt")?;
             expect(&full.eval("(define ((sq int) (x int)) (ret (mul x x)))"), &Expect::Defined, "sq")?;
-            rows.push(measure(&mut full, options, LARGE_SESSION_ROW, level, Expect::Value("49"), || "(call sq 7)".to_string())?);
+            rows.push(measure(&mut full, options, LARGE_SESSION_ROW, level, Expect::Value("49"), || {
+                "(call sq 7)".to_string()
+            })?);
         }
     }
     print_latency(&rows, default_level);
@@ -75,7 +104,14 @@ pub fn run(options: &Options) -> Result<()> {
     Ok(())
 }
 
-fn measure(session: &mut Session, options: &Options, cell: &'static str, level: u8, expected: Expect, mut next: impl FnMut() -> String) -> Result<Row> {
+fn measure(
+    session: &mut Session,
+    options: &Options,
+    cell: &'static str,
+    level: u8,
+    expected: Expect,
+    mut next: impl FnMut() -> String,
+) -> Result<Row> {
     let mut wall = Vec::with_capacity(options.iterations);
     let mut phases: Vec<Vec<Duration>> = vec![Vec::with_capacity(options.iterations); Phase::ALL.len()];
     let mut other = Vec::with_capacity(options.iterations);
@@ -93,7 +129,13 @@ fn measure(session: &mut Session, options: &Options, cell: &'static str, level: 
             other.push(elapsed.saturating_sub(outcome.timing.total()));
         }
     }
-    Ok(Row { cell, level, wall: Samples::new(wall), phases: phases.into_iter().map(Samples::new).collect(), other: Samples::new(other) })
+    Ok(Row {
+        cell,
+        level,
+        wall: Samples::new(wall),
+        phases: phases.into_iter().map(Samples::new).collect(),
+        other: Samples::new(other),
+    })
 }
 
 fn expect(outcome: &Outcome, expected: &Expect, text: &str) -> Result<()> {
@@ -101,10 +143,15 @@ fn expect(outcome: &Outcome, expected: &Expect, text: &str) -> Result<()> {
         _ if outcome.failed() => false,
         Expect::Defined => outcome.items.iter().any(|item| matches!(item, Item::Defined { .. })),
         Expect::Success => true,
-        Expect::Value(value) => outcome.items.iter().any(|item| matches!(item, Item::Value { text, .. } if text == value)),
+        Expect::Value(value) => {
+            outcome.items.iter().any(|item| matches!(item, Item::Value { text, .. } if text == value))
+        }
     };
     if !produced {
-        bail!("the cell `{text}` did not give what the benchmark expects:\n{}", quasi_repl::render(outcome, quasi_repl::Style::Plain));
+        bail!(
+            "the cell `{text}` did not give what the benchmark expects:\n{}",
+            quasi_repl::render(outcome, quasi_repl::Style::Plain)
+        );
     }
     Ok(())
 }
@@ -112,13 +159,27 @@ fn expect(outcome: &Outcome, expected: &Expect, text: &str) -> Result<()> {
 fn print_latency(rows: &[Row], default_level: u8) {
     let mut table = new_table(&["cell", ":opt", "p50 ms", "p95 ms", "best ms", "n"], &[1, 2, 3, 4, 5]);
     for row in rows {
-        table.add_row(vec![row.cell.to_string(), row.level.to_string(), ms(row.wall.median()), ms(row.wall.percentile(95.0)), ms(row.wall.best()), row.wall.len().to_string()]);
+        table.add_row(vec![
+            row.cell.to_string(),
+            row.level.to_string(),
+            ms(row.wall.median()),
+            ms(row.wall.percentile(95.0)),
+            ms(row.wall.best()),
+            row.wall.len().to_string(),
+        ]);
     }
     println!("{table}");
     let goal = Duration::from_millis(1);
-    for row in rows.iter().filter(|row| row.level == default_level && !row.cell.contains("not captured") && row.cell != LARGE_SESSION_ROW) {
+    for row in rows
+        .iter()
+        .filter(|row| row.level == default_level && !row.cell.contains("not captured") && row.cell != LARGE_SESSION_ROW)
+    {
         let verdict = if row.wall.median() <= goal { "meets" } else { "misses" };
-        println!("goal p50 <= 1 ms at the default level (:opt {default_level}): {verdict} for {} ({} ms)", row.cell, ms(row.wall.median()));
+        println!(
+            "goal p50 <= 1 ms at the default level (:opt {default_level}): {verdict} for {} ({} ms)",
+            row.cell,
+            ms(row.wall.median())
+        );
     }
     println!();
 }
@@ -126,7 +187,9 @@ fn print_latency(rows: &[Row], default_level: u8) {
 fn print_phases(rows: &[Row]) {
     // Only phases some cell went through: a phase no cell ran (e.g. expand without unquotes)
     // would be a column of zeros.
-    let shown: Vec<usize> = (0..Phase::ALL.len()).filter(|index| rows.iter().any(|row| row.phases[*index].percentile(100.0) > Duration::ZERO)).collect();
+    let shown: Vec<usize> = (0..Phase::ALL.len())
+        .filter(|index| rows.iter().any(|row| row.phases[*index].percentile(100.0) > Duration::ZERO))
+        .collect();
     let mut header = vec!["cell", ":opt"];
     header.extend(shown.iter().map(|index| Phase::ALL[*index].name()));
     header.extend(["other", "wall p50"]);

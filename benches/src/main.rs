@@ -7,8 +7,8 @@
 mod kernels;
 mod latency;
 mod staging;
-mod stats;
 mod startup;
+mod stats;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -64,7 +64,11 @@ fn parse_options() -> Result<Options> {
     while let Some(arg) = args.next() {
         let mut number = |name: &str| -> Result<usize> {
             let value = args.next().with_context(|| format!("{name} needs a number"))?;
-            value.parse::<usize>().ok().filter(|count| *count > 0).with_context(|| format!("{name} needs a positive number, found `{value}`"))
+            value
+                .parse::<usize>()
+                .ok()
+                .filter(|count| *count > 0)
+                .with_context(|| format!("{name} needs a positive number, found `{value}`"))
         };
         match arg.as_str() {
             "latency" => options.latency = true,
@@ -119,20 +123,48 @@ fn main() -> Result<()> {
 /// The machine, so that numbers are never read without it.
 fn print_machine(options: &Options) {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find_map(|line| line.strip_prefix("model name").and_then(|rest| rest.split_once(':')).map(|(_, model)| model.trim().to_string()));
+    let model = cpuinfo.lines().find_map(|line| {
+        line.strip_prefix("model name").and_then(|rest| rest.split_once(':')).map(|(_, model)| model.trim().to_string())
+    });
     let logical = cpuinfo.lines().filter(|line| line.starts_with("processor")).count();
     let usable = std::thread::available_parallelism().map_or(0, |count| count.get());
-    let flags = cpuinfo.lines().find_map(|line| line.strip_prefix("flags").and_then(|rest| rest.split_once(':')).map(|(_, flags)| flags.to_string())).unwrap_or_default();
-    let vector = ["avx512f", "avx2", "avx", "sse4_2"].into_iter().find(|flag| flags.split_whitespace().any(|present| present == *flag)).unwrap_or("none found");
-    let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| text.lines().next().map(|line| line.split_whitespace().nth(1).and_then(|kib| kib.parse::<u64>().ok()).map_or("?".to_string(), |kib| format!("{:.1} GiB", kib as f64 / 1048576.0))));
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|text| text.trim().to_string()).unwrap_or_else(|_| "?".into());
+    let flags = cpuinfo
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("flags").and_then(|rest| rest.split_once(':')).map(|(_, flags)| flags.to_string())
+        })
+        .unwrap_or_default();
+    let vector = ["avx512f", "avx2", "avx", "sse4_2"]
+        .into_iter()
+        .find(|flag| flags.split_whitespace().any(|present| present == *flag))
+        .unwrap_or("none found");
+    let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        text.lines().next().map(|line| {
+            line.split_whitespace()
+                .nth(1)
+                .and_then(|kib| kib.parse::<u64>().ok())
+                .map_or("?".to_string(), |kib| format!("{:.1} GiB", kib as f64 / 1048576.0))
+        })
+    });
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|text| text.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
     println!("quasi-bench: machine");
     let mut table = new_table(&["property", "value"], &[]);
     table.add_row(vec!["CPU".to_string(), model.unwrap_or_else(|| "unknown (no model name in /proc/cpuinfo)".into())]);
-    table.add_row(vec!["cores".to_string(), format!("{logical} logical in /proc/cpuinfo, {usable} usable by this process")]);
+    table.add_row(vec![
+        "cores".to_string(),
+        format!("{logical} logical in /proc/cpuinfo, {usable} usable by this process"),
+    ]);
     table.add_row(vec!["widest vector extension".to_string(), vector.to_string()]);
-    table.add_row(vec!["C compiler".to_string(), clang_version(&options.clang).unwrap_or_else(|| format!("{} not found", options.clang))]);
-    table.add_row(vec!["clang -march=native CPU".to_string(), clang_native_cpu(&options.clang).unwrap_or_else(|| "?".into())]);
+    table.add_row(vec![
+        "C compiler".to_string(),
+        clang_version(&options.clang).unwrap_or_else(|| format!("{} not found", options.clang)),
+    ]);
+    table.add_row(vec![
+        "clang -march=native CPU".to_string(),
+        clang_native_cpu(&options.clang).unwrap_or_else(|| "?".into()),
+    ]);
     table.add_row(vec!["memory".to_string(), memory.unwrap_or_else(|| "?".into())]);
     table.add_row(vec!["Linux".to_string(), kernel]);
     table.add_row(vec!["load average at the start".to_string(), load_average()]);
@@ -147,7 +179,10 @@ fn clang_version(clang: &str) -> Option<String> {
 
 /// The CPU `-march=native` resolves to, as the driver passes it to cc1 (`-target-cpu`).
 fn clang_native_cpu(clang: &str) -> Option<String> {
-    let output = Command::new(clang).args(["-march=native", "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"]).output().ok()?;
+    let output = Command::new(clang)
+        .args(["-march=native", "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"])
+        .output()
+        .ok()?;
     let text = String::from_utf8_lossy(&output.stderr);
     let after = text.split("\"-target-cpu\" \"").nth(1)?;
     Some(after.split('"').next()?.to_string())
@@ -155,7 +190,9 @@ fn clang_native_cpu(clang: &str) -> Option<String> {
 
 /// The 1, 5 and 15 minute load averages: other work on the machine skews every number here.
 pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "?".into())
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// A table in Markdown layout (pasteable into the README), the given columns right-aligned.

@@ -30,7 +30,18 @@ fn expansion_share(options: &Options) -> Result<()> {
     println!("== Staging: expansion share of a macro-generated 64-way unrolled function ==");
     let cell = "(define ((dot64 double) (a (ptr double)) (b (ptr double))) (ret ,(dot_unrolled 64 a b double)))";
     println!("cell: {cell}");
-    let mut table = new_table(&[":opt", "expand p50 ms", "check+codegen p50 ms", "optimise+link p50 ms", "total p50 ms", "expand / total", "goal <= 20%"], &[0, 1, 2, 3, 4, 5]);
+    let mut table = new_table(
+        &[
+            ":opt",
+            "expand p50 ms",
+            "check+codegen p50 ms",
+            "optimise+link p50 ms",
+            "total p50 ms",
+            "expand / total",
+            "goal <= 20%",
+        ],
+        &[0, 1, 2, 3, 4, 5],
+    );
     for level in [1u8, 3] {
         let mut session = session(level)?;
         let (mut expand, mut front, mut back, mut total) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -45,9 +56,18 @@ fn expansion_share(options: &Options) -> Result<()> {
             back.push(timing.get(Phase::Optimise) + timing.get(Phase::Link));
             total.push(timing.total());
         }
-        let (expand, front, back, total) = (Samples::new(expand), Samples::new(front), Samples::new(back), Samples::new(total));
+        let (expand, front, back, total) =
+            (Samples::new(expand), Samples::new(front), Samples::new(back), Samples::new(total));
         let share = expand.median().as_secs_f64() / total.median().as_secs_f64().max(1e-12);
-        table.add_row(vec![level.to_string(), ms(expand.median()), ms(front.median()), ms(back.median()), ms(total.median()), format!("{:.1}%", 100.0 * share), if share <= 0.2 { "meets".into() } else { "misses".into() }]);
+        table.add_row(vec![
+            level.to_string(),
+            ms(expand.median()),
+            ms(front.median()),
+            ms(back.median()),
+            ms(total.median()),
+            format!("{:.1}%", 100.0 * share),
+            if share <= 0.2 { "meets".into() } else { "misses".into() },
+        ]);
     }
     println!("{table}\n");
     Ok(())
@@ -56,10 +76,14 @@ fn expansion_share(options: &Options) -> Result<()> {
 /// The median of a `(bench …)` the session ran.
 fn bench_median(session: &mut Session, expression: &str) -> Result<Duration> {
     let outcome = eval(session, &format!("(bench {expression} (time 0.3))"))?;
-    outcome.items.iter().find_map(|item| match item {
-        Item::Bench(report) => Some(report.median),
-        _ => None,
-    }).ok_or_else(|| anyhow::anyhow!("no bench report for {expression}"))
+    outcome
+        .items
+        .iter()
+        .find_map(|item| match item {
+            Item::Bench(report) => Some(report.median),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow::anyhow!("no bench report for {expression}"))
 }
 
 /// MetaOCaml's vector add: plain loop, fully unrolled (n = 64) and strip-mined by f, at :opt 3.
@@ -86,10 +110,18 @@ fn variants() -> Result<()> {
             rows.push(("fully unrolled (addv_unrolled 64)".into(), bench_median(&mut session, "(call addv64 c a b)")?));
         }
         for factor in [4, 8, 16] {
-            rows.push((format!("strip-mined by {factor}, scalar promotion (addv_strip)"), bench_median(&mut session, &format!("(call addv-sm{factor} {n} c a b)"))?));
+            rows.push((
+                format!("strip-mined by {factor}, scalar promotion (addv_strip)"),
+                bench_median(&mut session, &format!("(call addv-sm{factor} {n} c a b)"))?,
+            ));
         }
         for (name, median) in rows {
-            table.add_row(vec![name, n.to_string(), crate::stats::ms(median) + " ms", format!("{:.2}", median.as_secs_f64() / plain.as_secs_f64().max(1e-12))]);
+            table.add_row(vec![
+                name,
+                n.to_string(),
+                crate::stats::ms(median) + " ms",
+                format!("{:.2}", median.as_secs_f64() / plain.as_secs_f64().max(1e-12)),
+            ]);
         }
     }
     println!("{table}\n");
@@ -119,9 +151,18 @@ fn timing_overhead(options: &Options) -> Result<()> {
     let wall = Samples::new(walls).median();
     // Seven phases are timed per cell (parse … run), each with two clock reads.
     let overhead = 14.0 * per_read;
-    let mut table = new_table(&["clock read", "reads per cell", "cell p50 (call sq 7)", "overhead / cell", "goal < 2%"], &[0, 1, 2, 3]);
+    let mut table = new_table(
+        &["clock read", "reads per cell", "cell p50 (call sq 7)", "overhead / cell", "goal < 2%"],
+        &[0, 1, 2, 3],
+    );
     let share = overhead / wall.as_secs_f64().max(1e-12);
-    table.add_row(vec![format!("{:.1} ns", per_read * 1e9), "14".into(), ms(wall) + " ms", format!("{:.3}%", 100.0 * share), if share < 0.02 { "meets".into() } else { "misses".into() }]);
+    table.add_row(vec![
+        format!("{:.1} ns", per_read * 1e9),
+        "14".into(),
+        ms(wall) + " ms",
+        format!("{:.3}%", 100.0 * share),
+        if share < 0.02 { "meets".into() } else { "misses".into() },
+    ]);
     println!("{table}\n");
     Ok(())
 }

@@ -27,7 +27,10 @@ pub fn run(options: &Options) -> Result<()> {
     }
     println!("{table}");
     if let Some(path) = quasi {
-        println!("`quasi`: {} (stdin and stdout piped: pipe mode, no prompt; the first value read back marks", path.display());
+        println!(
+            "`quasi`: {} (stdin and stdout piped: pipe mode, no prompt; the first value read back marks",
+            path.display()
+        );
         println!("the REPL as ready). Goal < 50 ms for start-up + first trivial cell.");
     }
     println!();
@@ -57,7 +60,11 @@ fn in_process(options: &Options, table: &mut Table) -> Result<()> {
         drops.push(start.elapsed());
     }
     add_row(table, "Session::new, first in this process (LLVM target initialisation)", &Samples::new(vec![cold]));
-    add_row(table, "first cell `(add 1 2)` of that session (creates the target machine)", &Samples::new(vec![cold_cell]));
+    add_row(
+        table,
+        "first cell `(add 1 2)` of that session (creates the target machine)",
+        &Samples::new(vec![cold_cell]),
+    );
     add_row(table, "Session::new, later sessions", &Samples::new(news));
     add_row(table, "first cell `(add 1 2)` of a later session", &Samples::new(cells));
     add_row(table, "dropping a session (executor thread joined, JIT disposed)", &Samples::new(drops));
@@ -66,7 +73,8 @@ fn in_process(options: &Options, table: &mut Table) -> Result<()> {
 
 fn first_cell(session: &mut Session) -> Result<()> {
     let outcome = session.eval(FIRST_CELL);
-    let ok = !outcome.failed() && outcome.items.iter().any(|item| matches!(item, Item::Value { text, .. } if text == "3"));
+    let ok =
+        !outcome.failed() && outcome.items.iter().any(|item| matches!(item, Item::Value { text, .. } if text == "3"));
     if !ok {
         bail!("`{FIRST_CELL}` did not give 3:\n{}", quasi_repl::render(&outcome, quasi_repl::Style::Plain));
     }
@@ -90,7 +98,11 @@ fn spawned(options: &Options, quasi: &PathBuf, table: &mut Table) -> Result<()> 
         ready.push(first_value(quasi)?);
         bare.push(start_and_exit(quasi)?);
     }
-    add_row(table, "spawn `quasi`, send `(add 1 2)`, until `3 : int` is read back (start-up + first trivial cell)", &Samples::new(ready));
+    add_row(
+        table,
+        "spawn `quasi`, send `(add 1 2)`, until `3 : int` is read back (start-up + first trivial cell)",
+        &Samples::new(ready),
+    );
     add_row(table, "spawn `quasi` with stdin at EOF, until it has exited", &Samples::new(bare));
     Ok(())
 }
@@ -98,7 +110,12 @@ fn spawned(options: &Options, quasi: &PathBuf, table: &mut Table) -> Result<()> 
 /// From spawning until the first value is read back; exit is not counted.
 fn first_value(quasi: &PathBuf) -> Result<Duration> {
     let start = Instant::now();
-    let mut child = Command::new(quasi).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().with_context(|| format!("cannot start {}", quasi.display()))?;
+    let mut child = Command::new(quasi)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", quasi.display()))?;
     let mut stdin = child.stdin.take().context("no stdin pipe")?;
     // Written at once: the pipe buffers it until quasi reads, as a fast typist's input would.
     stdin.write_all(format!("{FIRST_CELL}\n").as_bytes()).context("cannot write to quasi")?;
@@ -110,7 +127,10 @@ fn first_value(quasi: &PathBuf) -> Result<Duration> {
         if reader.read_line(&mut line).context("cannot read quasi's output")? == 0 {
             drop(stdin);
             let output = child.wait_with_output().context("quasi did not exit")?;
-            bail!("quasi ended before printing `{FIRST_VALUE}`; stdout:\n{seen}stderr:\n{}", String::from_utf8_lossy(&output.stderr));
+            bail!(
+                "quasi ended before printing `{FIRST_VALUE}`; stdout:\n{seen}stderr:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
         if line.trim_end() == FIRST_VALUE {
             break start.elapsed();
@@ -124,7 +144,12 @@ fn first_value(quasi: &PathBuf) -> Result<Duration> {
 
 fn start_and_exit(quasi: &PathBuf) -> Result<Duration> {
     let start = Instant::now();
-    let status = Command::new(quasi).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().with_context(|| format!("cannot start {}", quasi.display()))?;
+    let status = Command::new(quasi)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("cannot start {}", quasi.display()))?;
     let elapsed = start.elapsed();
     if !status.success() {
         bail!("quasi with empty input exited with {status}");
@@ -133,5 +158,11 @@ fn start_and_exit(quasi: &PathBuf) -> Result<Duration> {
 }
 
 fn add_row(table: &mut Table, what: &str, samples: &Samples) {
-    table.add_row(vec![what.to_string(), ms(samples.median()), ms(samples.percentile(95.0)), ms(samples.best()), samples.len().to_string()]);
+    table.add_row(vec![
+        what.to_string(),
+        ms(samples.median()),
+        ms(samples.percentile(95.0)),
+        ms(samples.best()),
+        samples.len().to_string(),
+    ]);
 }

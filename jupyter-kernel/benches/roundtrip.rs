@@ -48,10 +48,20 @@ fn main() -> anyhow::Result<()> {
     ];
     for (name, times, base) in rows {
         let added = base.map(|base| {
-            let differences: Vec<i128> = times.iter().zip(base).map(|(kernel, direct)| kernel.as_nanos() as i128 - direct.as_nanos() as i128).collect();
+            let differences: Vec<i128> = times
+                .iter()
+                .zip(base)
+                .map(|(kernel, direct)| kernel.as_nanos() as i128 - direct.as_nanos() as i128)
+                .collect();
             format!("{:.0} µs", median_of(differences) as f64 / 1e3)
         });
-        table.add_row(vec![name.to_string(), micros(percentile(times, 0.5)), micros(percentile(times, 0.9)), micros(times.iter().copied().min().unwrap_or_default()), added.unwrap_or_default()]);
+        table.add_row(vec![
+            name.to_string(),
+            micros(percentile(times, 0.5)),
+            micros(percentile(times, 0.9)),
+            micros(times.iter().copied().min().unwrap_or_default()),
+            added.unwrap_or_default(),
+        ]);
     }
     for column in 1..5 {
         if let Some(column) = table.column_mut(column) {

@@ -1,7 +1,9 @@
 //! Control: kernel_info, interrupt and shutdown, answered at once, even while a cell runs (the
 //! control task never waits for the session, except a shutdown, for a bounded time).
 
-use jupyter_protocol::{ExecutionState, InterruptReply, JupyterMessageContent, ReplyStatus, ShutdownReply, ShutdownRequest};
+use jupyter_protocol::{
+    ExecutionState, InterruptReply, JupyterMessageContent, ReplyStatus, ShutdownReply, ShutdownRequest,
+};
 use jupyter_zmq_client::Connection;
 use tokio::sync::mpsc;
 use zeromq::RouterSocket;
@@ -20,7 +22,12 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(engine: Engine, publisher: Publisher, interrupter: Interrupter, exit: mpsc::UnboundedSender<i32>) -> Control {
+    pub fn new(
+        engine: Engine,
+        publisher: Publisher,
+        interrupter: Interrupter,
+        exit: mpsc::UnboundedSender<i32>,
+    ) -> Control {
         Control { engine, publisher, interrupter, exit }
     }
 
@@ -51,7 +58,12 @@ impl Control {
                 JupyterMessageContent::ShutdownRequest(ShutdownRequest { restart }) => {
                     // A restart is the kernel manager's job: it starts a new process (with a
                     // fresh session) once this one has exited, so both kinds end this process.
-                    reply(&mut replies, ShutdownReply { restart: *restart, status: ReplyStatus::Ok, error: None }, parent).await;
+                    reply(
+                        &mut replies,
+                        ShutdownReply { restart: *restart, status: ReplyStatus::Ok, error: None },
+                        parent,
+                    )
+                    .await;
                     self.publisher.status(ExecutionState::Idle, parent);
                     shut_down(&self.engine, &self.publisher, &self.exit).await;
                     return;

@@ -45,10 +45,23 @@ pub fn outputs(outcome: &Outcome) -> Vec<Output> {
             Item::Output { stream, text } => push_stream(&mut outputs, *stream, text),
             Item::Message(_) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item))]))),
             // Listings go as Markdown code blocks too, which front ends highlight by language.
-            Item::Listing { title, language, text } => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item)), MediaType::Markdown(html::listing_markdown(title, *language, text)), MediaType::Html(html::listing(title, text))]))),
-            Item::Timing(timing) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item)), MediaType::Html(html::timing(timing))]))),
-            Item::Bench(report) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item)), MediaType::Html(html::bench(&line(item), report))]))),
-            Item::Autotune(report) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item)), MediaType::Html(html::autotune(report))]))),
+            Item::Listing { title, language, text } => outputs.push(Output::Display(Media::new(vec![
+                MediaType::Plain(line(item)),
+                MediaType::Markdown(html::listing_markdown(title, *language, text)),
+                MediaType::Html(html::listing(title, text)),
+            ]))),
+            Item::Timing(timing) => outputs.push(Output::Display(Media::new(vec![
+                MediaType::Plain(line(item)),
+                MediaType::Html(html::timing(timing)),
+            ]))),
+            Item::Bench(report) => outputs.push(Output::Display(Media::new(vec![
+                MediaType::Plain(line(item)),
+                MediaType::Html(html::bench(&line(item), report)),
+            ]))),
+            Item::Autotune(report) => outputs.push(Output::Display(Media::new(vec![
+                MediaType::Plain(line(item)),
+                MediaType::Html(html::autotune(report)),
+            ]))),
             Item::Defined { .. } => {}
         }
     }
@@ -67,8 +80,12 @@ fn flush_definitions(definitions: &mut Vec<(&str, &str)>, outputs: &mut Vec<Outp
     if definitions.is_empty() {
         return;
     }
-    let plain = definitions.iter().map(|(name, description)| format!("{name} : {description}")).collect::<Vec<_>>().join("\n");
-    outputs.push(Output::Display(Media::new(vec![MediaType::Plain(plain), MediaType::Html(html::definitions(definitions))])));
+    let plain =
+        definitions.iter().map(|(name, description)| format!("{name} : {description}")).collect::<Vec<_>>().join("\n");
+    outputs.push(Output::Display(Media::new(vec![
+        MediaType::Plain(plain),
+        MediaType::Html(html::definitions(definitions)),
+    ])));
     definitions.clear();
 }
 
@@ -94,13 +111,20 @@ fn push_stream(outputs: &mut Vec<Output>, stream: Stream, text: &str) {
 /// a runtime fault). The traceback is the terminal's rendering in colour: Jupyter front ends
 /// show tracebacks as ANSI text, carets and all.
 fn error(outcome: &Outcome) -> Option<Output> {
-    let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) = outcome.diagnostics.iter().filter(|diagnostic| diagnostic.is_error()).partition(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
+    let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) = outcome
+        .diagnostics
+        .iter()
+        .filter(|diagnostic| diagnostic.is_error())
+        .partition(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
     let errors: Vec<&Diagnostic> = others.into_iter().chain(faults).collect();
     let first = errors.first()?;
     Some(Output::Error {
         ename: format!("error[{}]", first.kind.code()),
         evalue: first.message.clone(),
-        traceback: errors.iter().map(|diagnostic| render_diagnostic(diagnostic, outcome, Style::Color).trim_end_matches('\n').to_string()).collect(),
+        traceback: errors
+            .iter()
+            .map(|diagnostic| render_diagnostic(diagnostic, outcome, Style::Color).trim_end_matches('\n').to_string())
+            .collect(),
     })
 }
 
@@ -114,7 +138,8 @@ mod tests {
     /// Runs cells in one session and shows the outputs of the last, one line per output with
     /// the MIME types of bundles.
     fn check(cells: &[&str], expected: Expect) {
-        let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).expect("a session starts");
+        let mut session =
+            Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).expect("a session starts");
         let mut outcome = None;
         for cell in cells {
             outcome = Some(session.eval(cell));
@@ -126,7 +151,9 @@ mod tests {
                 Output::Stream { name, text } => shown.push_str(&format!("stream {name:?}: {text:?}\n")),
                 Output::Display(media) => shown.push_str(&format!("display {}\n", bundle(&media.content))),
                 Output::Result(media) => shown.push_str(&format!("result {}\n", bundle(&media.content))),
-                Output::Error { ename, evalue, traceback } => shown.push_str(&format!("error {ename}: {evalue} ({} in traceback)\n", traceback.len())),
+                Output::Error { ename, evalue, traceback } => {
+                    shown.push_str(&format!("error {ename}: {evalue} ({} in traceback)\n", traceback.len()))
+                }
             }
         }
         expected.assert_eq(&shown);
@@ -170,15 +197,21 @@ mod tests {
 
     #[test]
     fn compile_error_is_one_error_output() {
-        check(&["(add 1 2.5)\n(add x 1)"], expect![[r#"
+        check(
+            &["(add 1 2.5)\n(add x 1)"],
+            expect![[r#"
             error error[type]: operands of `add` must have one integer type, found `int` and `float` (2 in traceback)
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn command_message_is_plain_text() {
-        check(&["(define ((sq int) (x int)) (ret (mul x x)))", ":defs"], expect![[r#"
+        check(
+            &["(define ((sq int) (x int)) (ret (mul x x)))", ":defs"],
+            expect![[r#"
             display text/plain "sq : (int) -> int"
-        "#]]);
+        "#]],
+        );
     }
 }

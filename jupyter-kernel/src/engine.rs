@@ -149,7 +149,10 @@ fn name_at(session: &Session, code: &str, cursor: usize) -> Option<String> {
     let cursor = cursor.min(code.len());
     let (start, _) = session.completions(code, cursor);
     let rest = code.get(cursor..)?;
-    let end = cursor + rest.find(|character: char| character.is_whitespace() || "()[]\"`,;".contains(character)).unwrap_or(rest.len());
+    let end = cursor
+        + rest
+            .find(|character: char| character.is_whitespace() || "()[]\"`,;".contains(character))
+            .unwrap_or(rest.len());
     let name = code.get(start..end)?;
     (!name.is_empty()).then(|| name.to_string())
 }
@@ -166,7 +169,9 @@ fn definition_line(session: &mut Session, name: &str) -> Option<String> {
     let prefix = format!("{name} : ");
     let struct_prefix = format!("struct {name} ");
     outcome.items.iter().find_map(|item| match item {
-        Item::Message(lines) => lines.lines().find(|line| line.starts_with(&prefix) || line.starts_with(&struct_prefix)).map(str::to_string),
+        Item::Message(lines) => {
+            lines.lines().find(|line| line.starts_with(&prefix) || line.starts_with(&struct_prefix)).map(str::to_string)
+        }
         _ => None,
     })
 }

@@ -86,7 +86,8 @@ impl History {
     /// the latest of equal inputs; the last `n`.
     fn search(&self, query: &Query) -> Vec<&Entry> {
         let pattern: Vec<char> = query.pattern.as_deref().unwrap_or("*").chars().collect();
-        let mut matches: Vec<&Entry> = self.entries.iter().filter(|entry| glob(&pattern, &entry.input.chars().collect::<Vec<_>>())).collect();
+        let mut matches: Vec<&Entry> =
+            self.entries.iter().filter(|entry| glob(&pattern, &entry.input.chars().collect::<Vec<_>>())).collect();
         if query.unique.unwrap_or(false) {
             let mut seen = std::collections::HashSet::new();
             matches.reverse();
@@ -154,19 +155,45 @@ mod tests {
 
     #[test]
     fn tail_range_search() {
-        check(r#"{"hist_access_type": "tail", "n": 2, "output": false, "raw": true}"#, expect![[r#"[[1,4,"(mul 6 8)"],[1,5,"(mul 6 7)"]]"#]]);
-        check(r#"{"hist_access_type": "tail", "n": 1, "output": true, "raw": true}"#, expect![[r#"[[1,5,["(mul 6 7)","out 5"]]]"#]]);
-        check(r#"{"hist_access_type": "range", "session": 1, "start": 2, "stop": 3, "output": false, "raw": true}"#, expect![[r#"[[1,2,"(mul 6 7)"]]"#]]);
-        check(r#"{"hist_access_type": "range", "session": 0, "start": 4, "stop": 0, "output": false, "raw": true}"#, expect![[r#"[[1,4,"(mul 6 8)"],[1,5,"(mul 6 7)"]]"#]]);
-        check(r#"{"hist_access_type": "range", "session": 7, "start": 1, "stop": 3, "output": false, "raw": true}"#, expect!["[]"]);
-        check(r#"{"hist_access_type": "search", "pattern": "(mul 6*", "output": false, "raw": true}"#, expect![[r#"[[1,2,"(mul 6 7)"],[1,4,"(mul 6 8)"],[1,5,"(mul 6 7)"]]"#]]);
-        check(r#"{"hist_access_type": "search", "pattern": "(mul 6 ?)", "unique": true, "output": false, "raw": true}"#, expect![[r#"[[1,4,"(mul 6 8)"],[1,5,"(mul 6 7)"]]"#]]);
-        check(r#"{"hist_access_type": "search", "pattern": "*1*", "n": 1, "output": false, "raw": true}"#, expect![[r#"[[1,3,"(add 1 2)"]]"#]]);
+        check(
+            r#"{"hist_access_type": "tail", "n": 2, "output": false, "raw": true}"#,
+            expect![[r#"[[1,4,"(mul 6 8)"],[1,5,"(mul 6 7)"]]"#]],
+        );
+        check(
+            r#"{"hist_access_type": "tail", "n": 1, "output": true, "raw": true}"#,
+            expect![[r#"[[1,5,["(mul 6 7)","out 5"]]]"#]],
+        );
+        check(
+            r#"{"hist_access_type": "range", "session": 1, "start": 2, "stop": 3, "output": false, "raw": true}"#,
+            expect![[r#"[[1,2,"(mul 6 7)"]]"#]],
+        );
+        check(
+            r#"{"hist_access_type": "range", "session": 0, "start": 4, "stop": 0, "output": false, "raw": true}"#,
+            expect![[r#"[[1,4,"(mul 6 8)"],[1,5,"(mul 6 7)"]]"#]],
+        );
+        check(
+            r#"{"hist_access_type": "range", "session": 7, "start": 1, "stop": 3, "output": false, "raw": true}"#,
+            expect!["[]"],
+        );
+        check(
+            r#"{"hist_access_type": "search", "pattern": "(mul 6*", "output": false, "raw": true}"#,
+            expect![[r#"[[1,2,"(mul 6 7)"],[1,4,"(mul 6 8)"],[1,5,"(mul 6 7)"]]"#]],
+        );
+        check(
+            r#"{"hist_access_type": "search", "pattern": "(mul 6 ?)", "unique": true, "output": false, "raw": true}"#,
+            expect![[r#"[[1,4,"(mul 6 8)"],[1,5,"(mul 6 7)"]]"#]],
+        );
+        check(
+            r#"{"hist_access_type": "search", "pattern": "*1*", "n": 1, "output": false, "raw": true}"#,
+            expect![[r#"[[1,3,"(add 1 2)"]]"#]],
+        );
     }
 
     #[test]
     fn glob_matches_whole_text() {
-        let glob = |pattern: &str, text: &str| super::glob(&pattern.chars().collect::<Vec<_>>(), &text.chars().collect::<Vec<_>>());
+        let glob = |pattern: &str, text: &str| {
+            super::glob(&pattern.chars().collect::<Vec<_>>(), &text.chars().collect::<Vec<_>>())
+        };
         assert!(glob("a*c", "abbc"));
         assert!(glob("*", ""));
         assert!(!glob("a*c", "abcd"));

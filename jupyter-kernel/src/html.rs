@@ -32,7 +32,9 @@ pub fn diagnostic(plain: &str, is_error: bool) -> String {
             html.push_str(&format!("<span style=\"color:{colour};font-weight:bold\">{}</span>", escape(line)));
         } else if let Some(marks) = caret_marks(line) {
             html.push_str(&highlight(line, &marks, &format!("color:{colour};font-weight:bold")));
-        } else if let Some(marks) = lines.get(index + 1).and_then(|next| caret_marks(next)).filter(|_| is_source_line(line)) {
+        } else if let Some(marks) =
+            lines.get(index + 1).and_then(|next| caret_marks(next)).filter(|_| is_source_line(line))
+        {
             // The source line above a caret line: the same columns are the labelled span.
             html.push_str(&highlight(line, &marks, &format!("background:{colour}26;border-bottom:2px solid {colour}")));
         } else {
@@ -131,7 +133,17 @@ fn table(header: &[String], rows: &[Vec<String>]) -> String {
 /// A cell's phase times as a compact table.
 pub fn timing(timing: &quasi_lang::PhaseTimes) -> String {
     let total = timing.total().as_secs_f64().max(1e-12);
-    let mut rows: Vec<Vec<String>> = timing.phases.iter().map(|(phase, duration)| vec![phase.name().to_string(), quasi_repl::format_duration(*duration), format!("{:.1}%", 100.0 * duration.as_secs_f64() / total)]).collect();
+    let mut rows: Vec<Vec<String>> = timing
+        .phases
+        .iter()
+        .map(|(phase, duration)| {
+            vec![
+                phase.name().to_string(),
+                quasi_repl::format_duration(*duration),
+                format!("{:.1}%", 100.0 * duration.as_secs_f64() / total),
+            ]
+        })
+        .collect();
     rows.push(vec!["total".into(), quasi_repl::format_duration(timing.total()), "100%".into()]);
     table(&["phase".into(), "time".into(), "share".into()], &rows)
 }
@@ -140,7 +152,13 @@ pub fn timing(timing: &quasi_lang::PhaseTimes) -> String {
 pub fn bench(summary: &str, report: &quasi_lang::BenchReport) -> String {
     let first = summary.lines().next().unwrap_or("");
     let header: Vec<String> = ["runs", "min", "median", "mean", "std"].map(String::from).to_vec();
-    let row = vec![report.runs.to_string(), quasi_repl::format_duration(report.min), quasi_repl::format_duration(report.median), quasi_repl::format_duration(report.mean), quasi_repl::format_duration(report.std)];
+    let row = vec![
+        report.runs.to_string(),
+        quasi_repl::format_duration(report.min),
+        quasi_repl::format_duration(report.median),
+        quasi_repl::format_duration(report.mean),
+        quasi_repl::format_duration(report.std),
+    ];
     format!("<div>{}</div>{}", escape(first), table(&header, &[row]))
 }
 
@@ -160,8 +178,15 @@ pub fn autotune(report: &quasi_lang::AutotuneReport) -> String {
                     rank += 1;
                     row.push(rank.to_string());
                     row.extend(variant.values.iter().cloned());
-                    let speedup = report.baseline.map_or("-".to_string(), |baseline| format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12)));
-                    row.extend([quasi_repl::format_duration(bench.median), quasi_repl::format_duration(bench.min), speedup, "ok".into()]);
+                    let speedup = report.baseline.map_or("-".to_string(), |baseline| {
+                        format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12))
+                    });
+                    row.extend([
+                        quasi_repl::format_duration(bench.median),
+                        quasi_repl::format_duration(bench.min),
+                        speedup,
+                        "ok".into(),
+                    ]);
                 }
                 Err(reason) => {
                     row.push("-".into());
@@ -207,7 +232,12 @@ mod tests {
 
     #[test]
     fn value_and_definitions() {
-        check(super::value("\"<b>\"", "(ptr int8)"), expect![[r#"<pre class="quasi-value">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#]]);
+        check(
+            super::value("\"<b>\"", "(ptr int8)"),
+            expect![[
+                r#"<pre class="quasi-value">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#
+            ]],
+        );
         check(
             super::definitions(&[("sq", "(int) -> int"), ("a<b", "int = 0")]),
             expect![[r#"

@@ -60,7 +60,10 @@ fn sys_prefix() -> anyhow::Result<PathBuf> {
             return Ok(PathBuf::from(prefix));
         }
     }
-    let output = std::process::Command::new("python3").args(["-c", "import sys; print(sys.prefix)"]).output().context("running python3 to find sys.prefix")?;
+    let output = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.prefix)"])
+        .output()
+        .context("running python3 to find sys.prefix")?;
     anyhow::ensure!(output.status.success(), "python3 could not tell its sys.prefix");
     Ok(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
 }
@@ -82,7 +85,8 @@ fn kernelspec(executable: &Path) -> JupyterKernelspec {
 fn write_kernelspec(directory: &Path, executable: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(directory).with_context(|| format!("creating {}", directory.display()))?;
     let json = serde_json::to_string_pretty(&kernelspec(executable))?;
-    std::fs::write(directory.join("kernel.json"), json + "\n").with_context(|| format!("writing {}/kernel.json", directory.display()))?;
+    std::fs::write(directory.join("kernel.json"), json + "\n")
+        .with_context(|| format!("writing {}/kernel.json", directory.display()))?;
     std::fs::write(directory.join("logo-32x32.png"), LOGO_32)?;
     std::fs::write(directory.join("logo-64x64.png"), LOGO_64)?;
     Ok(())
@@ -106,7 +110,8 @@ mod tests {
 
     #[test]
     fn kernel_json() {
-        let json = serde_json::to_string_pretty(&super::kernelspec(Path::new("/opt/quasi/bin/quasi-kernel"))).unwrap_or_default();
+        let json = serde_json::to_string_pretty(&super::kernelspec(Path::new("/opt/quasi/bin/quasi-kernel")))
+            .unwrap_or_default();
         expect![[r#"
             {
               "argv": [

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use jupyter_protocol::{CodeMirrorMode, ExecutionState, JupyterMessage, JupyterMessageContent, KernelInfoReply, LanguageInfo, ReplyStatus, Status};
+use jupyter_protocol::{
+    CodeMirrorMode, ExecutionState, JupyterMessage, JupyterMessageContent, KernelInfoReply, LanguageInfo, ReplyStatus,
+    Status,
+};
 use jupyter_zmq_client::Connection;
 use tokio::sync::{mpsc, oneshot};
 use zeromq::{PubSocket, RouterSendHalf, RouterSocket, SocketRecv, SocketSend};
@@ -77,7 +80,10 @@ pub fn kernel_info() -> KernelInfoReply {
             codemirror_mode: Some(CodeMirrorMode::Simple("scheme".to_string())),
             nbconvert_exporter: None,
         },
-        banner: format!("Quasi {}: C-Lisp, compiled with LLVM as you type. `:help` lists the commands.", env!("CARGO_PKG_VERSION")),
+        banner: format!(
+            "Quasi {}: C-Lisp, compiled with LLVM as you type. `:help` lists the commands.",
+            env!("CARGO_PKG_VERSION")
+        ),
         help_links: Vec::new(),
         debugger: false,
         error: None,
@@ -85,7 +91,11 @@ pub fn kernel_info() -> KernelInfoReply {
 }
 
 /// Sends a reply on a ROUTER socket to the client that sent `parent`.
-pub async fn reply(replies: &mut Connection<RouterSendHalf>, content: impl Into<JupyterMessageContent>, parent: &JupyterMessage) {
+pub async fn reply(
+    replies: &mut Connection<RouterSendHalf>,
+    content: impl Into<JupyterMessageContent>,
+    parent: &JupyterMessage,
+) {
     let message = JupyterMessage::new(content.into(), Some(parent));
     if let Err(error) = replies.send(message).await {
         warning!("could not send a reply to {}: {error}", parent.header.msg_type);
@@ -234,7 +244,12 @@ async fn drain_stdin(mut stdin: Connection<RouterSocket>, exit: mpsc::UnboundedS
 }
 
 /// Logs a dropped message. Returns false when the channel is to be given up.
-pub async fn note_read_error(channel: &str, error: &ReadError, errors: &mut u32, exit: &mpsc::UnboundedSender<i32>) -> bool {
+pub async fn note_read_error(
+    channel: &str,
+    error: &ReadError,
+    errors: &mut u32,
+    exit: &mpsc::UnboundedSender<i32>,
+) -> bool {
     warning!("{channel}: {error}");
     if let ReadError::Socket(_) = error {
         *errors += 1;

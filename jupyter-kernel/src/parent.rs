@@ -12,7 +12,11 @@ const POLL: Duration = Duration::from_millis(500);
 
 /// Watches the process `JPY_PARENT_PID` names, if any, and sends exit status 1 when it is gone.
 pub fn watch(exit: mpsc::UnboundedSender<i32>) {
-    let Some(parent) = std::env::var("JPY_PARENT_PID").ok().and_then(|pid| pid.trim().parse::<u32>().ok()).filter(|pid| *pid > 1) else { return };
+    let Some(parent) =
+        std::env::var("JPY_PARENT_PID").ok().and_then(|pid| pid.trim().parse::<u32>().ok()).filter(|pid| *pid > 1)
+    else {
+        return;
+    };
     // If it is our direct parent, our parent process id changes the moment it dies (we are
     // re-parented), even while it is an unreaped zombie; otherwise /proc says.
     let direct = std::os::unix::process::parent_id() == parent;

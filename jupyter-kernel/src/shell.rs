@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 
 use jupyter_protocol::{
-    CommInfoReply, CompleteReply, CompleteRequest, DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteRequest, ExecuteResult, ExecutionCount, ExecutionState, HistoryReply, InspectReply, InspectRequest, IsCompleteReply,
-    IsCompleteRequest, JupyterMessage, JupyterMessageContent, Media, MediaType, Payload, ReplyError, ReplyStatus, ShutdownReply, StreamContent, Transient,
+    CommInfoReply, CompleteReply, CompleteRequest, DisplayData, ErrorOutput, ExecuteInput, ExecuteReply,
+    ExecuteRequest, ExecuteResult, ExecutionCount, ExecutionState, HistoryReply, InspectReply, InspectRequest,
+    IsCompleteReply, IsCompleteRequest, JupyterMessage, JupyterMessageContent, Media, MediaType, Payload, ReplyError,
+    ReplyStatus, ShutdownReply, StreamContent, Transient,
 };
 use jupyter_zmq_client::Connection;
 use quasi_lang::Completeness;
@@ -23,7 +25,11 @@ use crate::wire::{self, Request};
 
 /// Reads the shell socket into a queue, so that after a failed cell the requests that already
 /// arrived can be told apart from those that come later (see `Shell::run`).
-pub async fn read_shell(mut requests: Connection<RouterRecvHalf>, queue: mpsc::UnboundedSender<Request>, exit: mpsc::UnboundedSender<i32>) {
+pub async fn read_shell(
+    mut requests: Connection<RouterRecvHalf>,
+    queue: mpsc::UnboundedSender<Request>,
+    exit: mpsc::UnboundedSender<i32>,
+) {
     let mut errors = 0;
     loop {
         match wire::read(&mut requests).await {
@@ -62,7 +68,13 @@ enum After {
 }
 
 impl Shell {
-    pub fn new(engine: Engine, publisher: Publisher, replies: Connection<RouterSendHalf>, interrupter: Interrupter, exit: mpsc::UnboundedSender<i32>) -> Shell {
+    pub fn new(
+        engine: Engine,
+        publisher: Publisher,
+        replies: Connection<RouterSendHalf>,
+        interrupter: Interrupter,
+        exit: mpsc::UnboundedSender<i32>,
+    ) -> Shell {
         Shell { engine, publisher, replies, execution_count: 0, history: History::default(), interrupter, exit }
     }
 
@@ -96,17 +108,26 @@ impl Shell {
             JupyterMessageContent::CompleteRequest(complete) => self.complete(complete, parent).await,
             JupyterMessageContent::IsCompleteRequest(is_complete) => self.is_complete(is_complete, parent).await,
             JupyterMessageContent::InspectRequest(inspect) => self.inspect(inspect, parent).await,
-            JupyterMessageContent::CommInfoRequest(_) => reply(&mut self.replies, CommInfoReply::default(), parent).await,
+            JupyterMessageContent::CommInfoRequest(_) => {
+                reply(&mut self.replies, CommInfoReply::default(), parent).await
+            }
             JupyterMessageContent::ShutdownRequest(shutdown) => {
                 // Old clients send it on shell; it means the same as on control.
-                reply(&mut self.replies, ShutdownReply { restart: shutdown.restart, status: ReplyStatus::Ok, error: None }, parent).await;
+                reply(
+                    &mut self.replies,
+                    ShutdownReply { restart: shutdown.restart, status: ReplyStatus::Ok, error: None },
+                    parent,
+                )
+                .await;
                 self.publisher.status(ExecutionState::Idle, parent);
                 shut_down(&self.engine, &self.publisher, &self.exit).await;
                 return After::Continue;
             }
             _ if request.message_type() == "history_request" => self.history(&request, parent).await,
             // A request of a known type lands here only if its content did not parse.
-            JupyterMessageContent::UnknownMessage(_) if request.message_type().ends_with("_request") => warning!("ignored a {} that is unsupported or malformed", request.message_type()),
+            JupyterMessageContent::UnknownMessage(_) if request.message_type().ends_with("_request") => {
+                warning!("ignored a {} that is unsupported or malformed", request.message_type())
+            }
             // Comms (widgets) are not supported; comm_info says there are none.
             _ => debug!("ignored {} on shell", request.message_type()),
         }
@@ -116,7 +137,12 @@ impl Shell {
 
     async fn execute(&mut self, request: &ExecuteRequest, parent: &JupyterMessage, aborting: bool) -> After {
         if aborting {
-            let aborted = ExecuteReply { status: ReplyStatus::Aborted, execution_count: ExecutionCount::new(self.execution_count), user_expressions: Some(HashMap::new()), ..ExecuteReply::default() };
+            let aborted = ExecuteReply {
+                status: ReplyStatus::Aborted,
+                execution_count: ExecutionCount::new(self.execution_count),
+                user_expressions: Some(HashMap::new()),
+                ..ExecuteReply::default()
+            };
             reply(&mut self.replies, aborted, parent).await;
             return After::Continue;
         }
@@ -147,15 +173,28 @@ impl Shell {
         let payload = if quit { vec![Payload::AskExit { keepkernel: false }] } else { Vec::new() };
         for output in outputs {
             match output {
-                Output::Stream { name, text } if !silent => self.publisher.publish(StreamContent { name, text }, parent),
+                Output::Stream { name, text } if !silent => {
+                    self.publisher.publish(StreamContent { name, text }, parent)
+                }
                 Output::Display(data) if !silent => self.publisher.publish(DisplayData::new(data), parent),
                 Output::Result(data) if !silent => {
                     // `transient` is sent as `{}`: clients validate it as an object, never null.
-                    self.publisher.publish(ExecuteResult { execution_count: count, data, metadata: Default::default(), transient: Some(Transient::default()) }, parent)
+                    self.publisher.publish(
+                        ExecuteResult {
+                            execution_count: count,
+                            data,
+                            metadata: Default::default(),
+                            transient: Some(Transient::default()),
+                        },
+                        parent,
+                    )
                 }
                 Output::Error { ename, evalue, traceback } => {
                     if !silent {
-                        self.publisher.publish(ErrorOutput { ename: ename.clone(), evalue: evalue.clone(), traceback: traceback.clone() }, parent);
+                        self.publisher.publish(
+                            ErrorOutput { ename: ename.clone(), evalue: evalue.clone(), traceback: traceback.clone() },
+                            parent,
+                        );
                     }
                     error = Some(ReplyError { ename, evalue, traceback });
                 }
@@ -187,7 +226,11 @@ impl Shell {
                 let cursor_start = request.code.get(..start).map_or(cursor, |before| before.chars().count());
                 CompleteReply { matches, cursor_start, cursor_end: cursor, ..CompleteReply::default() }
             }
-            Err(EngineGone) => CompleteReply { status: ReplyStatus::Error, error: Some(Box::new(engine_gone())), ..CompleteReply::default() },
+            Err(EngineGone) => CompleteReply {
+                status: ReplyStatus::Error,
+                error: Some(Box::new(engine_gone())),
+                ..CompleteReply::default()
+            },
         };
         reply(&mut self.replies, complete_reply, parent).await;
     }
@@ -208,10 +251,18 @@ impl Shell {
         let inspect_reply = match self.engine.inspect(request.code.clone(), cursor).await {
             Ok(Some(line)) => {
                 let html = format!("<pre class=\"quasi-inspect\">{}</pre>", html::escape(&line));
-                InspectReply { found: true, data: Media::new(vec![MediaType::Plain(line), MediaType::Html(html)]), ..InspectReply::default() }
+                InspectReply {
+                    found: true,
+                    data: Media::new(vec![MediaType::Plain(line), MediaType::Html(html)]),
+                    ..InspectReply::default()
+                }
             }
             Ok(None) => InspectReply::default(),
-            Err(EngineGone) => InspectReply { status: ReplyStatus::Error, error: Some(Box::new(engine_gone())), ..InspectReply::default() },
+            Err(EngineGone) => InspectReply {
+                status: ReplyStatus::Error,
+                error: Some(Box::new(engine_gone())),
+                ..InspectReply::default()
+            },
         };
         reply(&mut self.replies, inspect_reply, parent).await;
     }
@@ -228,7 +279,11 @@ fn byte_offset(text: &str, cursor: usize) -> usize {
 }
 
 fn engine_gone() -> ReplyError {
-    ReplyError { ename: "error[internal]".to_string(), evalue: EngineGone.to_string(), traceback: vec![format!("error[internal]: {EngineGone}; restart the kernel")] }
+    ReplyError {
+        ename: "error[internal]".to_string(),
+        evalue: EngineGone.to_string(),
+        traceback: vec![format!("error[internal]: {EngineGone}; restart the kernel")],
+    }
 }
 
 fn internal_error() -> Output {

@@ -22,8 +22,10 @@ pub struct Sockets {
 /// Reads a connection file; only HMAC-SHA256 (or no key at all) is accepted, as the key is
 /// the only thing that keeps other local users from running code in this process.
 pub fn read_connection_file(path: &Path) -> anyhow::Result<ConnectionInfo> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the connection file {}", path.display()))?;
-    let info: ConnectionInfo = serde_json::from_str(&text).with_context(|| format!("malformed connection file {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read the connection file {}", path.display()))?;
+    let info: ConnectionInfo =
+        serde_json::from_str(&text).with_context(|| format!("malformed connection file {}", path.display()))?;
     if !info.key.is_empty() && info.signature_scheme != "hmac-sha256" {
         anyhow::bail!("unsupported signature scheme `{}` (only hmac-sha256)", info.signature_scheme);
     }
@@ -33,11 +35,21 @@ pub fn read_connection_file(path: &Path) -> anyhow::Result<ConnectionInfo> {
 /// Binds every socket; `session_id` goes into the header of every message the kernel sends.
 pub async fn bind(info: &ConnectionInfo, session_id: &str) -> anyhow::Result<Sockets> {
     Ok(Sockets {
-        shell: jupyter_zmq_client::create_kernel_shell_connection(info, session_id).await.context("binding the shell socket")?,
-        control: jupyter_zmq_client::create_kernel_control_connection(info, session_id).await.context("binding the control socket")?,
-        iopub: jupyter_zmq_client::create_kernel_iopub_connection(info, session_id).await.context("binding the iopub socket")?,
-        stdin: jupyter_zmq_client::create_kernel_stdin_connection(info, session_id).await.context("binding the stdin socket")?,
-        heartbeat: jupyter_zmq_client::create_kernel_heartbeat_connection(info).await.context("binding the heartbeat socket")?,
+        shell: jupyter_zmq_client::create_kernel_shell_connection(info, session_id)
+            .await
+            .context("binding the shell socket")?,
+        control: jupyter_zmq_client::create_kernel_control_connection(info, session_id)
+            .await
+            .context("binding the control socket")?,
+        iopub: jupyter_zmq_client::create_kernel_iopub_connection(info, session_id)
+            .await
+            .context("binding the iopub socket")?,
+        stdin: jupyter_zmq_client::create_kernel_stdin_connection(info, session_id)
+            .await
+            .context("binding the stdin socket")?,
+        heartbeat: jupyter_zmq_client::create_kernel_heartbeat_connection(info)
+            .await
+            .context("binding the heartbeat socket")?,
     })
 }
 
@@ -97,13 +109,19 @@ fn parse(raw: RawMessage) -> Result<Request, ReadError> {
     let [header, parent, metadata, content, buffers @ ..] = raw.jparts.as_slice() else {
         return Err(ReadError::Malformed(format!("{} parts after the signature", raw.jparts.len())));
     };
-    let header: Header = serde_json::from_slice(header).map_err(|error| ReadError::Malformed(format!("header: {error}")))?;
-    let content: Value = serde_json::from_slice(content).map_err(|error| ReadError::Malformed(format!("content: {error}")))?;
+    let header: Header =
+        serde_json::from_slice(header).map_err(|error| ReadError::Malformed(format!("header: {error}")))?;
+    let content: Value =
+        serde_json::from_slice(content).map_err(|error| ReadError::Malformed(format!("content: {error}")))?;
     let metadata: Value = serde_json::from_slice(metadata).unwrap_or_else(|_| Value::Object(Default::default()));
     // An empty parent header (`{}`) is no header.
     let parent_header = serde_json::from_slice::<Header>(parent).ok();
-    let typed = JupyterMessageContent::from_type_and_content(&header.msg_type, content.clone())
-        .unwrap_or_else(|_| JupyterMessageContent::UnknownMessage(UnknownMessage { msg_type: header.msg_type.clone(), content: content.clone() }));
+    let typed = JupyterMessageContent::from_type_and_content(&header.msg_type, content.clone()).unwrap_or_else(|_| {
+        JupyterMessageContent::UnknownMessage(UnknownMessage {
+            msg_type: header.msg_type.clone(),
+            content: content.clone(),
+        })
+    });
     let message = JupyterMessage {
         zmq_identities: raw.zmq_identities,
         header,

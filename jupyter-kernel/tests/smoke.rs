@@ -11,23 +11,32 @@ use jupyter_protocol::{ExecuteRequest, JupyterMessageContent, KernelInfoRequest,
 fn kernel_info_and_a_cell_over_sockets() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // The timeout is made inside the runtime: tokio timers need its context.
-    runtime.block_on(async { tokio::time::timeout(TIMEOUT, async {
-        let mut kernel = Kernel::start(env!("CARGO_BIN_EXE_quasi-kernel")).await?;
+    runtime.block_on(async {
+        tokio::time::timeout(TIMEOUT, async {
+            let mut kernel = Kernel::start(env!("CARGO_BIN_EXE_quasi-kernel")).await?;
 
-        let msg_id = kernel.send(KernelInfoRequest {}).await?;
-        let JupyterMessageContent::KernelInfoReply(info) = kernel.reply_to(&msg_id).await?.content else { anyhow::bail!("not a kernel_info_reply") };
-        assert_eq!(info.language_info.name, "c-lisp");
-        assert_eq!(info.protocol_version, "5.3");
+            let msg_id = kernel.send(KernelInfoRequest {}).await?;
+            let JupyterMessageContent::KernelInfoReply(info) = kernel.reply_to(&msg_id).await?.content else {
+                anyhow::bail!("not a kernel_info_reply")
+            };
+            assert_eq!(info.language_info.name, "c-lisp");
+            assert_eq!(info.protocol_version, "5.3");
 
-        let msg_id = kernel.send(ExecuteRequest::new("(define ((sq int) (x int)) (ret (mul x x)))\n(call sq 7)".to_string())).await?;
-        let reply = kernel.reply_to(&msg_id).await?;
-        assert!(matches!(reply.content, JupyterMessageContent::ExecuteReply(_)));
-        let published = kernel.idle_after(&msg_id).await?;
-        let kinds: Vec<&str> = published.iter().map(|message| message.header.msg_type.as_str()).collect();
-        assert_eq!(kinds, ["status", "execute_input", "display_data", "execute_result"]);
-        let Some(JupyterMessageContent::ExecuteResult(result)) = published.last().map(|message| &message.content) else { anyhow::bail!("no result") };
-        assert!(result.data.content.contains(&MediaType::Plain("49 : int".to_string())));
-        Ok(())
-    })
-    .await })?
+            let msg_id = kernel
+                .send(ExecuteRequest::new("(define ((sq int) (x int)) (ret (mul x x)))\n(call sq 7)".to_string()))
+                .await?;
+            let reply = kernel.reply_to(&msg_id).await?;
+            assert!(matches!(reply.content, JupyterMessageContent::ExecuteReply(_)));
+            let published = kernel.idle_after(&msg_id).await?;
+            let kinds: Vec<&str> = published.iter().map(|message| message.header.msg_type.as_str()).collect();
+            assert_eq!(kinds, ["status", "execute_input", "display_data", "execute_result"]);
+            let Some(JupyterMessageContent::ExecuteResult(result)) = published.last().map(|message| &message.content)
+            else {
+                anyhow::bail!("no result")
+            };
+            assert!(result.data.content.contains(&MediaType::Plain("49 : int".to_string())));
+            Ok(())
+        })
+        .await
+    })?
 }

@@ -54,7 +54,10 @@ fn bench_options(options: &[Sexp]) -> Result<BenchOptions, Vec<Diagnostic>> {
     let mut parsed = BenchOptions { seconds: 1.0, iterations: None, warmup: 3, bytes: None, flops: None };
     for option in options {
         let Some([name, value]) = option.list() else {
-            return Err(syntax(option.span, "a bench option is `(time S)`, `(iters N)`, `(warmup N)`, `(bytes E)` or `(flops E)`"));
+            return Err(syntax(
+                option.span,
+                "a bench option is `(time S)`, `(iters N)`, `(warmup N)`, `(bytes E)` or `(flops E)`",
+            ));
         };
         let number = || match value.kind {
             SexpKind::Int(number) if number >= 0 => Some(number as f64),
@@ -103,7 +106,10 @@ impl Session {
     fn bench_form(&mut self, form: &Sexp) -> Result<BenchReport, Vec<Diagnostic>> {
         let items = form.list().unwrap_or(&[]);
         let Some(expression) = items.get(1) else {
-            return Err(syntax(form.span, "`bench` is `(bench EXPR [(time S)] [(iters N)] [(warmup N)] [(bytes E)] [(flops E)])`"));
+            return Err(syntax(
+                form.span,
+                "`bench` is `(bench EXPR [(time S)] [(iters N)] [(warmup N)] [(bytes E)] [(flops E)])`",
+            ));
         };
         let options = bench_options(&items[2..])?;
         let mut harness = self.build_harness(expression)?;
@@ -122,8 +128,25 @@ impl Session {
         let span = expression.span;
         let parameters = Box::new([0i64; 2]);
         let samples = vec![0i64; MAX_SAMPLES];
-        let pointer = |address: usize, ty: &str| list(vec![sym("inttoptr", span), list(vec![sym("int64", span), int(address as i128, span)], span), list(vec![sym("ptr", span), sym(ty, span)], span)], span);
-        let load = |address: usize, index: i128| list(vec![sym("load", span), list(vec![sym("ptradd", span), pointer(address, "int64"), int(index, span)], span)], span);
+        let pointer = |address: usize, ty: &str| {
+            list(
+                vec![
+                    sym("inttoptr", span),
+                    list(vec![sym("int64", span), int(address as i128, span)], span),
+                    list(vec![sym("ptr", span), sym(ty, span)], span),
+                ],
+                span,
+            )
+        };
+        let load = |address: usize, index: i128| {
+            list(
+                vec![
+                    sym("load", span),
+                    list(vec![sym("ptradd", span), pointer(address, "int64"), int(index, span)], span),
+                ],
+                span,
+            )
+        };
         // Names with `#` cannot clash with anything the expression refers to.
         let (sample, eval, start) = ("sample#bench", "eval#bench", "start#bench");
         let text = format!(
@@ -133,7 +156,8 @@ impl Session {
                 (for ((set {eval} (int64 0)) (lt {eval} EVALS) (set {eval} (add {eval} (int64 1)))) EXPR)
                 (store (ptradd SAMPLES {sample}) (sub (call {CLOCK}) {start}))))"
         );
-        let template = crate::reader::read_template(span.source, &text.replace('#', "_q_")).map_err(|_| syntax(span, "internal: bad bench template"))?;
+        let template = crate::reader::read_template(span.source, &text.replace('#', "_q_"))
+            .map_err(|_| syntax(span, "internal: bad bench template"))?;
         let substitute = |form: &Sexp| -> Option<Sexp> {
             match form.symbol()? {
                 "COUNT" => Some(load(parameters.as_ptr() as usize, 0)),
@@ -150,14 +174,25 @@ impl Session {
         Ok(Harness { entry, parameters, samples })
     }
 
-    fn run_harness(&mut self, harness: &mut Harness, count: usize, evals: i64, span: Span) -> Result<Vec<f64>, Vec<Diagnostic>> {
+    fn run_harness(
+        &mut self,
+        harness: &mut Harness,
+        count: usize,
+        evals: i64,
+        span: Span,
+    ) -> Result<Vec<f64>, Vec<Diagnostic>> {
         harness.parameters[0] = count.min(MAX_SAMPLES) as i64;
         harness.parameters[1] = evals;
         self.call_quietly(harness.entry, span)?;
         Ok(harness.samples[..count.min(MAX_SAMPLES)].iter().map(|&nanos| nanos as f64 / evals as f64).collect())
     }
 
-    fn measure(&mut self, harness: &mut Harness, options: &BenchOptions, span: Span) -> Result<BenchReport, Vec<Diagnostic>> {
+    fn measure(
+        &mut self,
+        harness: &mut Harness,
+        options: &BenchOptions,
+        span: Span,
+    ) -> Result<BenchReport, Vec<Diagnostic>> {
         if options.warmup > 0 {
             self.run_harness(harness, options.warmup as usize, 1, span)?;
         }
@@ -169,7 +204,8 @@ impl Session {
                 // A single run's sample is mostly the clock's own cost; time a batch of `evals`
                 // runs to know how many samples fill the budget.
                 let evals = (SAMPLE_TARGET_NS / single).ceil().max(1.0);
-                let per_run = self.run_harness(harness, 1, evals as i64, span)?.first().copied().unwrap_or(single).max(0.01);
+                let per_run =
+                    self.run_harness(harness, 1, evals as i64, span)?.first().copied().unwrap_or(single).max(0.01);
                 let runs = (options.seconds * 1e9 / per_run).max(1.0);
                 // Past the sample buffer, fill the budget with larger batches.
                 let evals = evals.max((runs / MAX_SAMPLES as f64).ceil());
@@ -187,17 +223,24 @@ impl Session {
     /// The value of a constant expression, as a number (for `(bytes E)`, `(flops E)`).
     fn evaluate_number(&mut self, expression: &Sexp) -> Result<f64, Vec<Diagnostic>> {
         let (text, _) = self.evaluate_quietly(expression)?;
-        text.parse::<f64>().map_err(|_| vec![Diagnostic::error(Kind::Type, format!("expected a number, `{expression}` gave `{text}`")).with_label(expression.span, "")])
+        text.parse::<f64>().map_err(|_| {
+            vec![Diagnostic::error(Kind::Type, format!("expected a number, `{expression}` gave `{text}`"))
+                .with_label(expression.span, "")]
+        })
     }
 
     /// Runs one top-level expression without printing; returns its value's text and type.
     fn evaluate_quietly(&mut self, expression: &Sexp) -> Result<(String, Ty), Vec<Diagnostic>> {
         let (cell, entries) = self.compile_quietly(std::slice::from_ref(expression), false)?;
         let (Some(item), Some(&entry)) = (cell.first(), entries.first()) else {
-            return Err(vec![Diagnostic::error(Kind::Type, "expected an expression with a value").with_label(expression.span, "")]);
+            return Err(vec![
+                Diagnostic::error(Kind::Type, "expected an expression with a value").with_label(expression.span, "")
+            ]);
         };
         let Some(ty) = item.clone() else {
-            return Err(vec![Diagnostic::error(Kind::Type, format!("`{expression}` has no value")).with_label(expression.span, "")]);
+            return Err(vec![
+                Diagnostic::error(Kind::Type, format!("`{expression}` has no value")).with_label(expression.span, "")
+            ]);
         };
         let size = value::size_align(&ty, &self.env.structs).0;
         let bytes = self.call_for_value(entry, size, expression.span)?;
@@ -209,7 +252,9 @@ impl Session {
         let items = form.list().unwrap_or(&[]);
         let Some(name) = items.get(1).and_then(Sexp::symbol) else { return Err(syntax(form.span, shape)) };
         let clause = |head: &str| items[2..].iter().find(|item| item.head() == Some(head)).and_then(Sexp::list);
-        let (Some(generator), Some(params), Some(run)) = (clause("gen"), clause("params"), clause("run")) else { return Err(syntax(form.span, shape)) };
+        let (Some(generator), Some(params), Some(run)) = (clause("gen"), clause("params"), clause("run")) else {
+            return Err(syntax(form.span, shape));
+        };
         let Some(run) = run.get(1) else { return Err(syntax(form.span, shape)) };
         let tolerance = match clause("tolerance").and_then(|items| items.get(1)).map(|value| &value.kind) {
             Some(SexpKind::Float(value)) => *value,
@@ -217,12 +262,17 @@ impl Session {
             _ => 1e-6,
         };
         let check = clause("check").and_then(|items| items.get(1)).cloned();
-        let check_buffer = clause("check-buffer").and_then(|items| (items.len() == 3).then(|| (items[1].clone(), items[2].clone())));
+        let check_buffer =
+            clause("check-buffer").and_then(|items| (items.len() == 3).then(|| (items[1].clone(), items[2].clone())));
         let mut names = Vec::new();
         let mut values: Vec<Vec<Sexp>> = Vec::new();
         for param in &params[1..] {
-            let Some((param_name, choices)) = param.list().and_then(|items| items.split_first()) else { return Err(syntax(param.span, "a parameter is `(P V…)`")) };
-            let Some(param_name) = param_name.symbol() else { return Err(syntax(param.span, "a parameter is `(P V…)`")) };
+            let Some((param_name, choices)) = param.list().and_then(|items| items.split_first()) else {
+                return Err(syntax(param.span, "a parameter is `(P V…)`"));
+            };
+            let Some(param_name) = param_name.symbol() else {
+                return Err(syntax(param.span, "a parameter is `(P V…)`"));
+            };
             names.push(param_name.to_string());
             values.push(choices.to_vec());
         }
@@ -232,10 +282,35 @@ impl Session {
         let mut definitions: Vec<Option<Vec<Sexp>>> = Vec::new();
         for point in &points {
             let bindings: HashMap<&str, &Sexp> = names.iter().map(String::as_str).zip(point.iter()).collect();
-            let arguments: Vec<Sexp> = generator[2..].iter().map(|argument| map_tree(argument, &|form: &Sexp| form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone())), argument.span)).collect();
-            let call = Sexp { kind: SexpKind::Unquote(Box::new(list(generator[1..2].iter().cloned().chain(arguments).collect(), form.span))), span: form.span };
+            let arguments: Vec<Sexp> = generator[2..]
+                .iter()
+                .map(|argument| {
+                    map_tree(
+                        argument,
+                        &|form: &Sexp| {
+                            form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone()))
+                        },
+                        argument.span,
+                    )
+                })
+                .collect();
+            let call = Sexp {
+                kind: SexpKind::Unquote(Box::new(list(
+                    generator[1..2].iter().cloned().chain(arguments).collect(),
+                    form.span,
+                ))),
+                span: form.span,
+            };
             let labels: Vec<String> = point.iter().map(ToString::to_string).collect();
-            let result = self.autotune_variant(name, &call, run, check.as_ref(), check_buffer.as_ref(), &mut reference, tolerance);
+            let result = self.autotune_variant(
+                name,
+                &call,
+                run,
+                check.as_ref(),
+                check_buffer.as_ref(),
+                &mut reference,
+                tolerance,
+            );
             match result {
                 Ok((report, definition)) => {
                     variants.push(VariantReport { values: labels, result: Ok(report) });
@@ -248,28 +323,71 @@ impl Session {
             }
         }
         let baseline = variants.first().and_then(|variant| variant.result.as_ref().ok()).map(|report| report.median);
-        let fastest = variants.iter().enumerate().filter_map(|(index, variant)| variant.result.as_ref().ok().map(|report| (index, report.median))).min_by_key(|(_, median)| *median).map(|(index, _)| index);
+        let fastest = variants
+            .iter()
+            .enumerate()
+            .filter_map(|(index, variant)| variant.result.as_ref().ok().map(|report| (index, report.median)))
+            .min_by_key(|(_, median)| *median)
+            .map(|(index, _)| index);
         let mut order: Vec<usize> = (0..variants.len()).collect();
-        order.sort_by_key(|&index| (variants[index].result.is_err(), variants[index].result.as_ref().map(|report| report.median).unwrap_or(Duration::MAX)));
-        let chosen_label = fastest.map(|index| names.iter().zip(&variants[index].values).map(|(name, value)| format!("{name}={value}")).collect::<Vec<_>>().join(", "));
+        order.sort_by_key(|&index| {
+            (
+                variants[index].result.is_err(),
+                variants[index].result.as_ref().map(|report| report.median).unwrap_or(Duration::MAX),
+            )
+        });
+        let chosen_label = fastest.map(|index| {
+            names
+                .iter()
+                .zip(&variants[index].values)
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
         let sorted: Vec<VariantReport> = order.iter().map(|&index| variants[index].clone()).collect();
-        outcome.items.push(Item::Autotune(AutotuneReport { name: name.to_string(), params: names.clone(), variants: sorted, baseline }));
+        outcome.items.push(Item::Autotune(AutotuneReport {
+            name: name.to_string(),
+            params: names.clone(),
+            variants: sorted,
+            baseline,
+        }));
         match (fastest, chosen_label) {
             (Some(index), Some(label)) => {
                 let definition = definitions[index].clone().unwrap_or_default();
                 self.compile_quietly(&definition, false)?;
                 if let Some(entry) = self.env.functions.get(name) {
-                    outcome.items.push(Item::Defined { name: name.to_string(), description: format!("{}  (redefined, autotuned: {label})", entry.signature) });
+                    outcome.items.push(Item::Defined {
+                        name: name.to_string(),
+                        description: format!("{}  (redefined, autotuned: {label})", entry.signature),
+                    });
                 }
                 Ok(())
             }
-            _ => Err(vec![Diagnostic::error(Kind::Type, format!("no variant of `{name}` compiled, ran and passed its check")).with_label(form.span, "")]),
+            _ => Err(vec![Diagnostic::error(
+                Kind::Type,
+                format!("no variant of `{name}` compiled, ran and passed its check"),
+            )
+            .with_label(form.span, "")]),
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn autotune_variant(&mut self, name: &str, call: &Sexp, run: &Sexp, check: Option<&Sexp>, check_buffer: Option<&(Sexp, Sexp)>, reference: &mut Option<Vec<String>>, tolerance: f64) -> Result<(BenchReport, Vec<Sexp>), String> {
-        let first_line = |diagnostics: Vec<Diagnostic>| diagnostics.first().map_or_else(|| "failed".to_string(), |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message));
+    fn autotune_variant(
+        &mut self,
+        name: &str,
+        call: &Sexp,
+        run: &Sexp,
+        check: Option<&Sexp>,
+        check_buffer: Option<&(Sexp, Sexp)>,
+        reference: &mut Option<Vec<String>>,
+        tolerance: f64,
+    ) -> Result<(BenchReport, Vec<Sexp>), String> {
+        let first_line = |diagnostics: Vec<Diagnostic>| {
+            diagnostics.first().map_or_else(
+                || "failed".to_string(),
+                |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message),
+            )
+        };
         let definition = self.expand_quietly(call).map_err(first_line)?;
         if !definition.iter().any(|form| crate::bench::defines(form, name)) {
             return Err(format!("the generator did not return a definition of `{name}`"));
@@ -291,7 +409,12 @@ impl Session {
         match reference {
             None => *reference = Some(check_values),
             Some(expected) => {
-                if let Some((index, (want, got))) = expected.iter().zip(&check_values).enumerate().find(|(_, (want, got))| !values_match(want, got, tolerance)) {
+                if let Some((index, (want, got))) = expected
+                    .iter()
+                    .zip(&check_values)
+                    .enumerate()
+                    .find(|(_, (want, got))| !values_match(want, got, tolerance))
+                {
                     return Err(format!("check failed: element {index} is {got}, the first variant gave {want}"));
                 }
             }
@@ -314,10 +437,16 @@ impl Session {
     fn read_buffer(&mut self, pointer: &Sexp, count: &Sexp) -> Result<Vec<String>, Vec<Diagnostic>> {
         let span = pointer.span;
         let (count_text, _) = self.evaluate_quietly(count)?;
-        let count: usize = count_text.parse().map_err(|_| vec![Diagnostic::error(Kind::Type, "the element count must be an integer").with_label(count.span, "")])?;
+        let count: usize = count_text.parse().map_err(|_| {
+            vec![Diagnostic::error(Kind::Type, "the element count must be an integer").with_label(count.span, "")]
+        })?;
         let (_, pointer_type) = self.evaluate_quietly(pointer)?;
         let Some(element) = pointer_type.pointee().cloned() else {
-            return Err(vec![Diagnostic::error(Kind::Type, format!("`check-buffer` needs a pointer, found `{pointer_type}`")).with_label(span, "")]);
+            return Err(vec![Diagnostic::error(
+                Kind::Type,
+                format!("`check-buffer` needs a pointer, found `{pointer_type}`"),
+            )
+            .with_label(span, "")]);
         };
         let (size, _) = value::size_align(&element, &self.env.structs);
         let buffer = vec![0u8; size * count.max(1)];
@@ -325,12 +454,17 @@ impl Session {
             "((declare k_q_copy int64) (for ((set k_q_copy (int64 0)) (lt k_q_copy (int64 {count})) (set k_q_copy (add k_q_copy (int64 1)))) (store (ptradd (inttoptr (int64 {}) (ptr {element})) k_q_copy) (load (ptradd POINTER k_q_copy)))))",
             buffer.as_ptr() as usize
         );
-        let template = crate::reader::read_template(span.source, &text).map_err(|_| syntax(span, "internal: bad copy template"))?;
-        let copy = map_tree(&template[0], &|form: &Sexp| match form.symbol()? {
-            "POINTER" => Some(pointer.clone()),
-            name if name.contains("_q_") => Some(sym(&name.replace("_q_", "#"), span)),
-            _ => None,
-        }, span);
+        let template = crate::reader::read_template(span.source, &text)
+            .map_err(|_| syntax(span, "internal: bad copy template"))?;
+        let copy = map_tree(
+            &template[0],
+            &|form: &Sexp| match form.symbol()? {
+                "POINTER" => Some(pointer.clone()),
+                name if name.contains("_q_") => Some(sym(&name.replace("_q_", "#"), span)),
+                _ => None,
+            },
+            span,
+        );
         self.compile_and_run_statement(&copy)?;
         let structs = &self.env.structs;
         Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, structs)).collect())
@@ -339,7 +473,16 @@ impl Session {
 
 /// Whether a definition form defines `name`.
 pub(crate) fn defines(form: &Sexp, name: &str) -> bool {
-    form.head().is_some_and(|head| head.starts_with("define")) && form.list().and_then(|items| items.get(1)).and_then(Sexp::list).and_then(|prototype| prototype.first()).and_then(Sexp::list).and_then(|head| head.first()).and_then(Sexp::symbol) == Some(name)
+    form.head().is_some_and(|head| head.starts_with("define"))
+        && form
+            .list()
+            .and_then(|items| items.get(1))
+            .and_then(Sexp::list)
+            .and_then(|prototype| prototype.first())
+            .and_then(Sexp::list)
+            .and_then(|head| head.first())
+            .and_then(Sexp::symbol)
+            == Some(name)
 }
 
 /// Values equal, floats within a relative tolerance.
@@ -355,7 +498,14 @@ fn values_match(want: &str, got: &str, tolerance: f64) -> bool {
 
 /// Every combination of the parameters' values, the first parameter varying slowest.
 fn cartesian(values: &[Vec<Sexp>]) -> Vec<Vec<Sexp>> {
-    values.iter().fold(vec![Vec::new()], |points, choices| points.iter().flat_map(|point| choices.iter().map(move |choice| point.iter().cloned().chain(std::iter::once(choice.clone())).collect())).collect())
+    values.iter().fold(vec![Vec::new()], |points, choices| {
+        points
+            .iter()
+            .flat_map(|point| {
+                choices.iter().map(move |choice| point.iter().cloned().chain(std::iter::once(choice.clone())).collect())
+            })
+            .collect()
+    })
 }
 
 /// Rebuilds a tree, replacing nodes for which `substitute` gives a form; every node gets `span`.
@@ -371,5 +521,10 @@ fn map_tree(form: &Sexp, substitute: &dyn Fn(&Sexp) -> Option<Sexp>, span: Span)
 
 /// The clock's entry in the checker's environment.
 pub(crate) fn clock_entry() -> FunctionEntry {
-    FunctionEntry { signature: Signature { params: Vec::new(), ret: Ty::Int(64), variadic: false }, param_names: Vec::new(), kind: FunctionKind::External(CLOCK.to_string()), invalidated: None }
+    FunctionEntry {
+        signature: Signature { params: Vec::new(), ret: Ty::Int(64), variadic: false },
+        param_names: Vec::new(),
+        kind: FunctionKind::External(CLOCK.to_string()),
+        invalidated: None,
+    }
 }

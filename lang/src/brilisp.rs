@@ -34,7 +34,8 @@ fn type_error(span: Span, message: impl Into<String>) -> Diagnostic {
 pub(crate) fn check_body(checker: &mut BodyChecker<'_, '_>, items: &[Sexp]) -> BrilispBody {
     let labels = collect_labels(checker, items);
     let names: Vec<String> = labels.iter().map(|(name, _)| name.clone()).collect();
-    let index: HashMap<String, usize> = names.iter().enumerate().map(|(position, name)| (name.clone(), position)).collect();
+    let index: HashMap<String, usize> =
+        names.iter().enumerate().map(|(position, name)| (name.clone(), position)).collect();
     let mut body = Vec::new();
     let mut dead = false;
     let mut next_label = 0;
@@ -80,7 +81,11 @@ fn collect_labels(checker: &mut BodyChecker<'_, '_>, items: &[Sexp]) -> Vec<(Str
         };
         if let Some((_, first)) = labels.iter().find(|(existing, _)| existing == name) {
             let first = *first;
-            checker.error(Diagnostic::error(Kind::DuplicateName, format!("label `{name}` appears twice in this body")).with_label(item.span, "").with_secondary(first, "first here"));
+            checker.error(
+                Diagnostic::error(Kind::DuplicateName, format!("label `{name}` appears twice in this body"))
+                    .with_label(item.span, "")
+                    .with_secondary(first, "first here"),
+            );
             continue;
         }
         labels.push((name.to_string(), item.span));
@@ -90,7 +95,9 @@ fn collect_labels(checker: &mut BodyChecker<'_, '_>, items: &[Sexp]) -> Vec<(Str
 
 fn check_instruction(checker: &mut BodyChecker<'_, '_>, item: &Sexp, labels: &HashMap<String, usize>) -> Option<Stmt> {
     let Some(items) = item.list() else {
-        checker.error(syntax(item.span, format!("`{item}` is not a Brilisp instruction")).with_note("instructions are (set (NAME TYPE) …), (store P V), (ret [A]), (jmp L), (br C L1 L2), (label L), (nop)"));
+        checker.error(syntax(item.span, format!("`{item}` is not a Brilisp instruction")).with_note(
+            "instructions are (set (NAME TYPE) …), (store P V), (ret [A]), (jmp L), (br C L1 L2), (label L), (nop)",
+        ));
         return None;
     };
     match item.head() {
@@ -118,7 +125,9 @@ fn check_instruction(checker: &mut BodyChecker<'_, '_>, item: &Sexp, labels: &Ha
             checker.check_expr(item).map(Stmt::Expr)
         }
         _ => {
-            checker.error(syntax(item.span, format!("`{item}` is not a Brilisp instruction")).with_note("instructions are (set (NAME TYPE) …), (store P V), (ret [A]), (jmp L), (br C L1 L2), (label L), (nop)"));
+            checker.error(syntax(item.span, format!("`{item}` is not a Brilisp instruction")).with_note(
+                "instructions are (set (NAME TYPE) …), (store P V), (ret [A]), (jmp L), (br C L1 L2), (label L), (nop)",
+            ));
             None
         }
     }
@@ -127,14 +136,25 @@ fn check_instruction(checker: &mut BodyChecker<'_, '_>, item: &Sexp, labels: &Ha
 fn label_target(checker: &mut BodyChecker<'_, '_>, target: &Sexp, labels: &HashMap<String, usize>) -> Option<usize> {
     let found = target.symbol().and_then(|name| labels.get(name)).copied();
     if found.is_none() {
-        checker.error(Diagnostic::error(Kind::UnknownName, format!("no label named `{target}` in this body")).with_label(target.span, ""));
+        checker.error(
+            Diagnostic::error(Kind::UnknownName, format!("no label named `{target}` in this body"))
+                .with_label(target.span, ""),
+        );
     }
     found
 }
 
-fn check_branch(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp], labels: &HashMap<String, usize>) -> Option<Stmt> {
+fn check_branch(
+    checker: &mut BodyChecker<'_, '_>,
+    item: &Sexp,
+    items: &[Sexp],
+    labels: &HashMap<String, usize>,
+) -> Option<Stmt> {
     let [_, cond_form, then_form, else_form] = items else {
-        checker.error(Diagnostic::error(Kind::Arity, "a branch is `(br COND LABEL-IF-TRUE LABEL-IF-FALSE)`").with_label(item.span, ""));
+        checker.error(
+            Diagnostic::error(Kind::Arity, "a branch is `(br COND LABEL-IF-TRUE LABEL-IF-FALSE)`")
+                .with_label(item.span, ""),
+        );
         return None;
     };
     operands_are_atoms(checker, std::slice::from_ref(cond_form))?;
@@ -154,7 +174,10 @@ fn operands_are_atoms(checker: &mut BodyChecker<'_, '_>, operands: &[Sexp]) -> O
     let mut ok = true;
     for operand in operands {
         if matches!(operand.kind, SexpKind::List(_)) {
-            checker.error(syntax(operand.span, "a Brilisp operand is a variable name or a literal").with_note("compute it into a variable first: (set (NAME TYPE) …)"));
+            checker.error(
+                syntax(operand.span, "a Brilisp operand is a variable name or a literal")
+                    .with_note("compute it into a variable first: (set (NAME TYPE) …)"),
+            );
             ok = false;
         }
     }
@@ -168,8 +191,14 @@ fn check_set(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp]) -> 
         checker.error(syntax(item.span, shape));
         return None;
     };
-    let (Some(name), Some(type_form)) = (target.list().and_then(|pair| pair.first()).and_then(Sexp::symbol), target.list().and_then(|pair| pair.get(1))) else {
-        checker.error(syntax(target.span, shape).with_note("C-Lisp's (set NAME VALUE) is not Brilisp: name the type of the destination"));
+    let (Some(name), Some(type_form)) = (
+        target.list().and_then(|pair| pair.first()).and_then(Sexp::symbol),
+        target.list().and_then(|pair| pair.get(1)),
+    ) else {
+        checker.error(
+            syntax(target.span, shape)
+                .with_note("C-Lisp's (set NAME VALUE) is not Brilisp: name the type of the destination"),
+        );
         return None;
     };
     if target.list().map_or(0, <[Sexp]>::len) != 2 {
@@ -189,7 +218,10 @@ fn check_set(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp]) -> 
         return Some(Stmt::Expr(value));
     }
     if value.ty != ty {
-        checker.error(type_error(value_form.span, format!("`{name}` is set as `{ty}`, but the value is `{}`", value.ty)).with_note(crate::check::cast_note(&value.ty, &ty)));
+        checker.error(
+            type_error(value_form.span, format!("`{name}` is set as `{ty}`, but the value is `{}`", value.ty))
+                .with_note(crate::check::cast_note(&value.ty, &ty)),
+        );
         return None;
     }
     let local = checker.bind_variable(name, ty.clone());
@@ -266,7 +298,10 @@ fn check_const(checker: &mut BodyChecker<'_, '_>, form: &Sexp, operands: &[Sexp]
 /// `(alloc COUNT)`: the element type comes from the destination, a pointer.
 fn check_alloc(checker: &mut BodyChecker<'_, '_>, form: &Sexp, operands: &[Sexp], ty: &Ty) -> Option<Expr> {
     let [count_form] = operands else {
-        checker.error(Diagnostic::error(Kind::Arity, "a Brilisp allocation is `(set (NAME (ptr TYPE)) (alloc COUNT))`").with_label(form.span, ""));
+        checker.error(
+            Diagnostic::error(Kind::Arity, "a Brilisp allocation is `(set (NAME (ptr TYPE)) (alloc COUNT))`")
+                .with_label(form.span, ""),
+        );
         return None;
     };
     operands_are_atoms(checker, operands)?;
@@ -280,10 +315,17 @@ fn check_alloc(checker: &mut BodyChecker<'_, '_>, form: &Sexp, operands: &[Sexp]
         return None;
     }
     if !count.ty.is_int() {
-        checker.error(type_error(count_form.span, format!("the count of `alloc` must be an integer, found `{}`", count.ty)));
+        checker.error(type_error(
+            count_form.span,
+            format!("the count of `alloc` must be an integer, found `{}`", count.ty),
+        ));
         return None;
     }
-    Some(Expr { kind: ExprKind::Alloc((**element).clone(), Box::new(count)), ty: Ty::ptr((**element).clone()), span: form.span })
+    Some(Expr {
+        kind: ExprKind::Alloc((**element).clone(), Box::new(count)),
+        ty: Ty::ptr((**element).clone()),
+        span: form.span,
+    })
 }
 
 /// `(ptradd P I J…)`: a multi-index `gep`. The first index steps over whole pointees; each
@@ -305,12 +347,19 @@ fn check_gep_path(checker: &mut BodyChecker<'_, '_>, form: &Sexp, operands: &[Se
                 Ty::Arr(_, element) => (**element).clone(),
                 Ty::Struct(name) => {
                     let SexpKind::Int(field) = index_form.kind else {
-                        checker.error(type_error(index_form.span, format!("an index into `{current}` selects a field: it must be an integer literal")));
+                        checker.error(type_error(
+                            index_form.span,
+                            format!("an index into `{current}` selects a field: it must be an integer literal"),
+                        ));
                         return None;
                     };
                     let fields = checker.struct_fields(name);
-                    let Some(field_ty) = usize::try_from(field).ok().and_then(|field| fields.get(field)).cloned() else {
-                        checker.error(type_error(index_form.span, format!("`{current}` has {} fields; index {field} is out of range", fields.len())));
+                    let Some(field_ty) = usize::try_from(field).ok().and_then(|field| fields.get(field)).cloned()
+                    else {
+                        checker.error(type_error(
+                            index_form.span,
+                            format!("`{current}` has {} fields; index {field} is out of range", fields.len()),
+                        ));
                         return None;
                     };
                     indices.push(Expr { kind: ExprKind::Int(field as i64), ty: Ty::Int(32), span: index_form.span });
@@ -325,12 +374,19 @@ fn check_gep_path(checker: &mut BodyChecker<'_, '_>, form: &Sexp, operands: &[Se
         }
         let index = checker.check_expr(index_form)?;
         if !index.ty.is_int() {
-            checker.error(type_error(index_form.span, format!("an index of `ptradd` must be an integer, found `{}`", index.ty)));
+            checker.error(type_error(
+                index_form.span,
+                format!("an index of `ptradd` must be an integer, found `{}`", index.ty),
+            ));
             return None;
         }
         indices.push(index);
     }
-    Some(Expr { kind: ExprKind::GepPath(Box::new(pointer), indices), ty: Ty::Ptr(current.into(), space), span: form.span })
+    Some(Expr {
+        kind: ExprKind::GepPath(Box::new(pointer), indices),
+        ty: Ty::Ptr(current.into(), space),
+        span: form.span,
+    })
 }
 
 /// Whether a reachable block runs off the end of the body. Blocks start at the entry and at

@@ -27,16 +27,130 @@ pub(crate) const MAX_NESTING: usize = 256;
 
 /// Every form, opcode, cast and type name of the language, for completion.
 pub(crate) const FORM_NAMES: &[&str] = &[
-    "define", "define-inline", "define-brilisp", "define-inline-brilisp", "define-struct", "define-global", "define-kernel", "define-shared", "declare", "declare-global",
-    "c-lisp", "cuda-lisp", "if", "while", "for", "ret", "break", "continue", "set", "call", "asm",
-    "add", "sub", "mul", "div", "rem", "udiv", "urem", "shl", "lshr", "ashr", "xor", "and", "or", "not",
-    "fadd", "fsub", "fmul", "fdiv", "fneg", "eq", "ne", "lt", "gt", "le", "ge", "ult", "ugt", "ule", "uge",
-    "feq", "fne", "flt", "fgt", "fle", "fge", "select", "load", "store", "ptradd", "sptradd", "aptradd", "ptr-to", "alloc",
-    "extractvalue", "insertvalue", "sext", "zext", "trunc", "fpext", "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui",
-    "ptrtoint", "inttoptr", "bitcast", "addrspacecast", "bool", "int8", "int16", "int", "int32", "int64", "float", "double",
-    "void", "ptr", "arr", "struct", "addrspace", "const", "label", "jmp", "br", "nop", "id",
-    "gpu-buf", "gpu-alloc", "gpu-free", "gpu-len", "gpu-copy", "launch", "grid", "block", "in", "out", "inout", "handle",
-    "tid.x", "tid.y", "tid.z", "bid.x", "bid.y", "bid.z", "bdim.x", "bdim.y", "bdim.z", "gdim.x", "gdim.y", "gdim.z", "syncthreads", "__syncthreads",
+    "define",
+    "define-inline",
+    "define-brilisp",
+    "define-inline-brilisp",
+    "define-struct",
+    "define-global",
+    "define-kernel",
+    "define-shared",
+    "declare",
+    "declare-global",
+    "c-lisp",
+    "cuda-lisp",
+    "if",
+    "while",
+    "for",
+    "ret",
+    "break",
+    "continue",
+    "set",
+    "call",
+    "asm",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rem",
+    "udiv",
+    "urem",
+    "shl",
+    "lshr",
+    "ashr",
+    "xor",
+    "and",
+    "or",
+    "not",
+    "fadd",
+    "fsub",
+    "fmul",
+    "fdiv",
+    "fneg",
+    "eq",
+    "ne",
+    "lt",
+    "gt",
+    "le",
+    "ge",
+    "ult",
+    "ugt",
+    "ule",
+    "uge",
+    "feq",
+    "fne",
+    "flt",
+    "fgt",
+    "fle",
+    "fge",
+    "select",
+    "load",
+    "store",
+    "ptradd",
+    "sptradd",
+    "aptradd",
+    "ptr-to",
+    "alloc",
+    "extractvalue",
+    "insertvalue",
+    "sext",
+    "zext",
+    "trunc",
+    "fpext",
+    "fptrunc",
+    "sitofp",
+    "uitofp",
+    "fptosi",
+    "fptoui",
+    "ptrtoint",
+    "inttoptr",
+    "bitcast",
+    "addrspacecast",
+    "bool",
+    "int8",
+    "int16",
+    "int",
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "void",
+    "ptr",
+    "arr",
+    "struct",
+    "addrspace",
+    "const",
+    "label",
+    "jmp",
+    "br",
+    "nop",
+    "id",
+    "gpu-buf",
+    "gpu-alloc",
+    "gpu-free",
+    "gpu-len",
+    "gpu-copy",
+    "launch",
+    "grid",
+    "block",
+    "in",
+    "out",
+    "inout",
+    "handle",
+    "tid.x",
+    "tid.y",
+    "tid.z",
+    "bid.x",
+    "bid.y",
+    "bid.z",
+    "bdim.x",
+    "bdim.y",
+    "bdim.z",
+    "gdim.x",
+    "gdim.y",
+    "gdim.z",
+    "syncthreads",
+    "__syncthreads",
 ];
 
 /// The most static shared memory one kernel may use (CUDA's limit without opting in).
@@ -54,21 +168,68 @@ pub(crate) struct Expr {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BinOp {
-    Add, Sub, Mul, Div, Rem, UDiv, URem, Shl, LShr, AShr, Xor, And, Or,
-    FAdd, FSub, FMul, FDiv,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    UDiv,
+    URem,
+    Shl,
+    LShr,
+    AShr,
+    Xor,
+    And,
+    Or,
+    FAdd,
+    FSub,
+    FMul,
+    FDiv,
     /// Integer, bool or pointer comparison: `eq ne slt sgt sle sge ult ugt ule uge`.
     ICmp(IntCmp),
     FCmp(FloatCmp),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum IntCmp { Eq, Ne, Slt, Sgt, Sle, Sge, Ult, Ugt, Ule, Uge }
+pub(crate) enum IntCmp {
+    Eq,
+    Ne,
+    Slt,
+    Sgt,
+    Sle,
+    Sge,
+    Ult,
+    Ugt,
+    Ule,
+    Uge,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FloatCmp { Oeq, One, Olt, Ogt, Ole, Oge }
+pub(crate) enum FloatCmp {
+    Oeq,
+    One,
+    Olt,
+    Ogt,
+    Ole,
+    Oge,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CastOp { Sext, Zext, Trunc, FpExt, FpTrunc, SiToFp, UiToFp, FpToSi, FpToUi, PtrToInt, IntToPtr, Bitcast, AddrSpaceCast }
+pub(crate) enum CastOp {
+    Sext,
+    Zext,
+    Trunc,
+    FpExt,
+    FpTrunc,
+    SiToFp,
+    UiToFp,
+    FpToSi,
+    FpToUi,
+    PtrToInt,
+    IntToPtr,
+    Bitcast,
+    AddrSpaceCast,
+}
 
 /// A variable that can be assigned and addressed.
 #[derive(Clone, Debug)]
@@ -122,9 +283,18 @@ pub(crate) enum ExprKind {
     SessionAlloc(Ty, Box<Expr>),
     Extract(Box<Expr>, u32),
     Insert(Box<Expr>, Box<Expr>, u32),
-    Call { callee: Callee, name: String, signature: Signature, args: Vec<Expr> },
+    Call {
+        callee: Callee,
+        name: String,
+        signature: Signature,
+        args: Vec<Expr>,
+    },
     Cast(CastOp, Box<Expr>),
-    Asm { template: String, constraints: String, args: Vec<Expr> },
+    Asm {
+        template: String,
+        constraints: String,
+        args: Vec<Expr>,
+    },
     /// The zero of the expression's type (default results).
     Zero,
     /// A GPU special register, `(tid.x)` and friends: device code only.
@@ -143,7 +313,12 @@ pub(crate) enum ExprKind {
 /// The special registers of §7.2: `tid` (threadIdx), `ctaid` (blockIdx), `ntid` (blockDim),
 /// `nctaid` (gridDim).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum GpuRegister { Tid, Ctaid, Ntid, Nctaid }
+pub(crate) enum GpuRegister {
+    Tid,
+    Ctaid,
+    Ntid,
+    Nctaid,
+}
 
 impl GpuRegister {
     /// The register and dimension (0 to 2) of a builtin such as `bdim.y`.
@@ -187,11 +362,19 @@ impl GpuRegister {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CopyDirection { HostToDevice, DeviceToHost, DeviceToDevice }
+pub(crate) enum CopyDirection {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+}
 
 /// Which way a Lapis annotation (or a launch argument) moves data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Direction { In, Out, InOut }
+pub(crate) enum Direction {
+    In,
+    Out,
+    InOut,
+}
 
 impl Direction {
     fn from_word(word: &str) -> Option<Direction> {
@@ -458,8 +641,21 @@ pub(crate) type ResolveExtern<'a> = &'a dyn Fn(&str) -> Option<String>;
 // Cell checking.
 
 /// Checks a cell's top-level forms against the session environment.
-pub(crate) fn check(env: &Env, forms: &[Sexp], resolve: ResolveExtern<'_>, top_level_name: &str) -> Result<TypedCell, Vec<Diagnostic>> {
-    let mut checker = CellChecker { env, resolve, errors: Vec::new(), cell: TypedCell::default(), overlay: Overlay::default(), inline_used: BTreeSet::new(), intrinsics: HashMap::new() };
+pub(crate) fn check(
+    env: &Env,
+    forms: &[Sexp],
+    resolve: ResolveExtern<'_>,
+    top_level_name: &str,
+) -> Result<TypedCell, Vec<Diagnostic>> {
+    let mut checker = CellChecker {
+        env,
+        resolve,
+        errors: Vec::new(),
+        cell: TypedCell::default(),
+        overlay: Overlay::default(),
+        inline_used: BTreeSet::new(),
+        intrinsics: HashMap::new(),
+    };
     let mut flat = Vec::new();
     checker.flatten(forms, &mut flat);
     checker.collect_declarations(&flat);
@@ -578,7 +774,10 @@ fn parse_prototype(form: &Sexp) -> Result<Prototype<'_>, Diagnostic> {
                 params.push((param_name.to_string(), pair[0].span, &pair[1]));
                 annotations.push(&pair[2..]);
             }
-            _ if pair.len() > 2 => return Err(syntax(param.span, "a parameter is `(NAME TYPE)`").with_note("a Lapis annotation is (NAME TYPE in|out|inout SIZE) or (NAME TYPE handle)")),
+            _ if pair.len() > 2 => {
+                return Err(syntax(param.span, "a parameter is `(NAME TYPE)`")
+                    .with_note("a Lapis annotation is (NAME TYPE in|out|inout SIZE) or (NAME TYPE handle)"))
+            }
             _ => return Err(syntax(param.span, "a parameter is `(NAME TYPE)`")),
         }
     }
@@ -641,14 +840,24 @@ impl<'a> CellChecker<'a> {
     }
 
     /// What LLVM says about an intrinsic declaration, asked once per cell and signature.
-    fn intrinsic_facts(&mut self, link: &str, signature: &Signature) -> Result<crate::codegen::IntrinsicFacts, crate::codegen::IntrinsicError> {
+    fn intrinsic_facts(
+        &mut self,
+        link: &str,
+        signature: &Signature,
+    ) -> Result<crate::codegen::IntrinsicFacts, crate::codegen::IntrinsicError> {
         let key = format!("{link} {signature}");
         if let Some(known) = self.intrinsics.get(&key) {
             return known.clone();
         }
         let overlay = &self.overlay.structs;
         let env = &self.env.structs;
-        let fields = |name: &str| overlay.get(name).or_else(|| env.get(name)).and_then(|entry| entry.fields.as_ref()).map(|fields| fields.iter().map(|(_, ty)| ty.clone()).collect());
+        let fields = |name: &str| {
+            overlay
+                .get(name)
+                .or_else(|| env.get(name))
+                .and_then(|entry| entry.fields.as_ref())
+                .map(|fields| fields.iter().map(|(_, ty)| ty.clone()).collect())
+        };
         let facts = crate::codegen::check_intrinsic(link, signature, &fields);
         self.intrinsics.insert(key, facts.clone());
         facts
@@ -672,7 +881,11 @@ impl<'a> CellChecker<'a> {
                 let items = form.list().unwrap_or(&[]);
                 match items.get(1).and_then(Sexp::symbol) {
                     Some(name) if self.overlay.structs.contains_key(name) => {
-                        let error = Diagnostic::error(Kind::DuplicateName, format!("struct `{name}` is defined twice in this cell")).with_label(items[1].span, "");
+                        let error = Diagnostic::error(
+                            Kind::DuplicateName,
+                            format!("struct `{name}` is defined twice in this cell"),
+                        )
+                        .with_label(items[1].span, "");
                         self.error(error);
                     }
                     Some(name) => {
@@ -680,7 +893,9 @@ impl<'a> CellChecker<'a> {
                         let fields = if items.len() == 2 { None } else { Some(Vec::new()) };
                         self.overlay.structs.insert(name.to_string(), StructEntry { fields });
                     }
-                    None => self.error(syntax(form.span, "a struct definition is `(define-struct NAME (FIELD TYPE)…)`")),
+                    None => {
+                        self.error(syntax(form.span, "a struct definition is `(define-struct NAME (FIELD TYPE)…)`"))
+                    }
                 }
             }
         }
@@ -700,8 +915,13 @@ impl<'a> CellChecker<'a> {
         }
         // Definitions before declarations: a forward declaration of a function the cell defines
         // (before or after it) is checked against the definition, not taken as an extern.
-        let functions: Vec<&Sexp> = forms.iter().copied().filter(|form| form.head().is_some_and(|head| define_attributes(head).is_some())).collect();
-        let (definitions, declarations): (Vec<&Sexp>, Vec<&Sexp>) = functions.into_iter().partition(|form| form.list().is_some_and(|items| items.len() > 2));
+        let functions: Vec<&Sexp> = forms
+            .iter()
+            .copied()
+            .filter(|form| form.head().is_some_and(|head| define_attributes(head).is_some()))
+            .collect();
+        let (definitions, declarations): (Vec<&Sexp>, Vec<&Sexp>) =
+            functions.into_iter().partition(|form| form.list().is_some_and(|items| items.len() > 2));
         let mut declared: HashMap<String, (Signature, Span)> = HashMap::new();
         for form in definitions.into_iter().chain(declarations) {
             self.collect_function(form, &mut declared);
@@ -718,12 +938,21 @@ impl<'a> CellChecker<'a> {
                 Some([field_name, field_type]) if field_name.symbol().is_some() => {
                     let field_name_text = field_name.symbol().unwrap_or_default().to_string();
                     if fields.iter().any(|(existing, _)| *existing == field_name_text) {
-                        self.error(Diagnostic::error(Kind::DuplicateName, format!("field `{field_name_text}` appears twice in struct `{name}`")).with_label(field_name.span, ""));
+                        self.error(
+                            Diagnostic::error(
+                                Kind::DuplicateName,
+                                format!("field `{field_name_text}` appears twice in struct `{name}`"),
+                            )
+                            .with_label(field_name.span, ""),
+                        );
                         ok = false;
                     }
                     match self.parse_ty(field_type) {
                         Some(ty) if ty == Ty::Struct(name.into()) => {
-                            self.error(type_error(field_type.span, format!("struct `{name}` cannot contain itself by value")).with_note("use a pointer: (ptr (struct NAME))"));
+                            self.error(
+                                type_error(field_type.span, format!("struct `{name}` cannot contain itself by value"))
+                                    .with_note("use a pointer: (ptr (struct NAME))"),
+                            );
                             ok = false;
                         }
                         Some(Ty::Void) => {
@@ -759,7 +988,10 @@ impl<'a> CellChecker<'a> {
             }
         }
         for (name, span) in cyclic {
-            self.error(type_error(span, format!("struct `{name}` contains itself by value, through its fields")).with_note("use a pointer: (ptr (struct NAME))"));
+            self.error(
+                type_error(span, format!("struct `{name}` contains itself by value, through its fields"))
+                    .with_note("use a pointer: (ptr (struct NAME))"),
+            );
             self.cell.structs.retain(|structure| structure.name != name);
         }
     }
@@ -781,10 +1013,22 @@ impl<'a> CellChecker<'a> {
 
     /// Reports a value too large for where it lives (`what`), against `limit` bytes.
     fn require_size(&mut self, ty: &Ty, span: Span, what: &str, limit: u64) -> bool {
-        let (size, _) = crate::value::layout(ty, &|name| self.lookup_struct(name).and_then(|entry| entry.fields.clone()));
+        let (size, _) =
+            crate::value::layout(ty, &|name| self.lookup_struct(name).and_then(|entry| entry.fields.clone()));
         if size > limit {
-            let note = if limit == MAX_LOCAL_BYTES { "locals live on the 64 MiB stack: use a global, or memory from malloc" } else { "use memory from malloc, and pointers" };
-            self.error(Diagnostic::error(Kind::Limit, format!("{what} of type `{ty}` takes {size} bytes, more than the {limit} allowed")).with_label(span, "").with_note(note));
+            let note = if limit == MAX_LOCAL_BYTES {
+                "locals live on the 64 MiB stack: use a global, or memory from malloc"
+            } else {
+                "use memory from malloc, and pointers"
+            };
+            self.error(
+                Diagnostic::error(
+                    Kind::Limit,
+                    format!("{what} of type `{ty}` takes {size} bytes, more than the {limit} allowed"),
+                )
+                .with_label(span, "")
+                .with_note(note),
+            );
             return false;
         }
         true
@@ -799,7 +1043,10 @@ impl<'a> CellChecker<'a> {
         }
         if let Ty::Struct(name) = inner {
             if self.lookup_struct(name).is_some_and(|entry| entry.fields.is_none()) {
-                self.error(type_error(span, format!("{what} cannot be `{ty}`: struct `{name}` is opaque")).with_note("an opaque struct is used through pointers only"));
+                self.error(
+                    type_error(span, format!("{what} cannot be `{ty}`: struct `{name}` is opaque"))
+                        .with_note("an opaque struct is used through pointers only"),
+                );
                 return false;
             }
         }
@@ -808,7 +1055,10 @@ impl<'a> CellChecker<'a> {
 
     fn define_global_name(&mut self, name: &str, span: Span) -> bool {
         if self.overlay.globals.contains_key(name) {
-            self.error(Diagnostic::error(Kind::DuplicateName, format!("global `{name}` is defined twice in this cell")).with_label(span, ""));
+            self.error(
+                Diagnostic::error(Kind::DuplicateName, format!("global `{name}` is defined twice in this cell"))
+                    .with_label(span, ""),
+            );
             return false;
         }
         true
@@ -833,7 +1083,9 @@ impl<'a> CellChecker<'a> {
             self.error(type_error(items[1].span, "a global cannot be `void`"));
             return;
         }
-        if !self.require_sized(&ty, items[1].span, "a global") || !self.require_size(&ty, items[1].span, "a global", MAX_VALUE_BYTES) {
+        if !self.require_sized(&ty, items[1].span, "a global")
+            || !self.require_size(&ty, items[1].span, "a global", MAX_VALUE_BYTES)
+        {
             return;
         }
         let init = match items.get(2) {
@@ -842,7 +1094,11 @@ impl<'a> CellChecker<'a> {
         };
         let Some(init) = init else { return };
         // `(addrspace N)` places the global on the GPU; on the CPU it is plain memory.
-        let space = items.get(2).filter(|init| init.head() == Some("addrspace")).and_then(|init| parse_addrspace(init).ok()).unwrap_or(0);
+        let space = items
+            .get(2)
+            .filter(|init| init.head() == Some("addrspace"))
+            .and_then(|init| parse_addrspace(init).ok())
+            .unwrap_or(0);
         self.add_global(GlobalDef { name: name_text.to_string(), ty, init: Some(init), span: form.span, space });
     }
 
@@ -855,19 +1111,39 @@ impl<'a> CellChecker<'a> {
     /// `(define-shared NAME (N T))`: `(define-global (NAME (arr N T)) (addrspace 3))`.
     fn collect_shared(&mut self, form: &Sexp) {
         let items = form.list().unwrap_or(&[]);
-        let (Some(name), Some(Some([length, element])), 3) = (items.get(1).and_then(Sexp::symbol), items.get(2).map(Sexp::list), items.len()) else {
-            self.error(syntax(form.span, "shared memory is `(define-shared NAME (LENGTH TYPE))`").with_note("for example (define-shared tile (256 float))"));
+        let (Some(name), Some(Some([length, element])), 3) =
+            (items.get(1).and_then(Sexp::symbol), items.get(2).map(Sexp::list), items.len())
+        else {
+            self.error(
+                syntax(form.span, "shared memory is `(define-shared NAME (LENGTH TYPE))`")
+                    .with_note("for example (define-shared tile (256 float))"),
+            );
             return;
         };
         if !self.define_global_name(name, items[1].span) {
             return;
         }
-        let array = Sexp { kind: SexpKind::List(vec![Sexp { kind: SexpKind::Symbol("arr".into()), span: items[2].span }, length.clone(), element.clone()]), span: items[2].span };
+        let array = Sexp {
+            kind: SexpKind::List(vec![
+                Sexp { kind: SexpKind::Symbol("arr".into()), span: items[2].span },
+                length.clone(),
+                element.clone(),
+            ]),
+            span: items[2].span,
+        };
         let Some(ty) = self.parse_ty(&array) else { return };
-        if !self.require_sized(&ty, items[2].span, "shared memory") || !self.require_size(&ty, items[2].span, "shared memory", MAX_SHARED_BYTES) {
+        if !self.require_sized(&ty, items[2].span, "shared memory")
+            || !self.require_size(&ty, items[2].span, "shared memory", MAX_SHARED_BYTES)
+        {
             return;
         }
-        self.add_global(GlobalDef { name: name.to_string(), ty, init: Some(Constant::Zero), span: form.span, space: 3 });
+        self.add_global(GlobalDef {
+            name: name.to_string(),
+            ty,
+            init: Some(Constant::Zero),
+            span: form.span,
+            space: 3,
+        });
     }
 
     fn global_initializer(&mut self, init: &Sexp, ty: &mut Ty) -> Option<Constant> {
@@ -886,12 +1162,18 @@ impl<'a> CellChecker<'a> {
                     return None;
                 };
                 let Some(global) = self.lookup_global(target) else {
-                    self.error(Diagnostic::error(Kind::UnknownName, format!("no global named `{target}`")).with_label(items[1].span, ""));
+                    self.error(
+                        Diagnostic::error(Kind::UnknownName, format!("no global named `{target}`"))
+                            .with_label(items[1].span, ""),
+                    );
                     return None;
                 };
                 let expected = Ty::ptr(global.ty.clone());
                 if !matches!(ty, Ty::Ptr(..)) || ty.pointee() != expected.pointee() {
-                    self.error(type_error(init.span, format!("`(ptr-to {target})` has type `{expected}`, but the global is `{ty}`")));
+                    self.error(type_error(
+                        init.span,
+                        format!("`(ptr-to {target})` has type `{expected}`, but the global is `{ty}`"),
+                    ));
                     return None;
                 }
                 Some(Constant::AddressOf(target.to_string()))
@@ -905,7 +1187,10 @@ impl<'a> CellChecker<'a> {
                 }
             },
             _ => {
-                self.error(syntax(init.span, "an initializer is `(const LITERAL)`, `(const (LITERAL…))`, `(ptr-to GLOBAL)` or `(addrspace N)`"));
+                self.error(syntax(
+                    init.span,
+                    "an initializer is `(const LITERAL)`, `(const (LITERAL…))`, `(ptr-to GLOBAL)` or `(addrspace N)`",
+                ));
                 None
             }
         }
@@ -916,16 +1201,27 @@ impl<'a> CellChecker<'a> {
         match (ty, &literal.kind) {
             (Ty::Arr(length, element), SexpKind::List(items)) => {
                 if items.len() as u64 != *length {
-                    return Err(type_error(literal.span, format!("`{ty}` needs {length} elements, found {}", items.len())));
+                    return Err(type_error(
+                        literal.span,
+                        format!("`{ty}` needs {length} elements, found {}", items.len()),
+                    ));
                 }
                 items.iter().map(|item| self.constant(item, element)).collect::<Result<_, _>>().map(Constant::Aggregate)
             }
             (Ty::Struct(name), SexpKind::List(items)) => {
                 let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
                 if items.len() != fields.len() {
-                    return Err(type_error(literal.span, format!("struct `{name}` has {} fields, found {} values", fields.len(), items.len())));
+                    return Err(type_error(
+                        literal.span,
+                        format!("struct `{name}` has {} fields, found {} values", fields.len(), items.len()),
+                    ));
                 }
-                items.iter().zip(&fields).map(|(item, (_, field_ty))| self.constant(item, field_ty)).collect::<Result<_, _>>().map(Constant::Aggregate)
+                items
+                    .iter()
+                    .zip(&fields)
+                    .map(|(item, (_, field_ty))| self.constant(item, field_ty))
+                    .collect::<Result<_, _>>()
+                    .map(Constant::Aggregate)
             }
             _ => typed_literal(literal, ty).map(|expr| match expr.kind {
                 ExprKind::Int(value) => Constant::Int(value),
@@ -950,13 +1246,22 @@ impl<'a> CellChecker<'a> {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return;
         }
-        if !self.require_sized(&ty, items[2].span, "a variable") || !self.require_size(&ty, items[2].span, "a global", MAX_VALUE_BYTES) {
+        if !self.require_sized(&ty, items[2].span, "a variable")
+            || !self.require_size(&ty, items[2].span, "a global", MAX_VALUE_BYTES)
+        {
             return;
         }
         // The same type again keeps the value; another type (or a layout this cell changes)
         // replaces the global.
-        let keep = self.env.globals.get(name).is_some_and(|existing| existing.ty == ty) && !self.layout_changes_here(&ty, 0);
-        self.add_global(GlobalDef { name: name.to_string(), ty, init: if keep { None } else { Some(Constant::Zero) }, span: form.span, space: 0 });
+        let keep =
+            self.env.globals.get(name).is_some_and(|existing| existing.ty == ty) && !self.layout_changes_here(&ty, 0);
+        self.add_global(GlobalDef {
+            name: name.to_string(),
+            ty,
+            init: if keep { None } else { Some(Constant::Zero) },
+            span: form.span,
+            space: 0,
+        });
     }
 
     fn signature_of(&mut self, prototype: &Prototype<'_>) -> Option<Signature> {
@@ -966,7 +1271,10 @@ impl<'a> CellChecker<'a> {
         let mut seen = BTreeSet::new();
         for (name, span, ty_form) in &prototype.params {
             if !seen.insert(name.clone()) {
-                self.error(Diagnostic::error(Kind::DuplicateName, format!("parameter `{name}` appears twice")).with_label(*span, ""));
+                self.error(
+                    Diagnostic::error(Kind::DuplicateName, format!("parameter `{name}` appears twice"))
+                        .with_label(*span, ""),
+                );
                 ok = false;
             }
             match self.parse_ty(ty_form) {
@@ -974,13 +1282,20 @@ impl<'a> CellChecker<'a> {
                     self.error(type_error(ty_form.span, "a parameter cannot be `void`"));
                     ok = false;
                 }
-                Some(ty) if !self.require_sized(&ty, ty_form.span, "a parameter") || !self.require_size(&ty, ty_form.span, "a parameter", MAX_LOCAL_BYTES) => ok = false,
+                Some(ty)
+                    if !self.require_sized(&ty, ty_form.span, "a parameter")
+                        || !self.require_size(&ty, ty_form.span, "a parameter", MAX_LOCAL_BYTES) =>
+                {
+                    ok = false
+                }
                 Some(ty) => params.push(ty),
                 None => ok = false,
             }
         }
         if let Some(ret_ty) = &ret {
-            if !self.require_sized(&ret_ty.clone(), prototype.ret.span, "a result") || !self.require_size(&ret_ty.clone(), prototype.ret.span, "a result", MAX_LOCAL_BYTES) {
+            if !self.require_sized(&ret_ty.clone(), prototype.ret.span, "a result")
+                || !self.require_size(&ret_ty.clone(), prototype.ret.span, "a result", MAX_LOCAL_BYTES)
+            {
                 ok = false;
             }
         }
@@ -1021,23 +1336,41 @@ impl<'a> CellChecker<'a> {
                 self.error(intrinsic_error(&name, &link, &signature, error, proto_form.span));
                 return;
             }
-            self.overlay.functions.insert(name.clone(), FunctionEntry { signature: signature.clone(), param_names, kind: FunctionKind::External(link), invalidated: None });
+            self.overlay.functions.insert(
+                name.clone(),
+                FunctionEntry {
+                    signature: signature.clone(),
+                    param_names,
+                    kind: FunctionKind::External(link),
+                    invalidated: None,
+                },
+            );
             self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, unresolved: false });
             return;
         }
         if !has_body {
             if signature.params.iter().chain([&signature.ret]).any(|ty| matches!(ty, Ty::Struct(_) | Ty::Arr(..))) {
-                self.error(type_error(proto_form.span, "external functions cannot take or return structs or arrays by value").with_note("pass a pointer instead"));
+                self.error(
+                    type_error(proto_form.span, "external functions cannot take or return structs or arrays by value")
+                        .with_note("pass a pointer instead"),
+                );
                 return;
             }
             // A forward declaration of a function defined in this cell or the session must agree.
             if let Some((existing, _)) = declared.get(&name) {
                 if *existing != signature {
-                    self.error(type_error(proto_form.span, format!("this declaration of `{name}` does not match its definition: `{signature}` vs `{existing}`")));
+                    self.error(type_error(
+                        proto_form.span,
+                        format!(
+                            "this declaration of `{name}` does not match its definition: `{signature}` vs `{existing}`"
+                        ),
+                    ));
                 }
                 return;
             }
-            if let Some(FunctionEntry { signature: existing, kind: FunctionKind::Defined(_), .. }) = self.env.functions.get(&name) {
+            if let Some(FunctionEntry { signature: existing, kind: FunctionKind::Defined(_), .. }) =
+                self.env.functions.get(&name)
+            {
                 if *existing != signature {
                     self.error(type_error(proto_form.span, format!("this declaration of `{name}` does not match the session's definition `{name} : {existing}`")).with_note("redefine the function to change its type"));
                 }
@@ -1054,7 +1387,10 @@ impl<'a> CellChecker<'a> {
                 None => FunctionKind::Unresolved,
             };
             let unresolved = matches!(kind, FunctionKind::Unresolved);
-            self.overlay.functions.insert(name.clone(), FunctionEntry { signature: signature.clone(), param_names, kind, invalidated: None });
+            self.overlay.functions.insert(
+                name.clone(),
+                FunctionEntry { signature: signature.clone(), param_names, kind, invalidated: None },
+            );
             self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, unresolved });
             return;
         }
@@ -1064,15 +1400,23 @@ impl<'a> CellChecker<'a> {
         }
         if let Some(previous) = self.overlay.defined_here.get(&name) {
             let previous = *previous;
-            self.error(Diagnostic::error(Kind::DuplicateName, format!("`{name}` is defined twice in this cell"))
-                .with_label(prototype.name_span, "")
-                .with_secondary(previous, "first defined here"));
+            self.error(
+                Diagnostic::error(Kind::DuplicateName, format!("`{name}` is defined twice in this cell"))
+                    .with_label(prototype.name_span, "")
+                    .with_secondary(previous, "first defined here"),
+            );
             return;
         }
         // A forward declaration earlier in the cell must match.
         if let Some(existing) = self.overlay.functions.get(&name) {
             if existing.signature != signature {
-                self.error(type_error(proto_form.span, format!("this definition of `{name}` does not match its declaration: `{signature}` vs `{}`", existing.signature)));
+                self.error(type_error(
+                    proto_form.span,
+                    format!(
+                        "this definition of `{name}` does not match its declaration: `{signature}` vs `{}`",
+                        existing.signature
+                    ),
+                ));
                 return;
             }
         }
@@ -1093,12 +1437,21 @@ impl<'a> CellChecker<'a> {
             annotations,
             placement: Placement { device_only: attributes.kernel, ..Placement::default() },
         });
-        self.overlay.functions.insert(name, FunctionEntry { signature, param_names, kind: FunctionKind::Defined(placeholder), invalidated: None });
+        self.overlay.functions.insert(
+            name,
+            FunctionEntry { signature, param_names, kind: FunctionKind::Defined(placeholder), invalidated: None },
+        );
     }
 
     /// The rules a `define-kernel` prototype follows: a body, no result, no variadic tail,
     /// parameters a launch can pass (scalars and pointers).
-    fn kernel_prototype(&mut self, prototype: &Prototype<'_>, signature: &Signature, attributes: Attributes, has_body: bool) -> bool {
+    fn kernel_prototype(
+        &mut self,
+        prototype: &Prototype<'_>,
+        signature: &Signature,
+        attributes: Attributes,
+        has_body: bool,
+    ) -> bool {
         let gpu = |span: Span, message: String| Diagnostic::error(Kind::Gpu, message).with_label(span, "");
         let name = &prototype.name;
         if !has_body {
@@ -1106,11 +1459,20 @@ impl<'a> CellChecker<'a> {
             return false;
         }
         if attributes.inline {
-            self.error(gpu(prototype.name_span, format!("the kernel `{name}` cannot be inline: kernels are launched, not called")));
+            self.error(gpu(
+                prototype.name_span,
+                format!("the kernel `{name}` cannot be inline: kernels are launched, not called"),
+            ));
             return false;
         }
         if signature.ret != Ty::Void {
-            self.error(type_error(prototype.ret.span, format!("a kernel returns `void`, but `{name}` returns `{}`", signature.ret)).with_note("kernels write their results through pointers"));
+            self.error(
+                type_error(
+                    prototype.ret.span,
+                    format!("a kernel returns `void`, but `{name}` returns `{}`", signature.ret),
+                )
+                .with_note("kernels write their results through pointers"),
+            );
             return false;
         }
         if signature.variadic {
@@ -1120,7 +1482,13 @@ impl<'a> CellChecker<'a> {
         let mut ok = true;
         for ((param, _, ty_form), ty) in prototype.params.iter().zip(&signature.params) {
             if !ty.is_scalar() {
-                self.error(type_error(ty_form.span, format!("the kernel parameter `{param}` is `{ty}`, but kernels take scalars and pointers")).with_note("pass a (gpu-buf T) at the launch to a (ptr T) parameter"));
+                self.error(
+                    type_error(
+                        ty_form.span,
+                        format!("the kernel parameter `{param}` is `{ty}`, but kernels take scalars and pointers"),
+                    )
+                    .with_note("pass a (gpu-buf T) at the launch to a (ptr T) parameter"),
+                );
                 ok = false;
             }
         }
@@ -1132,15 +1500,23 @@ impl<'a> CellChecker<'a> {
     fn annotations(&mut self, prototype: &Prototype<'_>, signature: &Signature) -> Option<Vec<Option<Annotation>>> {
         let mut annotations = Vec::new();
         let mut ok = true;
-        for (((param, span, _), words), ty) in prototype.params.iter().zip(&prototype.annotations).zip(&signature.params) {
+        for (((param, span, _), words), ty) in
+            prototype.params.iter().zip(&prototype.annotations).zip(&signature.params)
+        {
             let annotation = match words {
                 [] => None,
                 [word] => Some(Annotation::Handle).filter(|_| word.symbol() == Some("handle")),
-                [direction, size] => direction.symbol().and_then(Direction::from_word).map(|direction| Annotation::Sized(direction, size.clone())),
+                [direction, size] => direction
+                    .symbol()
+                    .and_then(Direction::from_word)
+                    .map(|direction| Annotation::Sized(direction, size.clone())),
                 _ => None,
             };
             if !words.is_empty() && !ty.is_ptr() {
-                self.error(type_error(*span, format!("the annotated parameter `{param}` is `{ty}`, but annotations describe pointers")));
+                self.error(type_error(
+                    *span,
+                    format!("the annotated parameter `{param}` is `{ty}`, but annotations describe pointers"),
+                ));
                 ok = false;
             }
             if let Some(Annotation::Sized(_, size)) = &annotation {
@@ -1161,12 +1537,22 @@ impl<'a> CellChecker<'a> {
                 let index = prototype.params.iter().position(|(param, _, _)| param == name);
                 match index.and_then(|index| signature.params.get(index)) {
                     Some(ty) if ty.is_int() => Ok(()),
-                    Some(ty) => Err(type_error(size.span, format!("a size must be an integer, but `{name}` is `{ty}`"))),
-                    None => Err(Diagnostic::error(Kind::UnknownName, format!("`{name}` is not a parameter of `{}`", prototype.name)).with_label(size.span, "").with_note("a size is a literal, an integer parameter, or an expression over them like (mul m n)")),
+                    Some(ty) => {
+                        Err(type_error(size.span, format!("a size must be an integer, but `{name}` is `{ty}`")))
+                    }
+                    None => Err(Diagnostic::error(
+                        Kind::UnknownName,
+                        format!("`{name}` is not a parameter of `{}`", prototype.name),
+                    )
+                    .with_label(size.span, "")
+                    .with_note("a size is a literal, an integer parameter, or an expression over them like (mul m n)")),
                 }
             }
-            SexpKind::List(items) if items.first().and_then(Sexp::symbol).is_some() => items[1..].iter().try_for_each(|item| self.check_size_form(item, prototype, signature)),
-            _ => Err(syntax(size.span, format!("`{size}` is not a size")).with_note("a size is a literal, an integer parameter, or an expression over them like (mul m n)")),
+            SexpKind::List(items) if items.first().and_then(Sexp::symbol).is_some() => {
+                items[1..].iter().try_for_each(|item| self.check_size_form(item, prototype, signature))
+            }
+            _ => Err(syntax(size.span, format!("`{size}` is not a size"))
+                .with_note("a size is a literal, an integer parameter, or an expression over them like (mul m n)")),
         }
     }
 
@@ -1197,7 +1583,8 @@ impl<'a> CellChecker<'a> {
         let items = form.list()?;
         let prototype = parse_prototype(items.get(1)?).ok()?;
         // A cell's own definition, or a session function being re-checked after a change.
-        let entry = self.overlay.functions.get(&prototype.name).or_else(|| self.env.functions.get(&prototype.name))?.clone();
+        let entry =
+            self.overlay.functions.get(&prototype.name).or_else(|| self.env.functions.get(&prototype.name))?.clone();
         let FunctionKind::Defined(placeholder) = &entry.kind else { return None };
         let inline = placeholder.inline;
         let (kernel, annotations) = (placeholder.kernel, placeholder.annotations.clone());
@@ -1217,21 +1604,50 @@ impl<'a> CellChecker<'a> {
             (body, Vec::new(), falls_through)
         };
         let BodyChecker { locals, uses, mut warnings, ret, placement, .. } = body_checker;
-        if let (false, Some((device_span, device)), Some((host_span, host))) = (kernel, &placement.device_use, &placement.host_use) {
-            self.error(Diagnostic::error(Kind::Gpu, format!("`{}` uses {device}, so it is device code, and device code cannot use {host}", prototype.name))
+        if let (false, Some((device_span, device)), Some((host_span, host))) =
+            (kernel, &placement.device_use, &placement.host_use)
+        {
+            self.error(
+                Diagnostic::error(
+                    Kind::Gpu,
+                    format!(
+                        "`{}` uses {device}, so it is device code, and device code cannot use {host}",
+                        prototype.name
+                    ),
+                )
                 .with_label(*host_span, "host code")
                 .with_secondary(*device_span, "device code")
-                .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+                .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"),
+            );
         }
         if falls_through && ret != Ty::Void {
-            warnings.push(Diagnostic::warning(Kind::Type, format!("`{}` can reach its end without `(ret …)`; it then returns 0", prototype.name)).with_label(prototype.name_span, ""));
+            warnings.push(
+                Diagnostic::warning(
+                    Kind::Type,
+                    format!("`{}` can reach its end without `(ret …)`; it then returns 0", prototype.name),
+                )
+                .with_label(prototype.name_span, ""),
+            );
         }
         // Warnings about a body with errors would only be noise.
         if self.errors.len() == errors_before {
             self.cell.warnings.extend(warnings);
         }
         let placement = Placement { device_only: kernel || placement.device_use.is_some(), ..placement };
-        Some(FunctionDef { name: prototype.name, signature: entry.signature, locals, body, labels, inline, span: form.span, source: form.clone(), uses, kernel, annotations, placement })
+        Some(FunctionDef {
+            name: prototype.name,
+            signature: entry.signature,
+            locals,
+            body,
+            labels,
+            inline,
+            span: form.span,
+            source: form.clone(),
+            uses,
+            kernel,
+            annotations,
+            placement,
+        })
     }
 
     fn check_top_item(&mut self, form: &Sexp, entry_name: &str) -> Option<TopItem> {
@@ -1284,7 +1700,9 @@ impl<'a> CellChecker<'a> {
     fn is_device_function(&self, name: &str) -> bool {
         match self.cell.functions.iter().chain(&self.cell.recompiled).find(|function| function.name == name) {
             Some(function) => function.placement.device_only,
-            None => matches!(self.env.functions.get(name), Some(FunctionEntry { kind: FunctionKind::Defined(def), .. }) if def.placement.device_only),
+            None => {
+                matches!(self.env.functions.get(name), Some(FunctionEntry { kind: FunctionKind::Defined(def), .. }) if def.placement.device_only)
+            }
         }
     }
 
@@ -1309,7 +1727,8 @@ impl<'a> CellChecker<'a> {
             }
             let own = self.cell.functions.len();
             for (index, span, callee) in newly_device {
-                let function = if index < own { &mut self.cell.functions[index] } else { &mut self.cell.recompiled[index - own] };
+                let function =
+                    if index < own { &mut self.cell.functions[index] } else { &mut self.cell.recompiled[index - own] };
                 function.placement.device_only = true;
                 function.placement.device_use = Some((span, format!("the device function `{callee}`")));
             }
@@ -1326,32 +1745,75 @@ impl<'a> CellChecker<'a> {
         let mut errors = Vec::new();
         for function in self.cell.functions.iter().chain(&self.cell.recompiled) {
             let placement = &function.placement;
-            let propagated = placement.device_use.as_ref().is_some_and(|(_, what)| what.starts_with("the device function"));
-            if let (false, true, Some((device_span, device)), Some((host_span, host))) = (function.kernel, propagated, &placement.device_use, &placement.host_use) {
-                errors.push(Diagnostic::error(Kind::Gpu, format!("`{}` calls {device}, so it is device code, and device code cannot use {host}", function.name))
+            let propagated =
+                placement.device_use.as_ref().is_some_and(|(_, what)| what.starts_with("the device function"));
+            if let (false, true, Some((device_span, device)), Some((host_span, host))) =
+                (function.kernel, propagated, &placement.device_use, &placement.host_use)
+            {
+                errors.push(
+                    Diagnostic::error(
+                        Kind::Gpu,
+                        format!(
+                            "`{}` calls {device}, so it is device code, and device code cannot use {host}",
+                            function.name
+                        ),
+                    )
                     .with_label(*host_span, "host code")
                     .with_secondary(*device_span, "device code")
-                    .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+                    .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"),
+                );
             }
         }
         for item in &self.cell.top {
             if let Some((span, callee)) = first_call(&item.function.body, &|name| self.is_device_function(name)) {
-                errors.push(Diagnostic::error(Kind::Gpu, format!("`{callee}` is device code: host code cannot call it")).with_label(span, "").with_note("call it from a kernel, and launch the kernel"));
+                errors.push(
+                    Diagnostic::error(Kind::Gpu, format!("`{callee}` is device code: host code cannot call it"))
+                        .with_label(span, "")
+                        .with_note("call it from a kernel, and launch the kernel"),
+                );
             }
         }
-        let roots: Vec<&FunctionDef> = self.cell.functions.iter().chain(&self.cell.recompiled).filter(|function| function.placement.device_only && !function.inline).collect();
-        let launches: Vec<(String, Span)> = self.cell.functions.iter().chain(&self.cell.recompiled).map(|function| &function.body).chain(self.cell.top.iter().map(|item| &item.function.body)).flat_map(|body| launch_targets(body)).collect();
+        let roots: Vec<&FunctionDef> = self
+            .cell
+            .functions
+            .iter()
+            .chain(&self.cell.recompiled)
+            .filter(|function| function.placement.device_only && !function.inline)
+            .collect();
+        let launches: Vec<(String, Span)> = self
+            .cell
+            .functions
+            .iter()
+            .chain(&self.cell.recompiled)
+            .map(|function| &function.body)
+            .chain(self.cell.top.iter().map(|item| &item.function.body))
+            .flat_map(|body| launch_targets(body))
+            .collect();
         if errors.is_empty() && (!roots.is_empty() || !launches.is_empty()) {
-            let here: HashMap<String, Rc<FunctionDef>> = self.cell.functions.iter().chain(&self.cell.recompiled).map(|function| (function.name.clone(), Rc::new(function.clone()))).collect();
+            let here: HashMap<String, Rc<FunctionDef>> = self
+                .cell
+                .functions
+                .iter()
+                .chain(&self.cell.recompiled)
+                .map(|function| (function.name.clone(), Rc::new(function.clone())))
+                .collect();
             let lookup = |name: &str| here.get(name).cloned().or_else(|| defined(self.env, name));
             for root in roots {
                 if let Some(problem) = device_problem(root, &lookup) {
-                    errors.push(Diagnostic::error(Kind::Gpu, format!("`{}` is device code, but {problem}", root.name)).with_label(root.span, "").with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+                    errors.push(
+                        Diagnostic::error(Kind::Gpu, format!("`{}` is device code, but {problem}", root.name))
+                            .with_label(root.span, "")
+                            .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"),
+                    );
                 }
             }
             for (kernel, span) in launches {
                 if let Some(problem) = lookup(&kernel).and_then(|root| device_problem(&root, &lookup)) {
-                    errors.push(Diagnostic::error(Kind::Gpu, format!("`{kernel}` cannot run on the GPU: {problem}")).with_label(span, "").with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+                    errors.push(
+                        Diagnostic::error(Kind::Gpu, format!("`{kernel}` cannot run on the GPU: {problem}"))
+                            .with_label(span, "")
+                            .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"),
+                    );
                 }
             }
         }
@@ -1369,7 +1831,13 @@ impl<'a> CellChecker<'a> {
             if self.cell.inline_bodies.contains_key(&name) {
                 continue;
             }
-            let here = self.cell.functions.iter().chain(&self.cell.recompiled).find(|function| function.name == name).map(|function| Rc::new(function.clone()));
+            let here = self
+                .cell
+                .functions
+                .iter()
+                .chain(&self.cell.recompiled)
+                .find(|function| function.name == name)
+                .map(|function| Rc::new(function.clone()));
             let body = here.or_else(|| match self.env.functions.get(&name) {
                 Some(FunctionEntry { kind: FunctionKind::Defined(def), .. }) => Some(def.clone()),
                 _ => None,
@@ -1397,7 +1865,9 @@ impl<'a> CellChecker<'a> {
                     changed.insert(format!("fn:{}", function.name));
                 }
                 // Callers of a function that moved to the GPU (or back) must be checked again.
-                Some(FunctionEntry { kind: FunctionKind::Defined(old), .. }) if old.placement.device_only != function.placement.device_only || old.kernel != function.kernel => {
+                Some(FunctionEntry { kind: FunctionKind::Defined(old), .. })
+                    if old.placement.device_only != function.placement.device_only || old.kernel != function.kernel =>
+                {
                     changed.insert(format!("fn:{}", function.name));
                 }
                 Some(FunctionEntry { kind: FunctionKind::Defined(old), .. }) if old.inline || function.inline => {
@@ -1436,7 +1906,11 @@ impl<'a> CellChecker<'a> {
                 .iter()
                 .filter(|(name, _)| !self.overlay.defined_here.contains_key(*name) && !done.contains(*name))
                 .filter_map(|(name, entry)| match &entry.kind {
-                    FunctionKind::Defined(def) if entry.invalidated.is_none() && def.uses.iter().any(|used| changed.contains(used)) => Some((name.clone(), def.clone())),
+                    FunctionKind::Defined(def)
+                        if entry.invalidated.is_none() && def.uses.iter().any(|used| changed.contains(used)) =>
+                    {
+                        Some((name.clone(), def.clone()))
+                    }
                     _ => None,
                 })
                 .collect();
@@ -1459,7 +1933,8 @@ impl<'a> CellChecker<'a> {
             Ty::Arr(_, element) => self.layout_changes_here(element, depth + 1),
             Ty::Struct(name) => {
                 let here = self.overlay.structs.get(&**name);
-                let changed = here.is_some_and(|entry| self.env.structs.get(&**name).is_some_and(|old| old.fields != entry.fields));
+                let changed = here
+                    .is_some_and(|entry| self.env.structs.get(&**name).is_some_and(|old| old.fields != entry.fields));
                 let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
                 changed || fields.iter().any(|(_, field)| self.layout_changes_here(field, depth + 1))
             }
@@ -1471,7 +1946,13 @@ impl<'a> CellChecker<'a> {
     /// and of every global that does: such structs are defined again in this cell (same fields,
     /// new layout), and such globals are made again, zeroed, since their storage no longer fits.
     fn relayout_containers(&mut self, changed: &mut BTreeSet<String>) {
-        let mut changed_structs: Vec<(String, Span)> = self.cell.structs.iter().filter(|structure| changed.contains(&format!("struct:{}", structure.name))).map(|structure| (structure.name.clone(), structure.span)).collect();
+        let mut changed_structs: Vec<(String, Span)> = self
+            .cell
+            .structs
+            .iter()
+            .filter(|structure| changed.contains(&format!("struct:{}", structure.name)))
+            .map(|structure| (structure.name.clone(), structure.span))
+            .collect();
         if changed_structs.is_empty() {
             return;
         }
@@ -1484,7 +1965,10 @@ impl<'a> CellChecker<'a> {
                     continue;
                 }
                 let fields = entry.fields.clone().unwrap_or_default();
-                let cause = changed_structs.iter().find(|(inner, _)| fields.iter().any(|(_, ty)| holds_by_value(ty, inner))).cloned();
+                let cause = changed_structs
+                    .iter()
+                    .find(|(inner, _)| fields.iter().any(|(_, ty)| holds_by_value(ty, inner)))
+                    .cloned();
                 if let Some((_, span)) = cause {
                     self.cell.structs.push(StructDef { name: (*name).clone(), fields: entry.fields.clone(), span });
                     changed.insert(format!("struct:{name}"));
@@ -1496,12 +1980,22 @@ impl<'a> CellChecker<'a> {
                 break;
             }
         }
-        let mut globals: Vec<(&String, &GlobalEntry)> = self.env.globals.iter().filter(|(name, _)| !self.overlay.globals.contains_key(*name)).collect();
+        let mut globals: Vec<(&String, &GlobalEntry)> =
+            self.env.globals.iter().filter(|(name, _)| !self.overlay.globals.contains_key(*name)).collect();
         globals.sort_by(|a, b| a.0.cmp(b.0));
         for (name, global) in globals {
-            let Some((inner, span)) = changed_structs.iter().find(|(inner, _)| holds_by_value(&global.ty, inner)) else { continue };
+            let Some((inner, span)) = changed_structs.iter().find(|(inner, _)| holds_by_value(&global.ty, inner))
+            else {
+                continue;
+            };
             self.cell.warnings.push(Diagnostic::warning(Kind::Type, format!("the global `{name}` holds a `(struct {inner})`, whose layout changed: it is made again, zeroed")).with_label(*span, ""));
-            self.cell.globals.push(GlobalDef { name: name.clone(), ty: global.ty.clone(), init: Some(Constant::Zero), span: *span, space: global.space });
+            self.cell.globals.push(GlobalDef {
+                name: name.clone(),
+                ty: global.ty.clone(),
+                init: Some(Constant::Zero),
+                span: *span,
+                space: global.space,
+            });
             changed.insert(format!("global:{name}"));
         }
     }
@@ -1510,11 +2004,19 @@ impl<'a> CellChecker<'a> {
     /// type-checks, invalidated (with a warning at the call sites) otherwise.
     /// `broken_inline` maps the inline functions invalidated so far (`fn:NAME`) to the name
     /// whose redefinition caused it.
-    fn recheck_dependent(&mut self, name: String, def: &Rc<FunctionDef>, cell_label: &str, changed: &mut BTreeSet<String>, broken_inline: &mut HashMap<String, String>) {
+    fn recheck_dependent(
+        &mut self,
+        name: String,
+        def: &Rc<FunctionDef>,
+        cell_label: &str,
+        changed: &mut BTreeSet<String>,
+        broken_inline: &mut HashMap<String, String>,
+    ) {
         let cause_of = |used: &String| used.split_once(':').map_or(used.as_str(), |(_, name)| name).to_string();
         // A caller of an inline function that was just invalidated holds a copy of a body that
         // no longer type-checks: (the inline function, the root cause).
-        let inlined_broken = def.uses.iter().find_map(|used| broken_inline.get(used).map(|root| (cause_of(used), root.clone())));
+        let inlined_broken =
+            def.uses.iter().find_map(|used| broken_inline.get(used).map(|root| (cause_of(used), root.clone())));
         let errors_before = self.errors.len();
         let rechecked = if inlined_broken.is_some() { None } else { self.check_function(&def.source) };
         let new_errors: Vec<Diagnostic> = self.errors.drain(errors_before..).collect();
@@ -1528,17 +2030,26 @@ impl<'a> CellChecker<'a> {
             _ => {
                 let cause = match &inlined_broken {
                     Some((_, root)) => root.clone(),
-                    None => changed.iter().find(|used| def.uses.contains(*used)).map(cause_of).unwrap_or_else(|| "a definition".to_string()),
+                    None => changed
+                        .iter()
+                        .find(|used| def.uses.contains(*used))
+                        .map(cause_of)
+                        .unwrap_or_else(|| "a definition".to_string()),
                 };
                 let headline = match &inlined_broken {
                     Some((inlined, _)) => format!("`{name}` inlines `{inlined}`, which the redefinition of `{cause}` invalidated, and is invalidated too"),
                     None => format!("`{name}` no longer type-checks after the redefinition of `{cause}` and is invalidated"),
                 };
-                let mut warning = Diagnostic::warning(Kind::Type, headline).with_note(format!("redefine `{name}` to use it again"));
+                let mut warning =
+                    Diagnostic::warning(Kind::Type, headline).with_note(format!("redefine `{name}` to use it again"));
                 // Point at the call sites that no longer check, the first one primary.
                 for (index, error) in new_errors.iter().take(3).enumerate() {
                     if let Some(label) = error.labels.first() {
-                        warning = if index == 0 { warning.with_label(label.span, error.message.clone()) } else { warning.with_secondary(label.span, error.message.clone()) };
+                        warning = if index == 0 {
+                            warning.with_label(label.span, error.message.clone())
+                        } else {
+                            warning.with_secondary(label.span, error.message.clone())
+                        };
                     }
                 }
                 if new_errors.is_empty() {
@@ -1549,7 +2060,11 @@ impl<'a> CellChecker<'a> {
                     changed.insert(format!("fn:{name}"));
                 }
                 self.cell.warnings.push(warning);
-                self.cell.invalidated.push(Invalidation { name, message: format!("`{cause}` (cell {cell_label})"), span: def.span });
+                self.cell.invalidated.push(Invalidation {
+                    name,
+                    message: format!("`{cause}` (cell {cell_label})"),
+                    span: def.span,
+                });
             }
         }
     }
@@ -1592,15 +2107,40 @@ fn visit_expr(expr: &Expr, visit: &mut dyn FnMut(&Expr)) {
 
 fn expr_children(expr: &Expr) -> Vec<&Expr> {
     match &expr.kind {
-        ExprKind::Set(_, a) | ExprKind::Not(a) | ExprKind::FNeg(a) | ExprKind::Load(a) | ExprKind::FieldPtr(a, _) | ExprKind::Alloc(_, a) | ExprKind::SessionAlloc(_, a) | ExprKind::Extract(a, _) | ExprKind::Cast(_, a) => vec![a.as_ref()],
-        ExprKind::Binary(_, a, b) | ExprKind::Store(a, b) | ExprKind::PtrAdd(a, b) | ExprKind::ElemPtr(a, b) | ExprKind::Insert(a, b, _) => vec![a.as_ref(), b.as_ref()],
+        ExprKind::Set(_, a)
+        | ExprKind::Not(a)
+        | ExprKind::FNeg(a)
+        | ExprKind::Load(a)
+        | ExprKind::FieldPtr(a, _)
+        | ExprKind::Alloc(_, a)
+        | ExprKind::SessionAlloc(_, a)
+        | ExprKind::Extract(a, _)
+        | ExprKind::Cast(_, a) => vec![a.as_ref()],
+        ExprKind::Binary(_, a, b)
+        | ExprKind::Store(a, b)
+        | ExprKind::PtrAdd(a, b)
+        | ExprKind::ElemPtr(a, b)
+        | ExprKind::Insert(a, b, _) => vec![a.as_ref(), b.as_ref()],
         ExprKind::Select(a, b, c) => vec![a.as_ref(), b.as_ref(), c.as_ref()],
         ExprKind::GepPath(pointer, indices) => std::iter::once(pointer.as_ref()).chain(indices.iter()).collect(),
         ExprKind::Call { args, .. } | ExprKind::Asm { args, .. } => args.iter().collect(),
         ExprKind::GpuAlloc(_, a) | ExprKind::GpuFree(a) | ExprKind::GpuLen(a) => vec![a.as_ref()],
         ExprKind::GpuCopy(_, a, b, c) => vec![a.as_ref(), b.as_ref(), c.as_ref()],
-        ExprKind::Launch(launch) => launch.grid.iter().chain(&launch.block).chain(launch.args.iter().flat_map(|arg| std::iter::once(&arg.value).chain(arg.count.as_ref()))).collect(),
-        ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) | ExprKind::Read(_) | ExprKind::AddressOf(_) | ExprKind::Zero | ExprKind::GpuIndex(..) | ExprKind::Barrier => Vec::new(),
+        ExprKind::Launch(launch) => launch
+            .grid
+            .iter()
+            .chain(&launch.block)
+            .chain(launch.args.iter().flat_map(|arg| std::iter::once(&arg.value).chain(arg.count.as_ref())))
+            .collect(),
+        ExprKind::Int(_)
+        | ExprKind::Float(_)
+        | ExprKind::Bool(_)
+        | ExprKind::Str(_)
+        | ExprKind::Read(_)
+        | ExprKind::AddressOf(_)
+        | ExprKind::Zero
+        | ExprKind::GpuIndex(..)
+        | ExprKind::Barrier => Vec::new(),
     }
 }
 
@@ -1637,7 +2177,10 @@ pub(crate) fn defined(env: &Env, name: &str) -> Option<Rc<FunctionDef>> {
 }
 
 /// The session functions `root` calls, transitively, itself first: its device code.
-pub(crate) fn device_members(root: &Rc<FunctionDef>, lookup: &dyn Fn(&str) -> Option<Rc<FunctionDef>>) -> Vec<Rc<FunctionDef>> {
+pub(crate) fn device_members(
+    root: &Rc<FunctionDef>,
+    lookup: &dyn Fn(&str) -> Option<Rc<FunctionDef>>,
+) -> Vec<Rc<FunctionDef>> {
     let mut members = vec![root.clone()];
     let mut seen = BTreeSet::from([root.name.clone()]);
     let mut index = 0;
@@ -1662,7 +2205,8 @@ pub(crate) fn device_problem(root: &FunctionDef, lookup: &dyn Fn(&str) -> Option
     let root = Rc::new(root.clone());
     let members = device_members(&root, lookup);
     for member in &members {
-        let whose = if member.name == root.name { "it".to_string() } else { format!("`{}`, which it calls,", member.name) };
+        let whose =
+            if member.name == root.name { "it".to_string() } else { format!("`{}`, which it calls,", member.name) };
         if let Some((_, what)) = &member.placement.host_use {
             return Some(format!("{whose} uses {what}"));
         }
@@ -1689,7 +2233,9 @@ fn always_returns(body: &[Stmt]) -> bool {
     body.iter().any(|stmt| match stmt {
         Stmt::Ret(_) => true,
         Stmt::Block(inner) => always_returns(inner),
-        Stmt::If(_, then, Some(otherwise)) => always_returns(std::slice::from_ref(then)) && always_returns(std::slice::from_ref(otherwise)),
+        Stmt::If(_, then, Some(otherwise)) => {
+            always_returns(std::slice::from_ref(then)) && always_returns(std::slice::from_ref(otherwise))
+        }
         // `(while #t …)` without `break` never falls through.
         Stmt::While(Expr { kind: ExprKind::Bool(true), .. }, body) => !contains_break(body),
         _ => false,
@@ -1700,7 +2246,10 @@ fn contains_break(body: &[Stmt]) -> bool {
     body.iter().any(|stmt| match stmt {
         Stmt::Break => true,
         Stmt::Block(inner) => contains_break(inner),
-        Stmt::If(_, then, otherwise) => contains_break(std::slice::from_ref(then)) || otherwise.as_ref().is_some_and(|otherwise| contains_break(std::slice::from_ref(otherwise))),
+        Stmt::If(_, then, otherwise) => {
+            contains_break(std::slice::from_ref(then))
+                || otherwise.as_ref().is_some_and(|otherwise| contains_break(std::slice::from_ref(otherwise)))
+        }
         _ => false,
     })
 }
@@ -1715,11 +2264,22 @@ fn holds_by_value(ty: &Ty, name: &str) -> bool {
 }
 
 /// The diagnostic for an intrinsic declaration LLVM rejects.
-fn intrinsic_error(name: &str, link: &str, signature: &Signature, error: crate::codegen::IntrinsicError, span: Span) -> Diagnostic {
+fn intrinsic_error(
+    name: &str,
+    link: &str,
+    signature: &Signature,
+    error: crate::codegen::IntrinsicError,
+    span: Span,
+) -> Diagnostic {
     match error {
-        crate::codegen::IntrinsicError::Unknown => Diagnostic::error(Kind::UnknownName, format!("LLVM has no intrinsic named `{name}`")).with_label(span, "").with_note("names starting with `llvm.` are LLVM intrinsics"),
+        crate::codegen::IntrinsicError::Unknown => {
+            Diagnostic::error(Kind::UnknownName, format!("LLVM has no intrinsic named `{name}`"))
+                .with_label(span, "")
+                .with_note("names starting with `llvm.` are LLVM intrinsics")
+        }
         crate::codegen::IntrinsicError::Signature { message, expected_name } => {
-            let mut error = type_error(span, format!("the intrinsic `{name}` has no signature `{signature}`")).with_note(format!("LLVM: {message}"));
+            let mut error = type_error(span, format!("the intrinsic `{name}` has no signature `{signature}`"))
+                .with_note(format!("LLVM: {message}"));
             if let Some(expected) = expected_name.filter(|expected| expected != link) {
                 error = error.with_note(format!("for these types LLVM names it `{expected}`"));
             }
@@ -1733,27 +2293,127 @@ fn intrinsic_error(name: &str, link: &str, signature: &Signature, error: crate::
 /// features the CPU lacks), so calls are limited to families that always lower on x86-64.
 const HOST_INTRINSICS: &[&str] = &[
     // Floating point.
-    "sqrt", "powi", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "pow", "exp", "exp2", "exp10", "log", "log10", "log2",
-    "fma", "fmuladd", "fabs", "minnum", "maxnum", "minimum", "maximum", "copysign", "floor", "ceil", "trunc", "rint", "nearbyint", "round", "roundeven",
-    "lround", "llround", "lrint", "llrint", "ldexp", "is.fpclass", "canonicalize", "fptosi.sat", "fptoui.sat",
+    "sqrt",
+    "powi",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "sinh",
+    "cosh",
+    "tanh",
+    "pow",
+    "exp",
+    "exp2",
+    "exp10",
+    "log",
+    "log10",
+    "log2",
+    "fma",
+    "fmuladd",
+    "fabs",
+    "minnum",
+    "maxnum",
+    "minimum",
+    "maximum",
+    "copysign",
+    "floor",
+    "ceil",
+    "trunc",
+    "rint",
+    "nearbyint",
+    "round",
+    "roundeven",
+    "lround",
+    "llround",
+    "lrint",
+    "llrint",
+    "ldexp",
+    "is.fpclass",
+    "canonicalize",
+    "fptosi.sat",
+    "fptoui.sat",
     // Integers and bits.
-    "bitreverse", "bswap", "ctpop", "ctlz", "cttz", "fshl", "fshr", "abs", "smax", "smin", "umax", "umin", "scmp", "ucmp",
-    "sadd.with.overflow", "uadd.with.overflow", "ssub.with.overflow", "usub.with.overflow", "smul.with.overflow", "umul.with.overflow",
-    "sadd.sat", "uadd.sat", "ssub.sat", "usub.sat", "sshl.sat", "ushl.sat",
+    "bitreverse",
+    "bswap",
+    "ctpop",
+    "ctlz",
+    "cttz",
+    "fshl",
+    "fshr",
+    "abs",
+    "smax",
+    "smin",
+    "umax",
+    "umin",
+    "scmp",
+    "ucmp",
+    "sadd.with.overflow",
+    "uadd.with.overflow",
+    "ssub.with.overflow",
+    "usub.with.overflow",
+    "smul.with.overflow",
+    "umul.with.overflow",
+    "sadd.sat",
+    "uadd.sat",
+    "ssub.sat",
+    "usub.sat",
+    "sshl.sat",
+    "ushl.sat",
     // Memory and the machine.
-    "memcpy", "memcpy.inline", "memmove", "memset", "memset.inline", "prefetch", "ptrmask", "stacksave", "stackrestore",
-    "trap", "debugtrap", "ubsantrap", "assume", "expect", "expect.with.probability", "readcyclecounter", "donothing", "sideeffect",
+    "memcpy",
+    "memcpy.inline",
+    "memmove",
+    "memset",
+    "memset.inline",
+    "prefetch",
+    "ptrmask",
+    "stacksave",
+    "stackrestore",
+    "trap",
+    "debugtrap",
+    "ubsantrap",
+    "assume",
+    "expect",
+    "expect.with.probability",
+    "readcyclecounter",
+    "donothing",
+    "sideeffect",
 ];
 
 /// Whether host code may call the intrinsic `name` (see `HOST_INTRINSICS`).
 fn host_intrinsic(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("llvm.") else { return false };
-    HOST_INTRINSICS.iter().any(|family| rest == *family || rest.strip_prefix(family).is_some_and(|tail| tail.starts_with('.')))
+    HOST_INTRINSICS
+        .iter()
+        .any(|family| rest == *family || rest.strip_prefix(family).is_some_and(|tail| tail.starts_with('.')))
 }
 
 /// Intrinsics of targets other than the host's: LLVM cannot compile them for the CPU.
 fn device_only_intrinsic(name: &str) -> bool {
-    const PREFIXES: &[&str] = &["nvvm", "amdgcn", "r600", "aarch64", "arm", "ppc", "mips", "riscv", "wasm", "hexagon", "s390", "bpf", "loongarch", "spv", "dx", "ve", "xcore", "nvptx"];
+    const PREFIXES: &[&str] = &[
+        "nvvm",
+        "amdgcn",
+        "r600",
+        "aarch64",
+        "arm",
+        "ppc",
+        "mips",
+        "riscv",
+        "wasm",
+        "hexagon",
+        "s390",
+        "bpf",
+        "loongarch",
+        "spv",
+        "dx",
+        "ve",
+        "xcore",
+        "nvptx",
+    ];
     name.strip_prefix("llvm.").and_then(|rest| rest.split('.').next()).is_some_and(|target| PREFIXES.contains(&target))
 }
 
@@ -1783,7 +2443,10 @@ fn is_statement_form(form: &Sexp) -> bool {
     match form.list() {
         Some([]) => true,
         Some([first, ..]) if first.list().is_some() => true,
-        _ => matches!(form.head(), Some("declare" | "declare-global" | "if" | "while" | "for" | "ret" | "break" | "continue")),
+        _ => matches!(
+            form.head(),
+            Some("declare" | "declare-global" | "if" | "while" | "for" | "ret" | "break" | "continue")
+        ),
     }
 }
 
@@ -1805,12 +2468,17 @@ pub(crate) fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic>
         (SexpKind::Int(value), Ty::Double) => make(ExprKind::Float(*value as f64)),
         (SexpKind::Float(value), Ty::Float) => {
             if value.is_finite() && (*value as f32).is_infinite() {
-                return Err(type_error(span, format!("{value:e} is out of range for `float` (at most {:e} in magnitude)", f32::MAX)).with_note("write (double …) for a double"));
+                return Err(type_error(
+                    span,
+                    format!("{value:e} is out of range for `float` (at most {:e} in magnitude)", f32::MAX),
+                )
+                .with_note("write (double …) for a double"));
             }
             make(ExprKind::Float(*value as f32 as f64))
         }
         (SexpKind::Float(value), Ty::Double) => make(ExprKind::Float(*value)),
-        (SexpKind::Float(_), Ty::Int(_)) => Err(type_error(span, format!("a float literal cannot be `{ty}`")).with_note(format!("convert with (fptosi e {ty})"))),
+        (SexpKind::Float(_), Ty::Int(_)) => Err(type_error(span, format!("a float literal cannot be `{ty}`"))
+            .with_note(format!("convert with (fptosi e {ty})"))),
         _ => Err(type_error(span, format!("`{literal}` is not a literal of type `{ty}`"))),
     }
 }
@@ -1840,7 +2508,22 @@ pub(crate) struct BodyChecker<'c, 'a> {
 
 impl<'c, 'a> BodyChecker<'c, 'a> {
     fn new(cell: &'c mut CellChecker<'a>, name: String, ret: Ty, top_level: bool) -> Self {
-        BodyChecker { cell, name, ret, top_level, locals: Vec::new(), scopes: vec![HashMap::new()], loop_depth: 0, uses: BTreeSet::new(), warnings: Vec::new(), reported_unknown: BTreeSet::new(), nesting: 0, reported_nesting: false, kernel: false, placement: Placement::default() }
+        BodyChecker {
+            cell,
+            name,
+            ret,
+            top_level,
+            locals: Vec::new(),
+            scopes: vec![HashMap::new()],
+            loop_depth: 0,
+            uses: BTreeSet::new(),
+            warnings: Vec::new(),
+            reported_unknown: BTreeSet::new(),
+            nesting: 0,
+            reported_nesting: false,
+            kernel: false,
+            placement: Placement::default(),
+        }
     }
 
     pub fn error(&mut self, diagnostic: Diagnostic) {
@@ -1850,7 +2533,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     pub fn declare_local(&mut self, name: &str, ty: Ty, span: Span) -> Option<usize> {
         let scope = self.scopes.last_mut().expect("a body always has its outermost scope");
         if scope.contains_key(name) {
-            self.cell.error(Diagnostic::error(Kind::DuplicateName, format!("`{name}` is already declared in this scope")).with_label(span, "").with_note("an inner block may shadow it: wrap the code in a compound statement ((…))"));
+            self.cell.error(
+                Diagnostic::error(Kind::DuplicateName, format!("`{name}` is already declared in this scope"))
+                    .with_label(span, "")
+                    .with_note("an inner block may shadow it: wrap the code in a compound statement ((…))"),
+            );
             return None;
         }
         let index = self.locals.len();
@@ -1875,7 +2562,8 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let found = self.lookup_variable(name);
         // One report per unknown name and body is enough.
         if found.is_none() && self.reported_unknown.insert(name.to_string()) {
-            let mut error = Diagnostic::error(Kind::UnknownName, format!("no variable named `{name}`")).with_label(span, "");
+            let mut error =
+                Diagnostic::error(Kind::UnknownName, format!("no variable named `{name}`")).with_label(span, "");
             if self.cell.lookup_function(name).is_some() {
                 error = error.with_note(format!("`{name}` is a function: call it with (call {name} …)"));
             }
@@ -1910,7 +2598,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     /// The field types of a struct (empty for an opaque or unknown one).
     pub fn struct_fields(&mut self, name: &str) -> Vec<Ty> {
         self.uses.insert(format!("struct:{name}"));
-        self.cell.lookup_struct(name).and_then(|entry| entry.fields.as_ref()).map(|fields| fields.iter().map(|(_, ty)| ty.clone()).collect()).unwrap_or_default()
+        self.cell
+            .lookup_struct(name)
+            .and_then(|entry| entry.fields.as_ref())
+            .map(|fields| fields.iter().map(|(_, ty)| ty.clone()).collect())
+            .unwrap_or_default()
     }
 
     pub fn ty(&mut self, form: &Sexp) -> Option<Ty> {
@@ -1934,7 +2626,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     fn nested<T>(&mut self, form: &Sexp, check: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
         if self.nesting >= MAX_NESTING {
             if !std::mem::replace(&mut self.reported_nesting, true) {
-                self.error(Diagnostic::error(Kind::Limit, format!("this form nests more than {MAX_NESTING} levels deep")).with_label(form.span, "").with_note("compute parts into variables first"));
+                self.error(
+                    Diagnostic::error(Kind::Limit, format!("this form nests more than {MAX_NESTING} levels deep"))
+                        .with_label(form.span, "")
+                        .with_note("compute parts into variables first"),
+                );
             }
             return None;
         }
@@ -2005,7 +2701,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return None;
         }
-        if !self.cell.require_sized(&ty, items[2].span, "a variable") || !self.cell.require_size(&ty, items[2].span, "a local variable", MAX_LOCAL_BYTES) {
+        if !self.cell.require_sized(&ty, items[2].span, "a variable")
+            || !self.cell.require_size(&ty, items[2].span, "a local variable", MAX_LOCAL_BYTES)
+        {
             return None;
         }
         self.declare_local(name, ty, items[1].span).map(Stmt::Declare)
@@ -2015,8 +2713,15 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     fn check_condition(&mut self, statement: &str, form: &Sexp) -> Option<Expr> {
         let cond = self.check_expr(form)?;
         if cond.ty != Ty::Bool {
-            let hint = if cond.ty.is_ptr() { "compare explicitly, e.g. (ne p (inttoptr 0 (ptr T)))" } else { "compare explicitly, e.g. (ne x 0); write #t for an endless loop" };
-            self.error(type_error(form.span, format!("the condition of `{statement}` must be `bool`, found `{}`", cond.ty)).with_note(hint));
+            let hint = if cond.ty.is_ptr() {
+                "compare explicitly, e.g. (ne p (inttoptr 0 (ptr T)))"
+            } else {
+                "compare explicitly, e.g. (ne x 0); write #t for an endless loop"
+            };
+            self.error(
+                type_error(form.span, format!("the condition of `{statement}` must be `bool`, found `{}`", cond.ty))
+                    .with_note(hint),
+            );
             return None;
         }
         Some(cond)
@@ -2024,7 +2729,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
 
     fn check_if(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Stmt> {
         if !(3..=4).contains(&items.len()) {
-            self.error(arity(form.span, "`if` is `(if COND THEN [ELSE])`, one statement per branch").with_note("several statements need a compound: (if c ((call f) (call g)))"));
+            self.error(
+                arity(form.span, "`if` is `(if COND THEN [ELSE])`, one statement per branch")
+                    .with_note("several statements need a compound: (if c ((call f) (call g)))"),
+            );
             return None;
         }
         let cond = self.check_condition("if", &items[1]);
@@ -2041,11 +2749,21 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     fn check_for(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Stmt> {
         let header = items.get(1).and_then(Sexp::list);
         let Some([init, cond, step]) = header else {
-            self.error(syntax(items.get(1).map_or(form.span, |header| header.span), "a `for` header is `(INIT COND STEP)`: exactly three expressions").with_note("for example (for ((set i 0) (lt i n) (set i (add i 1))) …)"));
+            self.error(
+                syntax(
+                    items.get(1).map_or(form.span, |header| header.span),
+                    "a `for` header is `(INIT COND STEP)`: exactly three expressions",
+                )
+                .with_note("for example (for ((set i 0) (lt i n) (set i (add i 1))) …)"),
+            );
             return None;
         };
         let optional = |this: &mut Self, form: &Sexp| -> Option<Option<Expr>> {
-            if matches!(form.list(), Some([])) { Some(None) } else { this.check_expr(form).map(Some) }
+            if matches!(form.list(), Some([])) {
+                Some(None)
+            } else {
+                this.check_expr(form).map(Some)
+            }
         };
         let init = optional(self, init);
         let cond = self.check_condition("for", cond);
@@ -2066,7 +2784,13 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 if self.ret != Ty::Void {
                     let name = self.name.clone();
                     let ret = self.ret.clone();
-                    self.warnings.push(Diagnostic::warning(Kind::Type, format!("`(ret)` in `{name}`, which returns `{ret}`: it returns 0")).with_label(form.span, ""));
+                    self.warnings.push(
+                        Diagnostic::warning(
+                            Kind::Type,
+                            format!("`(ret)` in `{name}`, which returns `{ret}`: it returns 0"),
+                        )
+                        .with_label(form.span, ""),
+                    );
                     return Some(Stmt::Ret(Some(Expr { kind: ExprKind::Zero, ty: ret, span: form.span })));
                 }
                 Some(Stmt::Ret(None))
@@ -2075,11 +2799,17 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 let ret = self.ret.clone();
                 let value = self.check_expr_expecting(value, &ret)?;
                 if self.ret == Ty::Void {
-                    self.error(type_error(form.span, format!("`{}` returns `void`, so `ret` takes no value", self.name)));
+                    self.error(type_error(
+                        form.span,
+                        format!("`{}` returns `void`, so `ret` takes no value", self.name),
+                    ));
                     return None;
                 }
                 if value.ty != self.ret {
-                    self.error(type_error(value.span, format!("`{}` returns `{}`, found `{}`", self.name, self.ret, value.ty)).with_note(cast_note(&value.ty, &self.ret)));
+                    self.error(
+                        type_error(value.span, format!("`{}` returns `{}`, found `{}`", self.name, self.ret, value.ty))
+                            .with_note(cast_note(&value.ty, &self.ret)),
+                    );
                     return None;
                 }
                 Some(Stmt::Ret(Some(value)))
@@ -2123,11 +2853,20 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 None
             }
             SexpKind::Quasiquote(_) => {
-                self.error(syntax(span, "a backquote left in C-Lisp code").with_note("C-Lisp code is already quasiquoted; backquotes pass templates to Rhai"));
+                self.error(
+                    syntax(span, "a backquote left in C-Lisp code")
+                        .with_note("C-Lisp code is already quasiquoted; backquotes pass templates to Rhai"),
+                );
                 None
             }
             SexpKind::Unquote(_) | SexpKind::UnquoteSplicing(_) => {
-                self.error(Diagnostic::error(Kind::Macro, "unquotes need the Rhai staging support, which this build does not have yet").with_label(span, ""));
+                self.error(
+                    Diagnostic::error(
+                        Kind::Macro,
+                        "unquotes need the Rhai staging support, which this build does not have yet",
+                    )
+                    .with_label(span, ""),
+                );
                 None
             }
             SexpKind::List(items) => self.check_list(form, items),
@@ -2178,28 +2917,46 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 None
             }
             "ptr" | "arr" | "struct" | "void" | "gpu-buf" | "addrspace" => {
-                self.error(syntax(span, format!("`{form}` is a type, not an expression")).with_note("types appear in declarations, casts and (alloc TYPE N); typed literals are (int64 5)"));
+                self.error(
+                    syntax(span, format!("`{form}` is a type, not an expression")).with_note(
+                        "types appear in declarations, casts and (alloc TYPE N); typed literals are (int64 5)",
+                    ),
+                );
                 None
             }
             "quasiquote" | "unquote" | "unquote-splicing" => {
-                self.error(syntax(span, format!("`{name}` left in C-Lisp code")).with_note("C-Lisp code is already quasiquoted; backquotes pass templates to Rhai"));
+                self.error(
+                    syntax(span, format!("`{name}` left in C-Lisp code"))
+                        .with_note("C-Lisp code is already quasiquoted; backquotes pass templates to Rhai"),
+                );
                 None
             }
-            "tid.x" | "tid.y" | "tid.z" | "bid.x" | "bid.y" | "bid.z" | "bdim.x" | "bdim.y" | "bdim.z" | "gdim.x" | "gdim.y" | "gdim.z" | "__syncthreads" | "syncthreads" => self.check_gpu_builtin(form, name, operands),
+            "tid.x" | "tid.y" | "tid.z" | "bid.x" | "bid.y" | "bid.z" | "bdim.x" | "bdim.y" | "bdim.z" | "gdim.x"
+            | "gdim.y" | "gdim.z" | "__syncthreads" | "syncthreads" => self.check_gpu_builtin(form, name, operands),
             "gpu-alloc" => self.check_gpu_alloc(form, operands),
             "gpu-free" | "gpu-len" => self.check_gpu_buffer_op(form, name, operands),
             "gpu-copy" => self.check_gpu_copy(form, operands),
             "launch" => self.check_launch(form, operands),
-            _ if name.starts_with("define-") && define_attributes(name).is_none() && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") => {
+            _ if name.starts_with("define-")
+                && define_attributes(name).is_none()
+                && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") =>
+            {
                 self.error(syntax(head.span, format!("`{name}` is not a definition form")).with_note("definitions are define, define-inline, define-brilisp, define-inline-brilisp, define-struct, define-global"));
                 None
             }
-            _ if define_attributes(name).is_some() || matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared" | "c-lisp" | "cuda-lisp") => {
+            _ if define_attributes(name).is_some()
+                || matches!(
+                    name,
+                    "define-struct" | "define-global" | "define-kernel" | "define-shared" | "c-lisp" | "cuda-lisp"
+                ) =>
+            {
                 self.error(syntax(span, format!("`{name}` is only allowed at the top level of a cell")));
                 None
             }
             _ => {
-                let mut error = Diagnostic::error(Kind::UnknownName, format!("`{name}` is not a form, an opcode or a type")).with_label(head.span, "");
+                let mut error =
+                    Diagnostic::error(Kind::UnknownName, format!("`{name}` is not a form, an opcode or a type"))
+                        .with_label(head.span, "");
                 if self.cell.lookup_function(name).is_some() {
                     error = error.with_note(format!("calls are written (call {name} …)"));
                 } else {
@@ -2236,9 +2993,15 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             BinOp::And | BinOp::Or => None,
             BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv if same && lt.is_float() => Some(lt.clone()),
             BinOp::FCmp(_) if same && lt.is_float() => Some(Ty::Bool),
-            BinOp::ICmp(IntCmp::Eq | IntCmp::Ne) if same && (lt.is_int() || *lt == Ty::Bool || lt.is_ptr()) => Some(Ty::Bool),
+            BinOp::ICmp(IntCmp::Eq | IntCmp::Ne) if same && (lt.is_int() || *lt == Ty::Bool || lt.is_ptr()) => {
+                Some(Ty::Bool)
+            }
             BinOp::ICmp(IntCmp::Ult | IntCmp::Ugt | IntCmp::Ule | IntCmp::Uge) if same && lt.is_int() => Some(Ty::Bool),
-            BinOp::ICmp(IntCmp::Slt | IntCmp::Sgt | IntCmp::Sle | IntCmp::Sge) if same && (lt.is_int() || lt.is_ptr()) => Some(Ty::Bool),
+            BinOp::ICmp(IntCmp::Slt | IntCmp::Sgt | IntCmp::Sle | IntCmp::Sge)
+                if same && (lt.is_int() || lt.is_ptr()) =>
+            {
+                Some(Ty::Bool)
+            }
             BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_) | BinOp::ICmp(_) => None,
             _ if same && lt.is_int() => Some(lt.clone()),
             _ => None,
@@ -2252,13 +3015,25 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 BinOp::ICmp(_) => "one integer or pointer type",
                 _ => "one integer type",
             };
-            let mut error = type_error(form.span, format!("operands of `{name}` must have {wanted}, found `{lt}` and `{rt}`"));
-            if lt.is_float() && rt.is_float() && !matches!(op, BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_)) {
-                let float_name = match name { "add" | "sub" | "mul" | "div" => format!("f{name}"), "eq" | "ne" | "lt" | "gt" | "le" | "ge" => format!("f{name}"), _ => String::new() };
+            let mut error =
+                type_error(form.span, format!("operands of `{name}` must have {wanted}, found `{lt}` and `{rt}`"));
+            if lt.is_float()
+                && rt.is_float()
+                && !matches!(op, BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_))
+            {
+                let float_name = match name {
+                    "add" | "sub" | "mul" | "div" => format!("f{name}"),
+                    "eq" | "ne" | "lt" | "gt" | "le" | "ge" => format!("f{name}"),
+                    _ => String::new(),
+                };
                 if !float_name.is_empty() && same {
                     error = error.with_note(format!("for floats use `{float_name}`"));
                 }
-            } else if lt.is_int() && rt.is_int() && matches!(op, BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_)) && same {
+            } else if lt.is_int()
+                && rt.is_int()
+                && matches!(op, BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_))
+                && same
+            {
                 error = error.with_note(format!("for integers use `{}`", &name[1..]));
             } else if !same && lt.is_value() && rt.is_value() {
                 error = error.with_note(cast_note(rt, lt));
@@ -2291,7 +3066,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         };
         if !matches!(literal.kind, SexpKind::Int(_) | SexpKind::Float(_) | SexpKind::Bool(_)) {
-            self.error(type_error(literal.span, format!("`({name} …)` takes a literal, not an expression")).with_note("convert expressions with casts such as (sext e int64) or (sitofp e double)"));
+            self.error(
+                type_error(literal.span, format!("`({name} …)` takes a literal, not an expression"))
+                    .with_note("convert expressions with casts such as (sext e int64) or (sitofp e double)"),
+            );
             return None;
         }
         match typed_literal(literal, &ty) {
@@ -2326,12 +3104,22 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             CastOp::IntToPtr => from.is_int() && target.is_ptr(),
             CastOp::Bitcast => match (from, &target) {
                 (Ty::Ptr(_, a), Ty::Ptr(_, b)) => a == b,
-                (from, to) => from.is_scalar() && to.is_scalar() && !from.is_ptr() && !to.is_ptr() && from.bits() == to.bits() && *from != Ty::Bool,
+                (from, to) => {
+                    from.is_scalar()
+                        && to.is_scalar()
+                        && !from.is_ptr()
+                        && !to.is_ptr()
+                        && from.bits() == to.bits()
+                        && *from != Ty::Bool
+                }
             },
             CastOp::AddrSpaceCast => matches!((from, &target), (Ty::Ptr(_, a), Ty::Ptr(_, b)) if a != b),
         };
         if !ok {
-            self.error(type_error(form.span, format!("`{name}` cannot convert `{from}` to `{target}`")).with_note(cast_rule(op)));
+            self.error(
+                type_error(form.span, format!("`{name}` cannot convert `{from}` to `{target}`"))
+                    .with_note(cast_rule(op)),
+            );
             return None;
         }
         Some(Expr { kind: ExprKind::Cast(op, Box::new(value)), ty: target, span: form.span })
@@ -2346,7 +3134,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return self.check_typed_set(form, name, type_form, value_form);
         }
         let Some(name) = target.symbol() else {
-            self.error(syntax(target.span, "`set` assigns to a variable name").with_note("store through pointers with (store PTR VALUE)"));
+            self.error(
+                syntax(target.span, "`set` assigns to a variable name")
+                    .with_note("store through pointers with (store PTR VALUE)"),
+            );
             self.check_expr(value_form);
             return None;
         };
@@ -2366,12 +3157,21 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         match (ty, &value.ty) {
             (a, b) if a == b => Some(value),
             (Ty::Ptr(wanted, a), Ty::Ptr(found, b)) if wanted == found && a != b => {
-                self.warnings.push(Diagnostic::warning(Kind::Type, format!("`{name}` is `{ty}`; the assigned pointer is cast from address space {b} to {a}")).with_label(value.span, ""));
+                self.warnings.push(
+                    Diagnostic::warning(
+                        Kind::Type,
+                        format!("`{name}` is `{ty}`; the assigned pointer is cast from address space {b} to {a}"),
+                    )
+                    .with_label(value.span, ""),
+                );
                 let span = value.span;
                 Some(Expr { kind: ExprKind::Cast(CastOp::AddrSpaceCast, Box::new(value)), ty: ty.clone(), span })
             }
             _ => {
-                self.error(type_error(value.span, format!("`{name}` is `{ty}`, but the value is `{}`", value.ty)).with_note(cast_note(&value.ty, ty)));
+                self.error(
+                    type_error(value.span, format!("`{name}` is `{ty}`, but the value is `{}`", value.ty))
+                        .with_note(cast_note(&value.ty, ty)),
+                );
                 None
             }
         }
@@ -2392,8 +3192,16 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         }
         let place = match self.lookup_variable(name) {
             Some((place, existing)) if existing == ty => place,
-            Some((Place::Local(index), existing)) if self.scopes.last().is_some_and(|scope| scope.get(name) == Some(&index)) => {
-                self.error(type_error(name_form.span, format!("`{name}` is already a `{existing}` in this block, not a `{ty}`")).with_note("use another name, or an inner block"));
+            Some((Place::Local(index), existing))
+                if self.scopes.last().is_some_and(|scope| scope.get(name) == Some(&index)) =>
+            {
+                self.error(
+                    type_error(
+                        name_form.span,
+                        format!("`{name}` is already a `{existing}` in this block, not a `{ty}`"),
+                    )
+                    .with_note("use another name, or an inner block"),
+                );
                 return None;
             }
             _ => Place::Local(self.declare_local(name, ty.clone(), name_form.span)?),
@@ -2406,7 +3214,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     /// without its type (`(set x (asm "…" "=r"))`, as llama.lisp's tests do) takes it from there.
     pub fn check_expr_expecting(&mut self, form: &Sexp, expected: &Ty) -> Option<Expr> {
         match form.list() {
-            Some([head, template, rest @ ..]) if head.symbol() == Some("asm") && matches!(template.kind, SexpKind::Str(_)) => {
+            Some([head, template, rest @ ..])
+                if head.symbol() == Some("asm") && matches!(template.kind, SexpKind::Str(_)) =>
+            {
                 let operands: Vec<Sexp> = std::iter::once(template.clone()).chain(rest.iter().cloned()).collect();
                 self.check_asm(form, &operands, Some(expected))
             }
@@ -2424,7 +3234,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         }
         if then.ty != otherwise.ty || !then.ty.is_value() {
-            self.error(type_error(form.span, format!("both values of `select` must have one type, found `{}` and `{}`", then.ty, otherwise.ty)));
+            self.error(type_error(
+                form.span,
+                format!("both values of `select` must have one type, found `{}` and `{}`", then.ty, otherwise.ty),
+            ));
             return None;
         }
         let ty = then.ty.clone();
@@ -2460,7 +3273,13 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let pointer = values.pop()?;
         let ty = self.pointer_operand("store", &pointer)?;
         if ty != value.ty {
-            self.error(type_error(value.span, format!("`store` through `{}` needs a value of type `{ty}`, found `{}`", pointer.ty, value.ty)).with_note(cast_note(&value.ty, &ty)));
+            self.error(
+                type_error(
+                    value.span,
+                    format!("`store` through `{}` needs a value of type `{ty}`, found `{}`", pointer.ty, value.ty),
+                )
+                .with_note(cast_note(&value.ty, &ty)),
+            );
             return None;
         }
         Some(Expr { kind: ExprKind::Store(Box::new(pointer), Box::new(value)), ty, span: form.span })
@@ -2468,8 +3287,15 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
 
     fn check_index(&mut self, name: &str, index: &Expr) -> bool {
         if !index.ty.is_int() {
-            let what = if matches!(name, "alloc" | "gpu-alloc" | "gpu-copy" | "in" | "out" | "inout") { "count" } else { "offset" };
-            self.error(type_error(index.span, format!("the {what} of `{name}` must be an integer, found `{}`", index.ty)));
+            let what = if matches!(name, "alloc" | "gpu-alloc" | "gpu-copy" | "in" | "out" | "inout") {
+                "count"
+            } else {
+                "offset"
+            };
+            self.error(type_error(
+                index.span,
+                format!("the {what} of `{name}` must be an integer, found `{}`", index.ty),
+            ));
             return false;
         }
         true
@@ -2501,11 +3327,17 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         };
         let pointer = self.check_expr(pointer_form)?;
         let Ty::Ptr(pointee, space) = &pointer.ty else {
-            self.error(type_error(pointer.span, format!("`sptradd` needs a pointer to a struct, found `{}`", pointer.ty)));
+            self.error(type_error(
+                pointer.span,
+                format!("`sptradd` needs a pointer to a struct, found `{}`", pointer.ty),
+            ));
             return None;
         };
         let Ty::Struct(struct_name) = &**pointee else {
-            self.error(type_error(pointer.span, format!("`sptradd` needs a pointer to a struct, found `{}`", pointer.ty)));
+            self.error(type_error(
+                pointer.span,
+                format!("`sptradd` needs a pointer to a struct, found `{}`", pointer.ty),
+            ));
             return None;
         };
         let Some(field_name) = field.symbol() else {
@@ -2519,7 +3351,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         };
         let Some(index) = fields.iter().position(|(name, _)| name == field_name) else {
             let names: Vec<&str> = fields.iter().map(|(name, _)| name.as_str()).collect();
-            self.error(Diagnostic::error(Kind::UnknownName, format!("struct `{struct_name}` has no field `{field_name}`")).with_label(field.span, "").with_note(format!("its fields are: {}", names.join(", "))));
+            self.error(
+                Diagnostic::error(Kind::UnknownName, format!("struct `{struct_name}` has no field `{field_name}`"))
+                    .with_label(field.span, "")
+                    .with_note(format!("its fields are: {}", names.join(", "))),
+            );
             return None;
         };
         let ty = Ty::Ptr(Rc::new(fields[index].1.clone()), *space);
@@ -2534,7 +3370,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         };
         // An array variable is used by address; any other operand must be a pointer to an array.
         let array = match array_form.symbol().and_then(|name| self.lookup_variable(name)) {
-            Some((place, ty @ Ty::Arr(..))) => Expr { kind: ExprKind::AddressOf(place), ty: Ty::ptr(ty), span: array_form.span },
+            Some((place, ty @ Ty::Arr(..))) => {
+                Expr { kind: ExprKind::AddressOf(place), ty: Ty::ptr(ty), span: array_form.span }
+            }
             _ => self.check_expr(array_form)?,
         };
         let index = self.check_expr(index_form)?;
@@ -2546,7 +3384,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             _ => None,
         };
         let Some(element) = element else {
-            self.error(type_error(array.span, format!("`aptradd` needs an array variable or a pointer to an array, found `{}`", array.ty)));
+            self.error(type_error(
+                array.span,
+                format!("`aptradd` needs an array variable or a pointer to an array, found `{}`", array.ty),
+            ));
             return None;
         };
         if !self.check_index("aptradd", &index) {
@@ -2585,7 +3426,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         if !self.check_index("alloc", &count) {
             return None;
         }
-        let kind = if self.top_level { ExprKind::SessionAlloc(ty.clone(), Box::new(count)) } else { ExprKind::Alloc(ty.clone(), Box::new(count)) };
+        let kind = if self.top_level {
+            ExprKind::SessionAlloc(ty.clone(), Box::new(count))
+        } else {
+            ExprKind::Alloc(ty.clone(), Box::new(count))
+        };
         Some(Expr { kind, ty: Ty::ptr(ty), span: form.span })
     }
 
@@ -2596,7 +3441,13 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         }
         let SexpKind::Int(index) = index_form.kind else {
-            self.error(type_error(index_form.span, format!("the index of `{op}` must be an integer literal, found `{index_form}`")).with_note("fields are numbered from 0; by name, use (sptradd POINTER FIELD)"));
+            self.error(
+                type_error(
+                    index_form.span,
+                    format!("the index of `{op}` must be an integer literal, found `{index_form}`"),
+                )
+                .with_note("fields are numbered from 0; by name, use (sptradd POINTER FIELD)"),
+            );
             return None;
         };
         let element = match aggregate {
@@ -2635,7 +3486,13 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let value = self.check_expr(value_form)?;
         let (index, field_ty) = self.field_index(form, &aggregate.ty.clone(), index_form)?;
         if value.ty != field_ty {
-            self.error(type_error(value.span, format!("element {index} of `{}` is `{field_ty}`, found `{}`", aggregate.ty, value.ty)).with_note(cast_note(&value.ty, &field_ty)));
+            self.error(
+                type_error(
+                    value.span,
+                    format!("element {index} of `{}` is `{field_ty}`, found `{}`", aggregate.ty, value.ty),
+                )
+                .with_note(cast_note(&value.ty, &field_ty)),
+            );
             return None;
         }
         let ty = aggregate.ty.clone();
@@ -2645,7 +3502,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     /// Notes a construct that needs the GPU; in top-level code it is an error.
     fn use_device(&mut self, span: Span, what: String) -> bool {
         if self.top_level {
-            self.error(Diagnostic::error(Kind::Gpu, format!("{what} is device code: host code cannot use it")).with_label(span, "").with_note("use it in a kernel (define-kernel), or in a function a kernel calls"));
+            self.error(
+                Diagnostic::error(Kind::Gpu, format!("{what} is device code: host code cannot use it"))
+                    .with_label(span, "")
+                    .with_note("use it in a kernel (define-kernel), or in a function a kernel calls"),
+            );
             return false;
         }
         if self.placement.device_use.is_none() {
@@ -2657,7 +3518,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     /// Notes a construct device code cannot have; in a kernel it is an error.
     fn use_host(&mut self, span: Span, what: String) -> bool {
         if self.kernel {
-            self.error(Diagnostic::error(Kind::Gpu, format!("the kernel `{}` cannot use {what}", self.name)).with_label(span, "").with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"));
+            self.error(
+                Diagnostic::error(Kind::Gpu, format!("the kernel `{}` cannot use {what}", self.name))
+                    .with_label(span, "")
+                    .with_note("device code may call intrinsics, libdevice (`__nv_*`) and session functions"),
+            );
             return false;
         }
         if self.placement.host_use.is_none() {
@@ -2694,7 +3559,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let count = self.check_expr(count_form);
         let (element, count) = (element?, count?);
         if !crate::types::is_buffer_element(&element) {
-            self.error(type_error(type_form.span, format!("a device buffer holds integers or floats, not `{element}`")));
+            self.error(type_error(
+                type_form.span,
+                format!("a device buffer holds integers or floats, not `{element}`"),
+            ));
             return None;
         }
         if !self.check_index("gpu-alloc", &count) {
@@ -2711,10 +3579,17 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         }
         if !matches!(buffer.ty, Ty::GpuBuf(_)) {
-            self.error(type_error(buffer.span, format!("`{name}` needs a device buffer `(gpu-buf T)`, found `{}`", buffer.ty)));
+            self.error(type_error(
+                buffer.span,
+                format!("`{name}` needs a device buffer `(gpu-buf T)`, found `{}`", buffer.ty),
+            ));
             return None;
         }
-        let (kind, ty) = if name == "gpu-free" { (ExprKind::GpuFree(Box::new(buffer)), Ty::Void) } else { (ExprKind::GpuLen(Box::new(buffer)), INT64) };
+        let (kind, ty) = if name == "gpu-free" {
+            (ExprKind::GpuFree(Box::new(buffer)), Ty::Void)
+        } else {
+            (ExprKind::GpuLen(Box::new(buffer)), INT64)
+        };
         Some(Expr { kind, ty, span: form.span })
     }
 
@@ -2739,21 +3614,31 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         if !self.check_index("gpu-copy", &count) {
             return None;
         }
-        Some(Expr { kind: ExprKind::GpuCopy(direction, Box::new(destination), Box::new(source), Box::new(count)), ty: Ty::Void, span: form.span })
+        Some(Expr {
+            kind: ExprKind::GpuCopy(direction, Box::new(destination), Box::new(source), Box::new(count)),
+            ty: Ty::Void,
+            span: form.span,
+        })
     }
 
     /// `(grid X [Y [Z]])` or `(block …)`: three integer expressions, missing ones 1.
     fn launch_dimensions(&mut self, word: &str, form: &Sexp) -> Option<Vec<Expr>> {
         let items = form.list().filter(|items| items.first().and_then(Sexp::symbol) == Some(word));
         let Some(items) = items.filter(|items| (2..=4).contains(&items.len())) else {
-            self.error(syntax(form.span, format!("expected `({word} X [Y [Z]])`")).with_note("a launch is (launch KERNEL (grid X [Y [Z]]) (block X [Y [Z]]) ARG…)"));
+            self.error(
+                syntax(form.span, format!("expected `({word} X [Y [Z]])`"))
+                    .with_note("a launch is (launch KERNEL (grid X [Y [Z]]) (block X [Y [Z]]) ARG…)"),
+            );
             return None;
         };
         let mut dimensions = Vec::new();
         for item in &items[1..] {
             let value = self.check_expr(item)?;
             if !value.ty.is_int() {
-                self.error(type_error(value.span, format!("a {word} dimension must be an integer, found `{}`", value.ty)));
+                self.error(type_error(
+                    value.span,
+                    format!("a {word} dimension must be an integer, found `{}`", value.ty),
+                ));
                 return None;
             }
             dimensions.push(value);
@@ -2782,7 +3667,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let entry = match self.cell.lookup_function(kernel).cloned() {
             Some(entry) => entry,
             None => {
-                self.error(Diagnostic::error(Kind::UnknownName, format!("no kernel named `{kernel}`")).with_label(kernel_form.span, "").with_note("define one with (define-kernel ((NAME void) (PARAM TYPE)…) BODY…)"));
+                self.error(
+                    Diagnostic::error(Kind::UnknownName, format!("no kernel named `{kernel}`"))
+                        .with_label(kernel_form.span, "")
+                        .with_note("define one with (define-kernel ((NAME void) (PARAM TYPE)…) BODY…)"),
+                );
                 return None;
             }
         };
@@ -2791,17 +3680,33 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             return None;
         };
         if let Some(cause) = &entry.invalidated {
-            self.error(type_error(kernel_form.span, format!("`{kernel}` was invalidated by the redefinition of {cause}; redefine `{kernel}`")));
+            self.error(type_error(
+                kernel_form.span,
+                format!("`{kernel}` was invalidated by the redefinition of {cause}; redefine `{kernel}`"),
+            ));
             return None;
         }
         let signature = entry.signature.clone();
         if signature.ret != Ty::Void {
-            self.error(type_error(kernel_form.span, format!("only kernels and void functions can be launched, but `{kernel}` returns `{}`", signature.ret)));
+            self.error(type_error(
+                kernel_form.span,
+                format!("only kernels and void functions can be launched, but `{kernel}` returns `{}`", signature.ret),
+            ));
             return None;
         }
         if arg_forms.len() != signature.params.len() {
             let count = signature.params.len();
-            self.error(arity(form.span, format!("`{kernel}` takes {count} argument{}, found {}", if count == 1 { "" } else { "s" }, arg_forms.len())).with_note(format!("{kernel} : {signature}")));
+            self.error(
+                arity(
+                    form.span,
+                    format!(
+                        "`{kernel}` takes {count} argument{}, found {}",
+                        if count == 1 { "" } else { "s" },
+                        arg_forms.len()
+                    ),
+                )
+                .with_note(format!("{kernel} : {signature}")),
+            );
             return None;
         }
         self.uses.insert(format!("fn:{kernel}"));
@@ -2829,7 +3734,8 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             let counts = self.with_scope(|this| {
                 for (index, (param, arg)) in signature.params.iter().zip(&args).enumerate() {
                     if param.is_int() && arg.kind == LaunchArgKind::Scalar {
-                        arg_locals[index] = this.declare_local(&entry.param_names[index], param.clone(), arg.value.span);
+                        arg_locals[index] =
+                            this.declare_local(&entry.param_names[index], param.clone(), arg.value.span);
                     }
                 }
                 sizes.iter().map(|size| size.as_ref().map(|size| this.check_expr(size))).collect::<Vec<_>>()
@@ -2838,7 +3744,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 match count {
                     Some(Some(count)) if count.ty.is_int() => arg.count = Some(count),
                     Some(Some(count)) => {
-                        self.error(type_error(count.span, format!("an annotated size must be an integer, found `{}`", count.ty)));
+                        self.error(type_error(
+                            count.span,
+                            format!("an annotated size must be an integer, found `{}`", count.ty),
+                        ));
                         return None;
                     }
                     Some(None) => return None,
@@ -2851,40 +3760,85 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     }
 
     /// One launch argument against its parameter; with the annotated SIZE still to check.
-    fn launch_arg(&mut self, kernel: &str, index: usize, param_name: &str, param: &Ty, annotation: Option<&Annotation>, form: &Sexp) -> Option<(LaunchArg, Option<Sexp>)> {
+    fn launch_arg(
+        &mut self,
+        kernel: &str,
+        index: usize,
+        param_name: &str,
+        param: &Ty,
+        annotation: Option<&Annotation>,
+        form: &Sexp,
+    ) -> Option<(LaunchArg, Option<Sexp>)> {
         let what = format!("argument {} of `{kernel}` (`{param_name}`)", index + 1);
         let structs = self.cell.struct_layouts();
         let size_of = |ty: &Ty| crate::value::size_align(ty, &structs).0 as u64;
         let Ty::Ptr(element, _) = param else {
             if !param.is_scalar() {
-                self.error(type_error(form.span, format!("`{kernel}` cannot be launched: its parameter `{param_name}` is `{param}`")).with_note("kernels take scalars and pointers"));
+                self.error(
+                    type_error(
+                        form.span,
+                        format!("`{kernel}` cannot be launched: its parameter `{param_name}` is `{param}`"),
+                    )
+                    .with_note("kernels take scalars and pointers"),
+                );
                 return None;
             }
             let value = self.check_expr(form)?;
             if value.ty != *param {
-                self.error(type_error(value.span, format!("{what} must be `{param}`, found `{}`", value.ty)).with_note(cast_note(&value.ty, param)));
+                self.error(
+                    type_error(value.span, format!("{what} must be `{param}`, found `{}`", value.ty))
+                        .with_note(cast_note(&value.ty, param)),
+                );
                 return None;
             }
-            return Some((LaunchArg { kind: LaunchArgKind::Scalar, value, count: None, direction: None, element_size: size_of(param) }, None));
+            return Some((
+                LaunchArg {
+                    kind: LaunchArgKind::Scalar,
+                    value,
+                    count: None,
+                    direction: None,
+                    element_size: size_of(param),
+                },
+                None,
+            ));
         };
         let element_size = size_of(element);
         // `(in PTR N)`, `(out PTR N)`, `(inout PTR N)`: host memory moved for this launch.
         if let Some(direction) = form.head().and_then(Direction::from_word) {
             let [_, pointer_form, count_form] = form.list().unwrap_or(&[]) else {
-                self.error(arity(form.span, format!("`{}` is `({} HOST-POINTER COUNT)`", direction.word(), direction.word())));
+                self.error(arity(
+                    form.span,
+                    format!("`{}` is `({} HOST-POINTER COUNT)`", direction.word(), direction.word()),
+                ));
                 return None;
             };
             let pointer = self.check_expr(pointer_form);
             let count = self.check_expr(count_form);
             let (pointer, count) = (pointer?, count?);
             if pointer.ty != Ty::ptr((**element).clone()) {
-                self.error(type_error(pointer.span, format!("{what} is `{param}`, so `{}` needs a host `(ptr {element})`, found `{}`", direction.word(), pointer.ty)));
+                self.error(type_error(
+                    pointer.span,
+                    format!(
+                        "{what} is `{param}`, so `{}` needs a host `(ptr {element})`, found `{}`",
+                        direction.word(),
+                        pointer.ty
+                    ),
+                ));
                 return None;
             }
             if !self.check_index(direction.word(), &count) {
                 return None;
             }
-            return Some((LaunchArg { kind: LaunchArgKind::Host, value: pointer, count: Some(count), direction: Some(direction), element_size }, None));
+            return Some((
+                LaunchArg {
+                    kind: LaunchArgKind::Host,
+                    value: pointer,
+                    count: Some(count),
+                    direction: Some(direction),
+                    element_size,
+                },
+                None,
+            ));
         }
         let value = self.check_expr(form)?;
         let (direction, size) = match annotation {
@@ -2907,7 +3861,16 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         };
         let element_size = if kind == LaunchArgKind::Scalar { size_of(param) } else { element_size };
         let size = size.filter(|_| matches!(kind, LaunchArgKind::Buffer | LaunchArgKind::Host));
-        Some((LaunchArg { kind, value, count: None, direction: direction.filter(|_| kind != LaunchArgKind::Scalar), element_size }, size))
+        Some((
+            LaunchArg {
+                kind,
+                value,
+                count: None,
+                direction: direction.filter(|_| kind != LaunchArgKind::Scalar),
+                element_size,
+            },
+            size,
+        ))
     }
 
     fn check_call(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
@@ -2921,18 +3884,26 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         };
         let args: Vec<Option<Expr>> = arg_forms.iter().map(|arg| self.check_expr(arg)).collect();
         let Some(entry) = self.cell.lookup_function(name).cloned() else {
-            let mut error = Diagnostic::error(Kind::UnknownName, format!("no function named `{name}`")).with_label(name_form.span, "");
+            let mut error = Diagnostic::error(Kind::UnknownName, format!("no function named `{name}`"))
+                .with_label(name_form.span, "");
             error = error.with_note(format!("declare C functions first, e.g. (define (({name} int) (x int)))"));
             self.error(error);
             return None;
         };
         if let Some(cause) = &entry.invalidated {
-            self.error(type_error(name_form.span, format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`")));
+            self.error(type_error(
+                name_form.span,
+                format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`"),
+            ));
             return None;
         }
         if let FunctionKind::Defined(def) = &entry.kind {
             if def.kernel {
-                self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is a kernel: kernels are launched, not called")).with_label(form.span, "").with_note(format!("write (launch {name} (grid N) (block N) ARG…)")));
+                self.error(
+                    Diagnostic::error(Kind::Gpu, format!("`{name}` is a kernel: kernels are launched, not called"))
+                        .with_label(form.span, "")
+                        .with_note(format!("write (launch {name} (grid N) (block N) ARG…)")),
+                );
                 return None;
             }
             if def.placement.device_only && !self.use_device(form.span, format!("the device function `{name}`")) {
@@ -2944,15 +3915,33 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let fixed = signature.params.len();
         if args.len() < fixed || (!signature.variadic && args.len() != fixed) {
             let expected = if signature.variadic { format!("at least {fixed}") } else { fixed.to_string() };
-            self.error(arity(form.span, format!("`{name}` takes {expected} argument{}, found {}", if fixed == 1 { "" } else { "s" }, args.len())).with_note(format!("{name} : {signature}")));
+            self.error(
+                arity(
+                    form.span,
+                    format!(
+                        "`{name}` takes {expected} argument{}, found {}",
+                        if fixed == 1 { "" } else { "s" },
+                        args.len()
+                    ),
+                )
+                .with_note(format!("{name} : {signature}")),
+            );
             return None;
         }
         let mut ok = true;
         for (index, arg) in args.iter().enumerate() {
             match signature.params.get(index) {
                 Some(param) if *param != arg.ty => {
-                    let param_name = entry.param_names.get(index).filter(|param_name| !param_name.is_empty()).map(|param_name| format!(" (`{param_name}`)")).unwrap_or_default();
-                    let mut error = type_error(arg.span, format!("argument {} of `{name}`{param_name} must be `{param}`, found `{}`", index + 1, arg.ty));
+                    let param_name = entry
+                        .param_names
+                        .get(index)
+                        .filter(|param_name| !param_name.is_empty())
+                        .map(|param_name| format!(" (`{param_name}`)"))
+                        .unwrap_or_default();
+                    let mut error = type_error(
+                        arg.span,
+                        format!("argument {} of `{name}`{param_name} must be `{param}`, found `{}`", index + 1, arg.ty),
+                    );
                     if arg.ty.is_value() {
                         error = error.with_note(cast_note(&arg.ty, param));
                     }
@@ -2963,8 +3952,19 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 None => {
                     let allowed = matches!(arg.ty, Ty::Int(32) | Ty::Int(64) | Ty::Double | Ty::Ptr(..));
                     if !allowed {
-                        let hint = match arg.ty { Ty::Float => " (widen with (fpext x double))", Ty::Int(_) => " (widen with (sext x int))", Ty::Bool => " (widen with (zext x int))", _ => "" };
-                        self.error(type_error(arg.span, format!("a variadic argument must be `int`, `int64`, `double` or a pointer, found `{}`{hint}", arg.ty)));
+                        let hint = match arg.ty {
+                            Ty::Float => " (widen with (fpext x double))",
+                            Ty::Int(_) => " (widen with (sext x int))",
+                            Ty::Bool => " (widen with (zext x int))",
+                            _ => "",
+                        };
+                        self.error(type_error(
+                            arg.span,
+                            format!(
+                                "a variadic argument must be `int`, `int64`, `double` or a pointer, found `{}`{hint}",
+                                arg.ty
+                            ),
+                        ));
                         ok = false;
                     }
                 }
@@ -2980,7 +3980,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             }
             FunctionKind::Defined(_) if name == self.name => Callee::SelfCall,
             FunctionKind::Defined(_) | FunctionKind::Unresolved => Callee::Slot(name.to_string()),
-            FunctionKind::External(_) if name.starts_with("llvm.") => Callee::Intrinsic(self.check_intrinsic_call(form, name, &signature, &args)?),
+            FunctionKind::External(_) if name.starts_with("llvm.") => {
+                Callee::Intrinsic(self.check_intrinsic_call(form, name, &signature, &args)?)
+            }
             FunctionKind::External(link) if is_libdevice(name) => {
                 if !self.use_device(form.span, format!("libdevice's `{name}`")) {
                     return None;
@@ -2994,7 +3996,9 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 Callee::Direct(link.clone())
             }
         };
-        if matches!(entry.kind, FunctionKind::Unresolved) && !self.use_host(form.span, format!("`{name}`, which nothing defines")) {
+        if matches!(entry.kind, FunctionKind::Unresolved)
+            && !self.use_host(form.span, format!("`{name}`, which nothing defines"))
+        {
             return None;
         }
         self.uses.insert(format!("fn:{name}"));
@@ -3003,7 +4007,13 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
     }
 
     /// An intrinsic call: its LLVM name, after checking what LLVM requires of the call site.
-    fn check_intrinsic_call(&mut self, form: &Sexp, name: &str, signature: &Signature, args: &[Expr]) -> Option<String> {
+    fn check_intrinsic_call(
+        &mut self,
+        form: &Sexp,
+        name: &str,
+        signature: &Signature,
+        args: &[Expr],
+    ) -> Option<String> {
         let link = intrinsic_name(name);
         let nvvm = link.starts_with("llvm.nvvm.");
         if nvvm {
@@ -3011,7 +4021,13 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 return None;
             }
         } else if device_only_intrinsic(name) {
-            self.error(Diagnostic::error(Kind::Gpu, format!("`{name}` is an intrinsic of another target: Quasi compiles for x86-64 and NVPTX")).with_label(form.span, ""));
+            self.error(
+                Diagnostic::error(
+                    Kind::Gpu,
+                    format!("`{name}` is an intrinsic of another target: Quasi compiles for x86-64 and NVPTX"),
+                )
+                .with_label(form.span, ""),
+            );
             return None;
         }
         if !nvvm && !host_intrinsic(&link) {
@@ -3027,8 +4043,14 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         };
         let mut ok = true;
         for index in facts.immediate {
-            if let Some(arg) = args.get(index).filter(|arg| !matches!(arg.kind, ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_))) {
-                self.error(type_error(arg.span, format!("argument {} of `{name}` must be a literal: LLVM requires a constant there", index + 1)));
+            if let Some(arg) = args
+                .get(index)
+                .filter(|arg| !matches!(arg.kind, ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_)))
+            {
+                self.error(type_error(
+                    arg.span,
+                    format!("argument {} of `{name}` must be a literal: LLVM requires a constant there", index + 1),
+                ));
                 ok = false;
             }
         }
@@ -3057,13 +4079,22 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let operands = match parse_asm_constraints(&constraints_text) {
             Ok(operands) => operands,
             Err(message) => {
-                self.error(syntax(constraints.span, format!("bad inline assembly constraints `{constraints_text}`: {message}")).with_note(ASM_CONSTRAINTS_NOTE));
+                self.error(
+                    syntax(
+                        constraints.span,
+                        format!("bad inline assembly constraints `{constraints_text}`: {message}"),
+                    )
+                    .with_note(ASM_CONSTRAINTS_NOTE),
+                );
                 return None;
             }
         };
         let template_text = String::from_utf8_lossy(template).to_string();
         if let Err(message) = check_asm_template(&template_text, operands.len()) {
-            self.error(syntax(template_span, format!("bad inline assembly template: {message}")).with_note("operands are $0, $1…, or ${0:k} with a modifier; $$ is a dollar sign"));
+            self.error(
+                syntax(template_span, format!("bad inline assembly template: {message}"))
+                    .with_note("operands are $0, $1…, or ${0:k} with a modifier; $$ is a dollar sign"),
+            );
             return None;
         }
         if nvptx_constraints(&operands) && !self.use_device(form.span, "PTX inline assembly".into()) {
@@ -3076,7 +4107,10 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             (None, _) if outputs == 0 => Ty::Void,
             (None, Some(expected)) => expected.clone(),
             (None, None) => {
-                self.error(type_error(form.span, "this inline assembly has outputs, so it needs its result type").with_note("write (asm TYPE \"TEMPLATE\" \"CONSTRAINTS\" ARG…)"));
+                self.error(
+                    type_error(form.span, "this inline assembly has outputs, so it needs its result type")
+                        .with_note("write (asm TYPE \"TEMPLATE\" \"CONSTRAINTS\" ARG…)"),
+                );
                 return None;
             }
         };
@@ -3085,28 +4119,54 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             Ty::Struct(name) => match self.cell.lookup_struct(name).and_then(|entry| entry.fields.as_ref()) {
                 Some(fields) => fields.len(),
                 None => {
-                    self.error(type_error(form.span, format!("struct `{name}` is opaque: it cannot hold assembly outputs")));
+                    self.error(type_error(
+                        form.span,
+                        format!("struct `{name}` is opaque: it cannot hold assembly outputs"),
+                    ));
                     return None;
                 }
             },
             Ty::Arr(..) => {
-                self.error(type_error(form.span, format!("inline assembly cannot produce `{ty}`")).with_note("outputs are scalars, or a struct with one field per output"));
+                self.error(
+                    type_error(form.span, format!("inline assembly cannot produce `{ty}`"))
+                        .with_note("outputs are scalars, or a struct with one field per output"),
+                );
                 return None;
             }
             _ => 1,
         };
         if outputs != expected_outputs {
-            self.error(type_error(constraints.span, format!("inline assembly of type `{ty}` needs {expected_outputs} output constraint{}, found {outputs}", if expected_outputs == 1 { "" } else { "s" })).with_note("outputs are the constraints starting with `=`; `void` has none, a struct one per field"));
+            self.error(
+                type_error(
+                    constraints.span,
+                    format!(
+                        "inline assembly of type `{ty}` needs {expected_outputs} output constraint{}, found {outputs}",
+                        if expected_outputs == 1 { "" } else { "s" }
+                    ),
+                )
+                .with_note("outputs are the constraints starting with `=`; `void` has none, a struct one per field"),
+            );
             return None;
         }
         let args: Vec<Option<Expr>> = arg_forms.iter().map(|arg| self.check_expr(arg)).collect();
         let args: Vec<Expr> = args.into_iter().collect::<Option<_>>()?;
         if args.len() != inputs {
-            self.error(arity(form.span, format!("the constraints `{constraints_text}` have {inputs} input{}, but {} argument{} given", if inputs == 1 { "" } else { "s" }, args.len(), if args.len() == 1 { " is" } else { "s are" })));
+            self.error(arity(
+                form.span,
+                format!(
+                    "the constraints `{constraints_text}` have {inputs} input{}, but {} argument{} given",
+                    if inputs == 1 { "" } else { "s" },
+                    args.len(),
+                    if args.len() == 1 { " is" } else { "s are" }
+                ),
+            ));
             return None;
         }
         if let Some(arg) = args.iter().find(|arg| !arg.ty.is_scalar()) {
-            self.error(type_error(arg.span, format!("an inline assembly input must be a scalar, found `{}`", arg.ty)).with_note("pass fields with (extractvalue s k)"));
+            self.error(
+                type_error(arg.span, format!("an inline assembly input must be a scalar, found `{}`", arg.ty))
+                    .with_note("pass fields with (extractvalue s k)"),
+            );
             return None;
         }
         let output_types: Vec<Ty> = match &ty {
@@ -3123,22 +4183,39 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 match output_types.get(tied) {
                     Some(output) if *output == arg.ty => {}
                     Some(output) => {
-                        self.error(type_error(arg.span, format!("this input is tied to output {tied}, of type `{output}`, but is `{}`", arg.ty)).with_note(cast_note(&arg.ty, output)));
+                        self.error(
+                            type_error(
+                                arg.span,
+                                format!("this input is tied to output {tied}, of type `{output}`, but is `{}`", arg.ty),
+                            )
+                            .with_note(cast_note(&arg.ty, output)),
+                        );
                         return None;
                     }
                     None => {
-                        self.error(syntax(constraints.span, format!("the constraint `{}` ties an input to output {tied}, which does not exist", operand.text)));
+                        self.error(syntax(
+                            constraints.span,
+                            format!(
+                                "the constraint `{}` ties an input to output {tied}, which does not exist",
+                                operand.text
+                            ),
+                        ));
                         return None;
                     }
                 }
             }
         }
         self.cell.cell.asm_spans.push(form.span);
-        Some(Expr { kind: ExprKind::Asm { template: template_text, constraints: constraints_text, args }, ty, span: form.span })
+        Some(Expr {
+            kind: ExprKind::Asm { template: template_text, constraints: constraints_text, args },
+            ty,
+            span: form.span,
+        })
     }
 }
 
-const ASM_CONSTRAINTS_NOTE: &str = "outputs (=r, =x, ={eax}…) come first, then inputs (r, x, m, i, g, a tied 0…), then clobbers (~{memory}…)";
+const ASM_CONSTRAINTS_NOTE: &str =
+    "outputs (=r, =x, ={eax}…) come first, then inputs (r, x, m, i, g, a tied 0…), then clobbers (~{memory}…)";
 
 /// One operand constraint of inline assembly.
 #[derive(Debug, PartialEq)]
@@ -3175,7 +4252,9 @@ fn parse_asm_constraints(text: &str) -> Result<Vec<AsmOperand>, String> {
             return Err(format!("`{part}` comes after a clobber"));
         }
         if part.starts_with('+') {
-            return Err("`+` (read-write) constraints are not supported; use an output `=r` and a tied input `0`".into());
+            return Err(
+                "`+` (read-write) constraints are not supported; use an output `=r` and a tied input `0`".into()
+            );
         }
         let output = part.starts_with('=');
         let codes = part.trim_start_matches('=').trim_start_matches('&');
@@ -3211,10 +4290,14 @@ fn parse_asm_constraints(text: &str) -> Result<Vec<AsmOperand>, String> {
                 letters.push(character);
                 rest = &rest[1..];
             } else {
-                return Err(format!("`{character}` in `{part}` is not a constraint Quasi accepts for {}", if output { "outputs" } else { "inputs" }));
+                return Err(format!(
+                    "`{character}` in `{part}` is not a constraint Quasi accepts for {}",
+                    if output { "outputs" } else { "inputs" }
+                ));
             }
         }
-        let immediate = !letters.is_empty() && letters.chars().all(|letter| matches!(letter, 'i' | 'n')) && tied.is_none();
+        let immediate =
+            !letters.is_empty() && letters.chars().all(|letter| matches!(letter, 'i' | 'n')) && tied.is_none();
         operands.push(AsmOperand { text: part.to_string(), output, tied, immediate });
     }
     Ok(operands)
@@ -3245,7 +4328,10 @@ fn check_asm_template(template: &str, operands: usize) -> Result<(), String> {
         let text = std::str::from_utf8(digits).unwrap_or("");
         match text.parse::<usize>() {
             Ok(index) if index < operands => Ok(()),
-            Ok(index) => Err(format!("`${index}` refers to operand {index}, but there {} {operands}", if operands == 1 { "is" } else { "are" })),
+            Ok(index) => Err(format!(
+                "`${index}` refers to operand {index}, but there {} {operands}",
+                if operands == 1 { "is" } else { "are" }
+            )),
             Err(_) => Err("`$` must be followed by an operand number, `{`, or `$`".into()),
         }
     };
@@ -3362,7 +4448,15 @@ mod tests {
         let actual = match parse_asm_constraints(input) {
             Ok(operands) => operands
                 .iter()
-                .map(|operand| format!("{}{}{}{}", operand.text, if operand.output { " out" } else { " in" }, operand.tied.map(|tied| format!(" tied {tied}")).unwrap_or_default(), if operand.immediate { " imm" } else { "" }))
+                .map(|operand| {
+                    format!(
+                        "{}{}{}{}",
+                        operand.text,
+                        if operand.output { " out" } else { " in" },
+                        operand.tied.map(|tied| format!(" tied {tied}")).unwrap_or_default(),
+                        if operand.immediate { " imm" } else { "" }
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join("; "),
             Err(message) => format!("error: {message}"),
@@ -3378,7 +4472,10 @@ mod tests {
         constraints("=&r,{ecx}", expect![["=&r out; {ecx} in"]]);
         constraints("r,=r", expect![["error: the output `=r` comes after an input"]]);
         constraints("=r,~{cc},r", expect![["error: `r` comes after a clobber"]]);
-        constraints("+r", expect![["error: `+` (read-write) constraints are not supported; use an output `=r` and a tied input `0`"]]);
+        constraints(
+            "+r",
+            expect![["error: `+` (read-write) constraints are not supported; use an output `=r` and a tied input `0`"]],
+        );
         constraints("=Z", expect![["error: `Z` in `=Z` is not a constraint Quasi accepts for outputs"]]);
         constraints("=m", expect![["error: `m` in `=m` is not a constraint Quasi accepts for outputs"]]);
         constraints("=r,", expect![["error: an empty constraint"]]);
@@ -3430,8 +4527,17 @@ mod tests {
 
     #[test]
     fn cast_notes_name_the_conversion() {
-        assert_eq!(cast_note(&Ty::Int(32), &Ty::Int(64)), "C-Lisp converts only with explicit casts, e.g. (sext e int64)");
-        assert_eq!(cast_note(&Ty::Float, &Ty::Double), "C-Lisp converts only with explicit casts, e.g. (fpext e double)");
-        assert_eq!(cast_note(&Ty::Bool, &Ty::Float), "C-Lisp converts only with explicit casts, and none converts these types");
+        assert_eq!(
+            cast_note(&Ty::Int(32), &Ty::Int(64)),
+            "C-Lisp converts only with explicit casts, e.g. (sext e int64)"
+        );
+        assert_eq!(
+            cast_note(&Ty::Float, &Ty::Double),
+            "C-Lisp converts only with explicit casts, e.g. (fpext e double)"
+        );
+        assert_eq!(
+            cast_note(&Ty::Bool, &Ty::Float),
+            "C-Lisp converts only with explicit casts, and none converts these types"
+        );
     }
 }

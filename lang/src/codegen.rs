@@ -139,7 +139,11 @@ pub(crate) enum IntrinsicError {
 /// LLVM's own table, in a scratch context: a module that calls it with constant arguments
 /// must pass the verifier. `struct_fields` gives the field types of a struct by name (`None`:
 /// opaque). Intrinsics return structs as literal structs, which is how codegen calls them.
-pub(crate) fn check_intrinsic(name: &str, signature: &Signature, struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>) -> std::result::Result<IntrinsicFacts, IntrinsicError> {
+pub(crate) fn check_intrinsic(
+    name: &str,
+    signature: &Signature,
+    struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>,
+) -> std::result::Result<IntrinsicFacts, IntrinsicError> {
     if Intrinsic::find(name).is_none() {
         return Err(IntrinsicError::Unknown);
     }
@@ -148,12 +152,17 @@ pub(crate) fn check_intrinsic(name: &str, signature: &Signature, struct_fields: 
     let unsupported = |what: String| IntrinsicError::Signature { message: what, expected_name: None };
     let mut param_types: Vec<BasicTypeEnum> = Vec::new();
     for param in &signature.params {
-        param_types.push(scratch_type(&context, param, struct_fields).ok_or_else(|| unsupported(format!("`{param}` cannot be passed to an intrinsic")))?);
+        param_types.push(
+            scratch_type(&context, param, struct_fields)
+                .ok_or_else(|| unsupported(format!("`{param}` cannot be passed to an intrinsic")))?,
+        );
     }
     let params: Vec<BasicMetadataTypeEnum> = param_types.iter().map(|ty| (*ty).into()).collect();
     let function_type = match &signature.ret {
         Ty::Void => context.void_type().fn_type(&params, signature.variadic),
-        ret => scratch_type(&context, ret, struct_fields).ok_or_else(|| unsupported(format!("an intrinsic cannot return `{ret}`")))?.fn_type(&params, signature.variadic),
+        ret => scratch_type(&context, ret, struct_fields)
+            .ok_or_else(|| unsupported(format!("an intrinsic cannot return `{ret}`")))?
+            .fn_type(&params, signature.variadic),
     };
     let intrinsic = module.add_function(name, function_type, Some(Linkage::External));
     let caller = module.add_function("caller", context.void_type().fn_type(&[], false), None);
@@ -168,16 +177,23 @@ pub(crate) fn check_intrinsic(name: &str, signature: &Signature, struct_fields: 
         let message = message.to_string();
         let first_line = message.lines().next().unwrap_or("");
         let first = first_line.split("! Should be:").next().unwrap_or(first_line).trim_end_matches('!').to_string();
-        let expected_name = message.split("Should be: ").nth(1).and_then(|rest| rest.split_whitespace().next()).map(str::to_string);
+        let expected_name =
+            message.split("Should be: ").nth(1).and_then(|rest| rest.split_whitespace().next()).map(str::to_string);
         return Err(IntrinsicError::Signature { message: first, expected_name });
     }
     let immarg = Attribute::get_named_enum_kind_id("immarg");
-    let immediate = (0..signature.params.len()).filter(|index| intrinsic.get_enum_attribute(AttributeLoc::Param(*index as u32), immarg).is_some()).collect();
+    let immediate = (0..signature.params.len())
+        .filter(|index| intrinsic.get_enum_attribute(AttributeLoc::Param(*index as u32), immarg).is_some())
+        .collect();
     Ok(IntrinsicFacts { immediate })
 }
 
 /// The LLVM type of `ty` in a scratch context, structs as literal structs.
-fn scratch_type<'ctx>(context: &'ctx Context, ty: &Ty, struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>) -> Option<BasicTypeEnum<'ctx>> {
+fn scratch_type<'ctx>(
+    context: &'ctx Context,
+    ty: &Ty,
+    struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>,
+) -> Option<BasicTypeEnum<'ctx>> {
     Some(match ty {
         Ty::Bool => context.bool_type().into(),
         Ty::Int(8) => context.i8_type().into(),
@@ -188,9 +204,12 @@ fn scratch_type<'ctx>(context: &'ctx Context, ty: &Ty, struct_fields: &dyn Fn(&s
         Ty::Double => context.f64_type().into(),
         Ty::Ptr(_, space) => context.ptr_type(AddressSpace::from(u16::try_from(*space).ok()?)).into(),
         Ty::GpuBuf(_) => context.i64_type().into(),
-        Ty::Arr(length, element) => scratch_type(context, element, struct_fields)?.array_type(u32::try_from(*length).ok()?).into(),
+        Ty::Arr(length, element) => {
+            scratch_type(context, element, struct_fields)?.array_type(u32::try_from(*length).ok()?).into()
+        }
         Ty::Struct(name) => {
-            let fields: Option<Vec<BasicTypeEnum>> = struct_fields(name)?.iter().map(|field| scratch_type(context, field, struct_fields)).collect();
+            let fields: Option<Vec<BasicTypeEnum>> =
+                struct_fields(name)?.iter().map(|field| scratch_type(context, field, struct_fields)).collect();
             context.struct_type(&fields?, false).into()
         }
         Ty::Void => return None,
@@ -217,16 +236,37 @@ pub(crate) fn trap_symbol(name: &str, module_name: &str) -> String {
     format!("{name}#trap.{module_name}")
 }
 
-pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, triple: &inkwell::targets::TargetTriple, cell: &TypedCell, module_name: &str, naming: &Naming<'_>) -> Result<CellModule<'ctx>> {
+pub(crate) fn lower<'ctx>(
+    context: &'ctx Context,
+    target_data: &TargetData,
+    triple: &inkwell::targets::TargetTriple,
+    cell: &TypedCell,
+    module_name: &str,
+    naming: &Naming<'_>,
+) -> Result<CellModule<'ctx>> {
     let module = context.create_module(module_name);
     module.set_triple(triple);
     module.set_data_layout(&target_data.get_data_layout());
-    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming, target_data, fault_sites: Vec::new(), inline_bodies: &cell.inline_bodies, inline_copies: HashMap::new(), device: None };
+    let mut lowering = Lowering {
+        context,
+        module,
+        builder: context.create_builder(),
+        naming,
+        target_data,
+        fault_sites: Vec::new(),
+        inline_bodies: &cell.inline_bodies,
+        inline_copies: HashMap::new(),
+        device: None,
+    };
     lowering.define_struct_bodies(cell)?;
     let mut to_emit: Vec<(&FunctionDef, FunctionValue<'ctx>)> = Vec::new();
     for function in cell.functions.iter().chain(&cell.recompiled) {
         let symbol = naming.body_symbols.get(&function.name).cloned().unwrap_or_else(|| function.name.clone());
-        let value = lowering.module.add_function(&symbol, lowering.function_type(&function.signature, false), Some(Linkage::External));
+        let value = lowering.module.add_function(
+            &symbol,
+            lowering.function_type(&function.signature, false),
+            Some(Linkage::External),
+        );
         if function.inline {
             lowering.mark_inline(value);
         }
@@ -255,7 +295,11 @@ pub(crate) fn lower<'ctx>(context: &'ctx Context, target_data: &TargetData, trip
     for (index, item) in cell.top.iter().enumerate() {
         let symbol = format!("{module_name}.{index}");
         let ptr = lowering.context.ptr_type(AddressSpace::default());
-        let value = lowering.module.add_function(&symbol, context.void_type().fn_type(&[ptr.into()], false), Some(Linkage::External));
+        let value = lowering.module.add_function(
+            &symbol,
+            context.void_type().fn_type(&[ptr.into()], false),
+            Some(Linkage::External),
+        );
         lowering.emit_function(&item.function, value, item.value.as_ref())?;
         entries.push(symbol);
     }
@@ -327,7 +371,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             Ty::Float => self.context.f32_type().into(),
             Ty::Double => self.context.f64_type().into(),
             // Device code keeps address spaces: NVPTX loads shared and global memory differently.
-            Ty::Ptr(_, space) if self.device.is_some() => self.context.ptr_type(AddressSpace::from(*space as u16)).into(),
+            Ty::Ptr(_, space) if self.device.is_some() => {
+                self.context.ptr_type(AddressSpace::from(*space as u16)).into()
+            }
             Ty::Ptr(..) | Ty::Void => self.context.ptr_type(AddressSpace::default()).into(),
             Ty::GpuBuf(_) => self.context.i64_type().into(),
             Ty::Arr(length, element) => self.basic_type(element).array_type(*length as u32).into(),
@@ -340,7 +386,12 @@ impl<'ctx> Lowering<'ctx, '_> {
     fn function_type(&self, signature: &Signature, variadic: bool) -> FunctionType<'ctx> {
         let pointer: BasicMetadataTypeEnum = self.context.ptr_type(AddressSpace::default()).into();
         let sret = is_aggregate(&signature.ret).then_some(pointer);
-        let params: Vec<BasicMetadataTypeEnum> = sret.into_iter().chain(signature.params.iter().map(|ty| if is_aggregate(ty) { pointer } else { self.basic_type(ty).into() })).collect();
+        let params: Vec<BasicMetadataTypeEnum> = sret
+            .into_iter()
+            .chain(
+                signature.params.iter().map(|ty| if is_aggregate(ty) { pointer } else { self.basic_type(ty).into() }),
+            )
+            .collect();
         match &signature.ret {
             Ty::Void => self.context.void_type().fn_type(&params, variadic),
             ret if is_aggregate(ret) => self.context.void_type().fn_type(&params, variadic),
@@ -379,12 +430,16 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// Copies an aggregate between memory that may overlap (`(set a (select c b a))`).
     fn copy_aggregate(&self, destination: PointerValue<'ctx>, source: PointerValue<'ctx>, ty: &Ty) -> Result<()> {
         let align = self.alignment_of(ty);
-        self.builder.build_memmove(destination, align, source, align, self.size_of(ty)).map_err(|message| CodegenError::Other(message.to_string()))?;
+        self.builder
+            .build_memmove(destination, align, source, align, self.size_of(ty))
+            .map_err(|message| CodegenError::Other(message.to_string()))?;
         Ok(())
     }
 
     fn zero_memory(&self, destination: PointerValue<'ctx>, ty: &Ty) -> Result<()> {
-        self.builder.build_memset(destination, self.alignment_of(ty), self.context.i8_type().const_zero(), self.size_of(ty)).map_err(|message| CodegenError::Other(message.to_string()))?;
+        self.builder
+            .build_memset(destination, self.alignment_of(ty), self.context.i8_type().const_zero(), self.size_of(ty))
+            .map_err(|message| CodegenError::Other(message.to_string()))?;
         Ok(())
     }
 
@@ -416,15 +471,32 @@ impl<'ctx> Lowering<'ctx, '_> {
         let entry = self.context.append_basic_block(function, "entry");
         self.builder.position_at_end(allocas);
         let sret = match is_aggregate(&def.signature.ret) {
-            true => Some(function.get_nth_param(0).ok_or_else(|| CodegenError::Other("missing result parameter".into()))?.into_pointer_value()),
+            true => Some(
+                function
+                    .get_nth_param(0)
+                    .ok_or_else(|| CodegenError::Other("missing result parameter".into()))?
+                    .into_pointer_value(),
+            ),
             false => None,
         };
         let first_param = u32::from(sret.is_some());
-        let mut state = FunctionState { function, name: def.name.clone(), ret: def.signature.ret.clone(), locals: Vec::new(), local_types: Vec::new(), loops: Vec::new(), labels: Vec::new(), allocas, sret };
+        let mut state = FunctionState {
+            function,
+            name: def.name.clone(),
+            ret: def.signature.ret.clone(),
+            locals: Vec::new(),
+            local_types: Vec::new(),
+            loops: Vec::new(),
+            labels: Vec::new(),
+            allocas,
+            sret,
+        };
         for (index, local) in def.locals.iter().enumerate() {
             let slot = self.builder.build_alloca(self.basic_type(&local.ty), &sanitize(&local.name))?;
             if index < def.signature.params.len() {
-                let param = function.get_nth_param(first_param + index as u32).ok_or_else(|| CodegenError::Other("missing parameter".into()))?;
+                let param = function
+                    .get_nth_param(first_param + index as u32)
+                    .ok_or_else(|| CodegenError::Other("missing parameter".into()))?;
                 param.set_name(&sanitize(&local.name));
                 if is_aggregate(&local.ty) {
                     self.copy_aggregate(slot, param.into_pointer_value(), &local.ty)?;
@@ -437,11 +509,15 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         self.builder.position_at_end(entry);
         // Brilisp labels get their blocks up front, so jumps may go forward.
-        state.labels = def.labels.iter().map(|label| self.context.append_basic_block(function, &sanitize(label))).collect();
+        state.labels =
+            def.labels.iter().map(|label| self.context.append_basic_block(function, &sanitize(label))).collect();
         match (result, def.body.as_slice()) {
             (Some(ty), [Stmt::Expr(expr)]) => {
                 let value = self.expr(&mut state, expr)?;
-                let out = function.get_nth_param(0).ok_or_else(|| CodegenError::Other("entry without output".into()))?.into_pointer_value();
+                let out = function
+                    .get_nth_param(0)
+                    .ok_or_else(|| CodegenError::Other("entry without output".into()))?
+                    .into_pointer_value();
                 match value {
                     Value::Scalar(value) => {
                         self.builder.build_store(out, value)?;
@@ -545,7 +621,8 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.continue_in_dead_block(state);
             }
             Stmt::Break | Stmt::Continue => {
-                let (exit, next) = *state.loops.last().ok_or_else(|| CodegenError::Other("break outside a loop".into()))?;
+                let (exit, next) =
+                    *state.loops.last().ok_or_else(|| CodegenError::Other("break outside a loop".into()))?;
                 self.builder.build_unconditional_branch(if matches!(stmt, Stmt::Break) { exit } else { next })?;
                 self.continue_in_dead_block(state);
             }
@@ -577,7 +654,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
-    fn emit_loop(&mut self, state: &mut FunctionState<'ctx>, init: Option<&Expr>, cond: &Expr, step: Option<&Expr>, body: &[Stmt]) -> Result<()> {
+    fn emit_loop(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        init: Option<&Expr>,
+        cond: &Expr,
+        step: Option<&Expr>,
+        body: &[Stmt],
+    ) -> Result<()> {
         if let Some(init) = init {
             self.expr(state, init)?;
         }
@@ -633,7 +717,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         let (size, align) = crate::value::size_align(&ty, device.unit.structs);
         let bytes = self.context.i8_type().array_type(size.max(1) as u32);
         let shared = space == 3;
-        let global = self.module.add_global(bytes, Some(AddressSpace::from(if shared { 3 } else { 1 })), &ptx_identifier("$g_", name));
+        let global = self.module.add_global(
+            bytes,
+            Some(AddressSpace::from(if shared { 3 } else { 1 })),
+            &ptx_identifier("$g_", name),
+        );
         global.set_linkage(Linkage::Internal);
         if shared {
             // Shared memory cannot be initialised; C-Lisp promises 16-byte alignment.
@@ -645,7 +733,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             if let Some(init) = init {
                 crate::value::encode_constant(&mut image, 0, &ty, init, device.unit.structs, &|_| 0);
             }
-            let values: Vec<IntValue> = image.iter().map(|byte| self.context.i8_type().const_int(u64::from(*byte), false)).collect();
+            let values: Vec<IntValue> =
+                image.iter().map(|byte| self.context.i8_type().const_int(u64::from(*byte), false)).collect();
             global.set_initializer(&self.context.i8_type().const_array(&values));
             global.set_alignment(align.max(1) as u32);
         }
@@ -707,7 +796,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         match aggregate {
             Ty::Struct(name) => Ok(self.builder.build_struct_gep(self.struct_type(name), base, index, "")?),
             _ => {
-                let indices = [self.context.i64_type().const_zero(), self.context.i64_type().const_int(u64::from(index), false)];
+                let indices =
+                    [self.context.i64_type().const_zero(), self.context.i64_type().const_int(u64::from(index), false)];
                 // SAFETY: the checker proved `index` is within the array's length.
                 Ok(unsafe { self.builder.build_in_bounds_gep(self.basic_type(aggregate), base, &indices, "")? })
             }
@@ -789,7 +879,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             ExprKind::GepPath(pointer, indices) => self.gep_path(state, pointer, indices)?,
             ExprKind::FieldPtr(pointer, field) => {
-                let Some(Ty::Struct(name)) = pointer.ty.pointee() else { return Err(CodegenError::Other("sptradd on a non-struct".into())) };
+                let Some(Ty::Struct(name)) = pointer.ty.pointee() else {
+                    return Err(CodegenError::Other("sptradd on a non-struct".into()));
+                };
                 let struct_type = self.struct_type(name);
                 let pointer = self.value(state, pointer)?.into_pointer_value();
                 self.builder.build_struct_gep(struct_type, pointer, *field, "")?.into()
@@ -816,7 +908,11 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let ptr = self.context.ptr_type(AddressSpace::default());
                 let alloc_type = ptr.fn_type(&[self.context.i64_type().into()], false);
                 let alloc = self.runtime_function(RT_SESSION_ALLOC, alloc_type);
-                self.builder.build_call(alloc, &[bytes.into()], "")?.try_as_basic_value().basic().ok_or_else(no_value)?
+                self.builder
+                    .build_call(alloc, &[bytes.into()], "")?
+                    .try_as_basic_value()
+                    .basic()
+                    .ok_or_else(no_value)?
             }
             ExprKind::Extract(aggregate, index) => {
                 let base = self.memory(state, aggregate)?;
@@ -838,7 +934,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let value = self.value(state, value)?;
                 self.cast(*op, &from, &expr.ty, value)?
             }
-            ExprKind::Asm { template, constraints, args } => return self.asm(state, &expr.ty, template, constraints, args),
+            ExprKind::Asm { template, constraints, args } => {
+                return self.asm(state, &expr.ty, template, constraints, args)
+            }
             ExprKind::GpuIndex(register, dimension) => self.gpu_index(*register, *dimension)?,
             ExprKind::Barrier => {
                 self.device_intrinsic("llvm.nvvm.barrier0", &[])?;
@@ -847,8 +945,14 @@ impl<'ctx> Lowering<'ctx, '_> {
             ExprKind::GpuAlloc(element, count) => {
                 let element_size = self.size_of(element);
                 let count = self.index(state, count)?;
-                let handle = self.call_gpu(RT_GPU_ALLOC, self.context.i64_type().into(), &[element_size.into(), count.into()])?;
-                let failed = self.builder.build_int_compare(IntPredicate::EQ, handle, self.context.i64_type().const_zero(), "")?;
+                let handle =
+                    self.call_gpu(RT_GPU_ALLOC, self.context.i64_type().into(), &[element_size.into(), count.into()])?;
+                let failed = self.builder.build_int_compare(
+                    IntPredicate::EQ,
+                    handle,
+                    self.context.i64_type().const_zero(),
+                    "",
+                )?;
                 self.fault_if(state, failed, FAULT_GPU, expr.span)?;
                 handle.into()
             }
@@ -861,7 +965,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             ExprKind::GpuLen(buffer) => {
                 let handle = self.value(state, buffer)?;
                 let length = self.call_gpu(RT_GPU_LEN, self.context.i64_type().into(), &[handle.into()])?;
-                let failed = self.builder.build_int_compare(IntPredicate::SLT, length, self.context.i64_type().const_zero(), "")?;
+                let failed = self.builder.build_int_compare(
+                    IntPredicate::SLT,
+                    length,
+                    self.context.i64_type().const_zero(),
+                    "",
+                )?;
                 self.fault_if(state, failed, FAULT_GPU, expr.span)?;
                 length.into()
             }
@@ -881,7 +990,11 @@ impl<'ctx> Lowering<'ctx, '_> {
                     crate::check::CopyDirection::DeviceToDevice => 2,
                 };
                 let direction = self.context.i64_type().const_int(code, false);
-                let status = self.call_gpu(RT_GPU_COPY, self.context.i32_type().into(), &[direction.into(), destination.into(), source.into(), count.into(), self.size_of(&element).into()])?;
+                let status = self.call_gpu(
+                    RT_GPU_COPY,
+                    self.context.i32_type().into(),
+                    &[direction.into(), destination.into(), source.into(), count.into(), self.size_of(&element).into()],
+                )?;
                 self.fault_unless_zero(state, status, expr.span)?;
                 return Ok(Value::Nothing);
             }
@@ -895,8 +1008,14 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// Brilisp's multi-index `ptradd`: the first index scales by the pointee, each later one
     /// selects an array element or (a literal) a struct field.
-    fn gep_path(&mut self, state: &mut FunctionState<'ctx>, pointer: &Expr, indices: &[Expr]) -> Result<BasicValueEnum<'ctx>> {
-        let source = self.basic_type(pointer.ty.pointee().ok_or_else(|| CodegenError::Other("ptradd on a non-pointer".into()))?);
+    fn gep_path(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        pointer: &Expr,
+        indices: &[Expr],
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let source =
+            self.basic_type(pointer.ty.pointee().ok_or_else(|| CodegenError::Other("ptradd on a non-pointer".into()))?);
         let base = self.value(state, pointer)?.into_pointer_value();
         let mut current = source;
         let mut values = Vec::with_capacity(indices.len());
@@ -907,9 +1026,13 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             match current {
                 BasicTypeEnum::StructType(struct_type) => {
-                    let ExprKind::Int(field) = index.kind else { return Err(CodegenError::Other("a struct index that is not a literal".into())) };
+                    let ExprKind::Int(field) = index.kind else {
+                        return Err(CodegenError::Other("a struct index that is not a literal".into()));
+                    };
                     values.push(self.context.i32_type().const_int(field as u64, false));
-                    current = struct_type.get_field_type_at_index(field as u32).ok_or_else(|| CodegenError::Other("struct index out of range".into()))?;
+                    current = struct_type
+                        .get_field_type_at_index(field as u32)
+                        .ok_or_else(|| CodegenError::Other("struct index out of range".into()))?;
                 }
                 BasicTypeEnum::ArrayType(array_type) => {
                     values.push(self.index(state, index)?);
@@ -928,7 +1051,15 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(self.builder.build_int_s_extend_or_bit_cast(value, self.context.i64_type(), "")?)
     }
 
-    fn binary(&mut self, state: &mut FunctionState<'ctx>, op: BinOp, operand_ty: &Ty, left: BasicValueEnum<'ctx>, right: BasicValueEnum<'ctx>, span: Span) -> Result<BasicValueEnum<'ctx>> {
+    fn binary(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        op: BinOp,
+        operand_ty: &Ty,
+        left: BasicValueEnum<'ctx>,
+        right: BasicValueEnum<'ctx>,
+        span: Span,
+    ) -> Result<BasicValueEnum<'ctx>> {
         let b = &self.builder;
         if let BinOp::FAdd | BinOp::FSub | BinOp::FMul | BinOp::FDiv | BinOp::FCmp(_) = op {
             let (l, r) = (left.into_float_value(), right.into_float_value());
@@ -980,7 +1111,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 IntCmp::Uge => IntPredicate::UGE,
             };
             if pointers {
-                return Ok(b.build_int_compare(predicate, left.into_pointer_value(), right.into_pointer_value(), "")?.into());
+                return Ok(b
+                    .build_int_compare(predicate, left.into_pointer_value(), right.into_pointer_value(), "")?
+                    .into());
             }
             return Ok(b.build_int_compare(predicate, left.into_int_value(), right.into_int_value(), "")?.into());
         }
@@ -1018,7 +1151,14 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Division by zero, and `MIN / -1`, fault at every optimisation level.
-    fn check_division(&mut self, state: &FunctionState<'ctx>, left: IntValue<'ctx>, right: IntValue<'ctx>, signed: bool, span: Span) -> Result<()> {
+    fn check_division(
+        &mut self,
+        state: &FunctionState<'ctx>,
+        left: IntValue<'ctx>,
+        right: IntValue<'ctx>,
+        signed: bool,
+        span: Span,
+    ) -> Result<()> {
         let int_type = right.get_type();
         let is_zero = self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_zero(), "")?;
         self.fault_if(state, is_zero, FAULT_DIVIDE_BY_ZERO, span)?;
@@ -1026,7 +1166,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             let bits = int_type.get_bit_width();
             let min = int_type.const_int(1u64 << (bits - 1), false);
             let is_min = self.builder.build_int_compare(IntPredicate::EQ, left, min, "")?;
-            let is_minus_one = self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_all_ones(), "")?;
+            let is_minus_one =
+                self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_all_ones(), "")?;
             let overflows = self.builder.build_and(is_min, is_minus_one, "")?;
             self.fault_if(state, overflows, FAULT_DIVIDE_OVERFLOW, span)?;
         }
@@ -1047,7 +1188,9 @@ impl<'ctx> Lowering<'ctx, '_> {
     fn as_word(&self, value: BasicValueEnum<'ctx>) -> Result<IntValue<'ctx>> {
         let word = self.context.i64_type();
         Ok(match value {
-            BasicValueEnum::IntValue(int) if int.get_type().get_bit_width() == 1 => self.builder.build_int_z_extend(int, word, "")?,
+            BasicValueEnum::IntValue(int) if int.get_type().get_bit_width() == 1 => {
+                self.builder.build_int_z_extend(int, word, "")?
+            }
             BasicValueEnum::IntValue(int) => self.builder.build_int_s_extend_or_bit_cast(int, word, "")?,
             BasicValueEnum::FloatValue(float) => {
                 let bits = if float.get_type() == self.context.f32_type() { self.context.i32_type() } else { word };
@@ -1060,15 +1203,23 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Calls a GPU runtime function with the session's GPU runtime first.
-    fn call_gpu(&mut self, name: &str, result: BasicTypeEnum<'ctx>, args: &[BasicMetadataValueEnum<'ctx>]) -> Result<IntValue<'ctx>> {
+    fn call_gpu(
+        &mut self,
+        name: &str,
+        result: BasicTypeEnum<'ctx>,
+        args: &[BasicMetadataValueEnum<'ctx>],
+    ) -> Result<IntValue<'ctx>> {
         let gpu = self.external_global(RT_GPU);
         let mut values: Vec<BasicMetadataValueEnum<'ctx>> = vec![gpu.into()];
         values.extend_from_slice(args);
-        let types: Vec<BasicMetadataTypeEnum<'ctx>> = values.iter().map(|value| match value {
-            BasicMetadataValueEnum::PointerValue(pointer) => pointer.get_type().into(),
-            BasicMetadataValueEnum::IntValue(int) => int.get_type().into(),
-            _ => self.context.i64_type().into(),
-        }).collect();
+        let types: Vec<BasicMetadataTypeEnum<'ctx>> = values
+            .iter()
+            .map(|value| match value {
+                BasicMetadataValueEnum::PointerValue(pointer) => pointer.get_type().into(),
+                BasicMetadataValueEnum::IntValue(int) => int.get_type().into(),
+                _ => self.context.i64_type().into(),
+            })
+            .collect();
         let function = self.runtime_function(name, result.fn_type(&types, false));
         let call = self.builder.build_call(function, &values, "")?;
         Ok(call.try_as_basic_value().basic().ok_or_else(no_value)?.into_int_value())
@@ -1122,13 +1273,25 @@ impl<'ctx> Lowering<'ctx, '_> {
                 Some(crate::check::Direction::Out) => 2,
                 Some(crate::check::Direction::InOut) => 3,
             };
-            let fields = [word.const_int(kind, false), value, count, word.const_int(arg.element_size, false), word.const_int(direction, false)];
+            let fields = [
+                word.const_int(kind, false),
+                value,
+                count,
+                word.const_int(arg.element_size, false),
+                word.const_int(direction, false),
+            ];
             for (field, field_value) in fields.into_iter().enumerate() {
                 self.store_word(descriptor, words, index * LAUNCH_ARG_WORDS + field, field_value)?;
             }
         }
         let name = self.builder.build_global_string_ptr(&launch.kernel, ".kernel")?.as_pointer_value();
-        let arguments = [name.into(), word.const_int(launch.kernel.len() as u64, false).into(), dimensions_memory.into(), descriptor.into(), word.const_int(launch.args.len() as u64, false).into()];
+        let arguments = [
+            name.into(),
+            word.const_int(launch.kernel.len() as u64, false).into(),
+            dimensions_memory.into(),
+            descriptor.into(),
+            word.const_int(launch.args.len() as u64, false).into(),
+        ];
         let status = self.call_gpu(RT_GPU_LAUNCH, self.context.i32_type().into(), &arguments)?;
         self.fault_unless_zero(state, status, span)
     }
@@ -1150,18 +1313,26 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Calls a (non-overloaded) NVVM intrinsic; only device code has them.
-    fn device_intrinsic(&mut self, name: &str, args: &[BasicMetadataValueEnum<'ctx>]) -> Result<Option<BasicValueEnum<'ctx>>> {
+    fn device_intrinsic(
+        &mut self,
+        name: &str,
+        args: &[BasicMetadataValueEnum<'ctx>],
+    ) -> Result<Option<BasicValueEnum<'ctx>>> {
         if self.device.is_none() {
             return Err(CodegenError::Other(format!("`{name}` in host code")));
         }
-        let intrinsic = Intrinsic::find(name).ok_or_else(|| CodegenError::Other(format!("LLVM has no intrinsic {name}")))?;
-        let declaration = intrinsic.get_declaration(&self.module, &[]).ok_or_else(|| CodegenError::Other(format!("no declaration of {name}")))?;
+        let intrinsic =
+            Intrinsic::find(name).ok_or_else(|| CodegenError::Other(format!("LLVM has no intrinsic {name}")))?;
+        let declaration = intrinsic
+            .get_declaration(&self.module, &[])
+            .ok_or_else(|| CodegenError::Other(format!("no declaration of {name}")))?;
         Ok(self.builder.build_call(declaration, args, "")?.try_as_basic_value().basic())
     }
 
     fn emit_trap(&mut self, name: &str, code: u64, span: Span, detail: String) -> Result<()> {
         let symbol = trap_symbol(name, &self.module.get_name().to_string_lossy());
-        let trap = self.module.add_function(&symbol, self.context.void_type().fn_type(&[], false), Some(Linkage::External));
+        let trap =
+            self.module.add_function(&symbol, self.context.void_type().fn_type(&[], false), Some(Linkage::External));
         let block = self.context.append_basic_block(trap, "entry");
         self.builder.position_at_end(block);
         let site = self.naming.first_site + self.fault_sites.len() as u32;
@@ -1169,14 +1340,22 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.call_fault(code, site)
     }
 
-    fn fault_if(&mut self, state: &FunctionState<'ctx>, condition: IntValue<'ctx>, code: u64, span: Span) -> Result<()> {
+    fn fault_if(
+        &mut self,
+        state: &FunctionState<'ctx>,
+        condition: IntValue<'ctx>,
+        code: u64,
+        span: Span,
+    ) -> Result<()> {
         if self.device.is_some() {
             // The GPU has no fault runtime: a failed check traps, and the launch reports it.
             let fault_block = self.context.append_basic_block(state.function, "trap");
             let ok_block = self.context.append_basic_block(state.function, "ok");
             self.builder.build_conditional_branch(condition, fault_block, ok_block)?;
             self.builder.position_at_end(fault_block);
-            let trap = Intrinsic::find("llvm.trap").and_then(|trap| trap.get_declaration(&self.module, &[])).ok_or_else(|| CodegenError::Other("no llvm.trap".into()))?;
+            let trap = Intrinsic::find("llvm.trap")
+                .and_then(|trap| trap.get_declaration(&self.module, &[]))
+                .ok_or_else(|| CodegenError::Other("no llvm.trap".into()))?;
             self.builder.build_call(trap, &[], "")?;
             self.builder.build_unreachable()?;
             self.builder.position_at_end(ok_block);
@@ -1202,7 +1381,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         fault.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(noreturn, 0));
         let cold = Attribute::get_named_enum_kind_id("cold");
         fault.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(cold, 0));
-        self.builder.build_call(fault, &[i64_type.const_int(code, false).into(), i64_type.const_int(u64::from(site), false).into()], "")?;
+        self.builder.build_call(
+            fault,
+            &[i64_type.const_int(code, false).into(), i64_type.const_int(u64::from(site), false).into()],
+            "",
+        )?;
         self.builder.build_unreachable()?;
         Ok(())
     }
@@ -1234,25 +1417,43 @@ impl<'ctx> Lowering<'ctx, '_> {
                 }
             }
             CastOp::SiToFp => b.build_signed_int_to_float(value.into_int_value(), target.into_float_type(), "")?.into(),
-            CastOp::UiToFp => b.build_unsigned_int_to_float(value.into_int_value(), target.into_float_type(), "")?.into(),
+            CastOp::UiToFp => {
+                b.build_unsigned_int_to_float(value.into_int_value(), target.into_float_type(), "")?.into()
+            }
             CastOp::FpToSi | CastOp::FpToUi => {
                 // Saturating conversions define what LLVM leaves as poison (NaN gives 0).
                 let name = if op == CastOp::FpToSi { "llvm.fptosi.sat" } else { "llvm.fptoui.sat" };
-                let intrinsic = Intrinsic::find(name).ok_or_else(|| CodegenError::Other(format!("no intrinsic {name}")))?;
-                let declaration = intrinsic.get_declaration(&self.module, &[target, value.get_type()]).ok_or_else(|| CodegenError::Other(format!("no declaration of {name}")))?;
-                self.builder.build_call(declaration, &[value.into()], "")?.try_as_basic_value().basic().ok_or_else(no_value)?
+                let intrinsic =
+                    Intrinsic::find(name).ok_or_else(|| CodegenError::Other(format!("no intrinsic {name}")))?;
+                let declaration = intrinsic
+                    .get_declaration(&self.module, &[target, value.get_type()])
+                    .ok_or_else(|| CodegenError::Other(format!("no declaration of {name}")))?;
+                self.builder
+                    .build_call(declaration, &[value.into()], "")?
+                    .try_as_basic_value()
+                    .basic()
+                    .ok_or_else(no_value)?
             }
             CastOp::PtrToInt => b.build_ptr_to_int(value.into_pointer_value(), target.into_int_type(), "")?.into(),
             CastOp::IntToPtr => b.build_int_to_ptr(value.into_int_value(), target.into_pointer_type(), "")?.into(),
             CastOp::Bitcast if from.is_ptr() => value,
             CastOp::Bitcast => b.build_bit_cast(value, target, "")?,
             // Address spaces are erased on the CPU.
-            CastOp::AddrSpaceCast if self.device.is_some() => b.build_address_space_cast(value.into_pointer_value(), target.into_pointer_type(), "")?.into(),
+            CastOp::AddrSpaceCast if self.device.is_some() => {
+                b.build_address_space_cast(value.into_pointer_value(), target.into_pointer_type(), "")?.into()
+            }
             CastOp::AddrSpaceCast => value,
         })
     }
 
-    fn call(&mut self, state: &mut FunctionState<'ctx>, callee: &Callee, name: &str, signature: &Signature, args: &[Expr]) -> Result<Value<'ctx>> {
+    fn call(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        callee: &Callee,
+        name: &str,
+        signature: &Signature,
+        args: &[Expr],
+    ) -> Result<Value<'ctx>> {
         let mut values: Vec<BasicMetadataValueEnum<'ctx>> = Vec::new();
         // An aggregate result is written to memory the caller passes first.
         let result = match (callee, is_aggregate(&signature.ret)) {
@@ -1262,18 +1463,30 @@ impl<'ctx> Lowering<'ctx, '_> {
         values.extend(result.map(BasicMetadataValueEnum::from));
         for arg in args {
             // Aggregates are passed by value: a private copy, by pointer.
-            let value: BasicMetadataValueEnum = if is_aggregate(&arg.ty) { self.owned_copy(state, arg)?.into() } else { self.value(state, arg)?.into() };
+            let value: BasicMetadataValueEnum = if is_aggregate(&arg.ty) {
+                self.owned_copy(state, arg)?.into()
+            } else {
+                self.value(state, arg)?.into()
+            };
             values.push(value);
         }
         let member = match callee {
-            Callee::Slot(target) | Callee::Inline(target) => self.device.as_ref().map(|device| device.functions.get(target).copied().ok_or_else(|| CodegenError::Other(format!("`{target}` is not part of this device code")))),
+            Callee::Slot(target) | Callee::Inline(target) => self.device.as_ref().map(|device| {
+                device
+                    .functions
+                    .get(target)
+                    .copied()
+                    .ok_or_else(|| CodegenError::Other(format!("`{target}` is not part of this device code")))
+            }),
             _ => None,
         };
         let call = match callee {
             // Device code is one module: its functions call each other directly.
             _ if member.is_some() => self.builder.build_call(member.transpose()?.ok_or_else(no_value)?, &values, "")?,
             Callee::Direct(link) if self.device.is_some() => {
-                let function = self.module.get_function(link).unwrap_or_else(|| self.module.add_function(link, self.function_type(signature, false), Some(Linkage::External)));
+                let function = self.module.get_function(link).unwrap_or_else(|| {
+                    self.module.add_function(link, self.function_type(signature, false), Some(Linkage::External))
+                });
                 self.builder.build_call(function, &values, "")?
             }
             Callee::SelfCall => self.builder.build_call(state.function, &values, "")?,
@@ -1281,7 +1494,10 @@ impl<'ctx> Lowering<'ctx, '_> {
                 // Load the callee from its slot rather than calling it directly: a later cell may
                 // redefine it, and callers compiled before that must reach the new body.
                 let slot = self.external_global(&slot_symbol(target));
-                let pointer = self.builder.build_load(self.context.ptr_type(AddressSpace::default()), slot, "")?.into_pointer_value();
+                let pointer = self
+                    .builder
+                    .build_load(self.context.ptr_type(AddressSpace::default()), slot, "")?
+                    .into_pointer_value();
                 let function_type = self.function_type(signature, signature.variadic);
                 self.builder.build_indirect_call(function_type, pointer, &values, "")?
             }
@@ -1290,7 +1506,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let variadic = signature.variadic || is_c_variadic(name);
                 let function = match self.module.get_function(link) {
                     Some(function) => function,
-                    None => self.module.add_function(link, self.function_type(signature, variadic), Some(Linkage::External)),
+                    None => {
+                        self.module.add_function(link, self.function_type(signature, variadic), Some(Linkage::External))
+                    }
                 };
                 if function.get_type() != self.function_type(signature, variadic) {
                     // Another declaration of the same C function in this cell: call through its address.
@@ -1321,7 +1539,13 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// Intrinsics return structs as literal structs (`{ i32, i1 }`); C-Lisp's are named, so the
     /// result is rebuilt field by field.
-    fn call_intrinsic(&mut self, state: &FunctionState<'ctx>, link: &str, signature: &Signature, values: &[BasicMetadataValueEnum<'ctx>]) -> Result<Value<'ctx>> {
+    fn call_intrinsic(
+        &mut self,
+        state: &FunctionState<'ctx>,
+        link: &str,
+        signature: &Signature,
+        values: &[BasicMetadataValueEnum<'ctx>],
+    ) -> Result<Value<'ctx>> {
         let params: Vec<BasicMetadataTypeEnum> = signature.params.iter().map(|ty| self.basic_type(ty).into()).collect();
         let named = match &signature.ret {
             Ty::Struct(name) => Some(self.struct_type(name)),
@@ -1329,7 +1553,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let function_type = match (&signature.ret, named) {
             (Ty::Void, _) => self.context.void_type().fn_type(&params, signature.variadic),
-            (_, Some(named)) => self.context.struct_type(&named.get_field_types(), false).fn_type(&params, signature.variadic),
+            (_, Some(named)) => {
+                self.context.struct_type(&named.get_field_types(), false).fn_type(&params, signature.variadic)
+            }
             (ret, None) => self.basic_type(ret).fn_type(&params, signature.variadic),
         };
         let function = match self.module.get_function(link) {
@@ -1348,7 +1574,11 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Copies a literal struct value into a value of the named struct with the same fields.
-    fn rename_struct(&mut self, literal: inkwell::values::StructValue<'ctx>, named: StructType<'ctx>) -> Result<BasicValueEnum<'ctx>> {
+    fn rename_struct(
+        &mut self,
+        literal: inkwell::values::StructValue<'ctx>,
+        named: StructType<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>> {
         let mut value: inkwell::values::AggregateValueEnum = named.get_undef().into();
         for index in 0..named.count_fields() {
             let field = self.builder.build_extract_value(literal, index, "")?;
@@ -1363,8 +1593,14 @@ impl<'ctx> Lowering<'ctx, '_> {
             return Ok(*function);
         }
         let inline_bodies = self.inline_bodies;
-        let def = inline_bodies.get(name).ok_or_else(|| CodegenError::Other(format!("no body for the inline function `{name}`")))?;
-        let function = self.module.add_function(&format!("{}#inline", def.name), self.function_type(&def.signature, false), Some(Linkage::Internal));
+        let def = inline_bodies
+            .get(name)
+            .ok_or_else(|| CodegenError::Other(format!("no body for the inline function `{name}`")))?;
+        let function = self.module.add_function(
+            &format!("{}#inline", def.name),
+            self.function_type(&def.signature, false),
+            Some(Linkage::Internal),
+        );
         self.mark_inline(function);
         // Registered before its body is emitted, so a recursive inline function calls itself.
         self.inline_copies.insert(def.name.clone(), function);
@@ -1376,7 +1612,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(function)
     }
 
-    fn asm(&mut self, state: &mut FunctionState<'ctx>, ty: &Ty, template: &str, constraints: &str, args: &[Expr]) -> Result<Value<'ctx>> {
+    fn asm(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        ty: &Ty,
+        template: &str,
+        constraints: &str,
+        args: &[Expr],
+    ) -> Result<Value<'ctx>> {
         let mut values: Vec<BasicMetadataValueEnum<'ctx>> = Vec::new();
         let mut param_types: Vec<BasicMetadataTypeEnum<'ctx>> = Vec::new();
         for arg in args {
@@ -1397,7 +1640,15 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             other => (self.basic_type(other).fn_type(&param_types, false), None),
         };
-        let inline_asm = self.context.create_inline_asm(function_type, template.to_string(), constraints.to_string(), true, false, None, false);
+        let inline_asm = self.context.create_inline_asm(
+            function_type,
+            template.to_string(),
+            constraints.to_string(),
+            true,
+            false,
+            None,
+            false,
+        );
         let call = self.builder.build_indirect_call(function_type, inline_asm, &values, "")?;
         let result = call.try_as_basic_value().basic();
         match (result, fields) {
@@ -1450,7 +1701,8 @@ const PTX_KERNEL: u32 = 71;
 pub(crate) fn ptx_identifier(prefix: &str, name: &str) -> String {
     let mut identifier = prefix.to_string();
     for (index, byte) in name.bytes().enumerate() {
-        let plain = byte.is_ascii_alphabetic() || byte == b'_' || (byte.is_ascii_digit() && (index > 0 || !prefix.is_empty()));
+        let plain =
+            byte.is_ascii_alphabetic() || byte == b'_' || (byte.is_ascii_digit() && (index > 0 || !prefix.is_empty()));
         if plain {
             identifier.push(byte as char);
         } else {
@@ -1463,19 +1715,45 @@ pub(crate) fn ptx_identifier(prefix: &str, name: &str) -> String {
 /// Lowers device code for NVPTX: the members as internal functions, and a kernel entry with
 /// the PTX calling convention that calls the first one (so a launched function may also be
 /// called, even by itself).
-pub(crate) fn lower_device<'ctx>(context: &'ctx Context, target_data: &TargetData, triple: &inkwell::targets::TargetTriple, unit: &DeviceUnit<'_>, struct_names: &HashMap<String, String>, module_name: &str) -> Result<DeviceModule<'ctx>> {
+pub(crate) fn lower_device<'ctx>(
+    context: &'ctx Context,
+    target_data: &TargetData,
+    triple: &inkwell::targets::TargetTriple,
+    unit: &DeviceUnit<'_>,
+    struct_names: &HashMap<String, String>,
+    module_name: &str,
+) -> Result<DeviceModule<'ctx>> {
     let module = context.create_module(module_name);
     module.set_triple(triple);
     module.set_data_layout(&target_data.get_data_layout());
     let empty = HashMap::new();
     let naming = Naming { global_symbols: &empty, struct_names, body_symbols: &empty, first_site: 0 };
     let no_inline_bodies = HashMap::new();
-    let device = DeviceState { unit, functions: HashMap::new(), globals: std::cell::RefCell::new(HashMap::new()), shared_bytes: std::cell::Cell::new(0) };
-    let mut lowering = Lowering { context, module, builder: context.create_builder(), naming: &naming, target_data, fault_sites: Vec::new(), inline_bodies: &no_inline_bodies, inline_copies: HashMap::new(), device: Some(device) };
+    let device = DeviceState {
+        unit,
+        functions: HashMap::new(),
+        globals: std::cell::RefCell::new(HashMap::new()),
+        shared_bytes: std::cell::Cell::new(0),
+    };
+    let mut lowering = Lowering {
+        context,
+        module,
+        builder: context.create_builder(),
+        naming: &naming,
+        target_data,
+        fault_sites: Vec::new(),
+        inline_bodies: &no_inline_bodies,
+        inline_copies: HashMap::new(),
+        device: Some(device),
+    };
     let root = unit.members.first().ok_or_else(|| CodegenError::Other("device code without a kernel".into()))?;
     let mut functions = HashMap::new();
     for member in unit.members {
-        let function = lowering.module.add_function(&ptx_identifier("$f_", &member.name), lowering.function_type(&member.signature, false), Some(Linkage::Internal));
+        let function = lowering.module.add_function(
+            &ptx_identifier("$f_", &member.name),
+            lowering.function_type(&member.signature, false),
+            Some(Linkage::Internal),
+        );
         if member.inline {
             lowering.mark_inline(function);
         }
@@ -1488,7 +1766,8 @@ pub(crate) fn lower_device<'ctx>(context: &'ctx Context, target_data: &TargetDat
         lowering.emit_function(member, functions[&member.name], None)?;
     }
     let entry = ptx_identifier("", &root.name);
-    let kernel = lowering.module.add_function(&entry, lowering.function_type(&root.signature, false), Some(Linkage::External));
+    let kernel =
+        lowering.module.add_function(&entry, lowering.function_type(&root.signature, false), Some(Linkage::External));
     kernel.set_call_conventions(PTX_KERNEL);
     let block = context.append_basic_block(kernel, "entry");
     lowering.builder.position_at_end(block);
@@ -1496,11 +1775,24 @@ pub(crate) fn lower_device<'ctx>(context: &'ctx Context, target_data: &TargetDat
     lowering.builder.build_call(functions[&root.name], &args, "")?;
     lowering.builder.build_return(None)?;
     // LLVM 19 also reads kernels from `!nvvm.annotations`; older drivers' tools expect it.
-    let annotation = context.metadata_node(&[kernel.as_global_value().as_pointer_value().into(), context.metadata_string("kernel").into(), context.i32_type().const_int(1, false).into()]);
-    lowering.module.add_global_metadata("nvvm.annotations", &annotation).map_err(|error| CodegenError::Other(error.to_string()))?;
+    let annotation = context.metadata_node(&[
+        kernel.as_global_value().as_pointer_value().into(),
+        context.metadata_string("kernel").into(),
+        context.i32_type().const_int(1, false).into(),
+    ]);
+    lowering
+        .module
+        .add_global_metadata("nvvm.annotations", &annotation)
+        .map_err(|error| CodegenError::Other(error.to_string()))?;
     lowering.module.verify().map_err(|message| CodegenError::Verify(message.to_string()))?;
     let shared_bytes = lowering.device.as_ref().map_or(0, |device| device.shared_bytes.get());
-    let libdevice = lowering.module.get_functions().filter(|function| function.count_basic_blocks() == 0).map(|function| function.get_name().to_string_lossy().into_owned()).filter(|name| crate::check::is_libdevice(name)).collect();
+    let libdevice = lowering
+        .module
+        .get_functions()
+        .filter(|function| function.count_basic_blocks() == 0)
+        .map(|function| function.get_name().to_string_lossy().into_owned())
+        .filter(|name| crate::check::is_libdevice(name))
+        .collect();
     Ok(DeviceModule { module: lowering.module, entry, shared_bytes, libdevice })
 }
 
@@ -1511,12 +1803,37 @@ fn label_block<'ctx>(state: &FunctionState<'ctx>, label: usize) -> Result<BasicB
 /// C's variadic functions: declared with a fixed list, they are still called as variadic so
 /// that the x86-64 convention (AL = vector registers used) holds.
 fn is_c_variadic(name: &str) -> bool {
-    matches!(name, "printf" | "fprintf" | "sprintf" | "snprintf" | "dprintf" | "scanf" | "fscanf" | "sscanf" | "open" | "fcntl" | "ioctl" | "execl" | "execlp")
+    matches!(
+        name,
+        "printf"
+            | "fprintf"
+            | "sprintf"
+            | "snprintf"
+            | "dprintf"
+            | "scanf"
+            | "fscanf"
+            | "sscanf"
+            | "open"
+            | "fcntl"
+            | "ioctl"
+            | "execl"
+            | "execlp"
+    )
 }
 
 /// LLVM value names for locals: readable, with characters LLVM would quote replaced.
 fn sanitize(name: &str) -> String {
-    name.chars().map(|character| if character.is_ascii_alphanumeric() || character == '_' || character == '.' { character } else { '_' }).collect()
+    name.chars()
+        .map(
+            |character| {
+                if character.is_ascii_alphanumeric() || character == '_' || character == '.' {
+                    character
+                } else {
+                    '_'
+                }
+            },
+        )
+        .collect()
 }
 
 fn no_value() -> CodegenError {

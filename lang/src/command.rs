@@ -50,7 +50,9 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
         ":quit" | ":q" | ":exit" => outcome.quit = true,
         ":reset" => match session.reset() {
             Ok(()) => message(&mut outcome, "session reset".into()),
-            Err(error) => outcome.diagnostics.push(Diagnostic::error(Kind::Internal, format!("could not reset: {error}"))),
+            Err(error) => {
+                outcome.diagnostics.push(Diagnostic::error(Kind::Internal, format!("could not reset: {error}")))
+            }
         },
         ":opt" => {
             if argument.is_empty() {
@@ -61,7 +63,10 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
                         session.set_opt_level(level);
                         message(&mut outcome, format!("optimisation level {level}"));
                     }
-                    _ => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("`:opt` takes a level from 0 to 3, found `{argument}`"))),
+                    _ => outcome.diagnostics.push(Diagnostic::error(
+                        Kind::Syntax,
+                        format!("`:opt` takes a level from 0 to 3, found `{argument}`"),
+                    )),
                 }
             }
         }
@@ -77,18 +82,21 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
             }
         }
         ":expand" => {
-            let (single_level, rest) = match argument.split_once(char::is_whitespace).map_or((argument, ""), |(first, rest)| (first, rest)) {
-                ("1", rest) => (true, rest.trim()),
-                _ if argument == "1" => (true, ""),
-                _ => (false, argument),
-            };
+            let (single_level, rest) =
+                match argument.split_once(char::is_whitespace).map_or((argument, ""), |(first, rest)| (first, rest)) {
+                    ("1", rest) => (true, rest.trim()),
+                    _ if argument == "1" => (true, ""),
+                    _ => (false, argument),
+                };
             return session.expand_command((!rest.is_empty()).then_some(rest), single_level);
         }
         ":stages" => return session.inspect_command(&inspect::Stage::ALL, subject(argument)),
         ":types" => return session.inspect_command(&[inspect::Stage::Typed], subject(argument)),
         ":ir" => {
             let (stage, rest) = match argument.strip_prefix("opt") {
-                Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => (inspect::Stage::OptimisedIr, rest.trim()),
+                Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
+                    (inspect::Stage::OptimisedIr, rest.trim())
+                }
                 _ => (inspect::Stage::Ir, argument),
             };
             return session.inspect_command(&[stage], subject(rest));
@@ -96,7 +104,10 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
         ":asm" => return session.inspect_command(&[inspect::Stage::Assembly], subject(argument)),
         ":ptx" => match subject(argument).map(str::to_string).or_else(|| session.default_ptx_subject()) {
             Some(name) => return session.inspect_command(&[inspect::Stage::Ptx], Some(&name)),
-            None => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "`:ptx` needs a kernel: the last cell defined or launched none").with_note("write `:ptx NAME`")),
+            None => outcome.diagnostics.push(
+                Diagnostic::error(Kind::Syntax, "`:ptx` needs a kernel: the last cell defined or launched none")
+                    .with_note("write `:ptx NAME`"),
+            ),
         },
         ":gpu-arch" => match session.gpu_arch_command(argument) {
             Ok(text) => message(&mut outcome, text),
@@ -111,7 +122,9 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
                 Some(timing) => outcome.items.push(Item::Timing(timing)),
                 None => message(&mut outcome, "no cell has run yet".into()),
             },
-            _ => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("`:time` takes on, off or last, found `{argument}`"))),
+            _ => outcome
+                .diagnostics
+                .push(Diagnostic::error(Kind::Syntax, format!("`:time` takes on, off or last, found `{argument}`"))),
         },
         ":bench" => {
             if argument.is_empty() {
@@ -124,7 +137,10 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
             let mut words = argument.split_whitespace();
             return session.limits_command(words.next(), words.next());
         }
-        _ => outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("unknown command `{command}`")).with_note("`:help` lists the commands")),
+        _ => outcome.diagnostics.push(
+            Diagnostic::error(Kind::Syntax, format!("unknown command `{command}`"))
+                .with_note("`:help` lists the commands"),
+        ),
     }
     outcome
 }

@@ -33,7 +33,16 @@ pub(crate) struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { depth: 64, nodes: 1_000_000, operations: 10_000_000, call_depth: 64, expression_depth: 128, string_size: 1 << 20, array_size: 1_000_000, map_size: 100_000 }
+        Limits {
+            depth: 64,
+            nodes: 1_000_000,
+            operations: 10_000_000,
+            call_depth: 64,
+            expression_depth: 128,
+            string_size: 1 << 20,
+            array_size: 1_000_000,
+            map_size: 100_000,
+        }
     }
 }
 
@@ -157,7 +166,12 @@ impl Stage {
         let engine = build_engine(&gensym, &printed, &view, &interrupt, &limits);
         Stage {
             engine,
-            state: StageState { scope: Scope::new(), functions: AST::empty(), gensym: 0, function_scripts: HashMap::new() },
+            state: StageState {
+                scope: Scope::new(),
+                functions: AST::empty(),
+                gensym: 0,
+                function_scripts: HashMap::new(),
+            },
             origins: Rc::new(RefCell::new(HashMap::new())),
             gensym,
             printed,
@@ -192,7 +206,9 @@ impl Stage {
             self.rhai_diagnostic(format!("Rhai: {}", error.err_type()), Some(&key), position, span, Vec::new())
         })?;
         ast.set_source(key.clone());
-        self.engine.run_ast_with_scope(&mut self.state.scope, &ast).map_err(|error| self.runtime_diagnostic(&error, Some(&key), span))?;
+        self.engine
+            .run_ast_with_scope(&mut self.state.scope, &ast)
+            .map_err(|error| self.runtime_diagnostic(&error, Some(&key), span))?;
         ast.clear_statements();
         for function in ast.iter_functions() {
             self.state.function_scripts.insert(function.name.to_string(), key.clone());
@@ -204,7 +220,12 @@ impl Stage {
     }
 
     /// Expands a cell. On failure the Rhai state is as before the call.
-    pub fn expand(&mut self, forms: Vec<Sexp>, sources: &mut Vec<SourceFile>, single_level: bool) -> Result<ExpandedCell, Vec<Diagnostic>> {
+    pub fn expand(
+        &mut self,
+        forms: Vec<Sexp>,
+        sources: &mut Vec<SourceFile>,
+        single_level: bool,
+    ) -> Result<ExpandedCell, Vec<Diagnostic>> {
         let saved = self.snapshot();
         self.printed.borrow_mut().clear();
         let mut expander = Expander { stage: self, sources, sites: Vec::new(), single_level, nodes: 0 };
@@ -224,7 +245,14 @@ impl Stage {
         std::mem::take(&mut *self.printed.borrow_mut())
     }
 
-    fn rhai_diagnostic(&self, message: String, script: Option<&str>, position: Position, fallback: Span, stack: Vec<String>) -> Failure {
+    fn rhai_diagnostic(
+        &self,
+        message: String,
+        script: Option<&str>,
+        position: Position,
+        fallback: Span,
+        stack: Vec<String>,
+    ) -> Failure {
         let origin = script.and_then(|key| self.origins.borrow().get(key).cloned());
         let mut diagnostic = Diagnostic::error(Kind::Macro, message);
         match (origin, position.line()) {
@@ -235,7 +263,9 @@ impl Stage {
                 diagnostic.labels[0].span = PendingPosition::encode(origin, line, position.position().unwrap_or(1));
                 let origin = origin_for_check;
                 // Name the unquote being expanded, unless the script is the form itself.
-                let inside_form = fallback.source == origin.source && fallback.start as usize <= origin.base && origin.base <= fallback.end as usize;
+                let inside_form = fallback.source == origin.source
+                    && fallback.start as usize <= origin.base
+                    && origin.base <= fallback.end as usize;
                 if !inside_form {
                     diagnostic = diagnostic.with_secondary(fallback, "while expanding this");
                 }
@@ -262,21 +292,46 @@ impl Stage {
             current = inner;
         }
         match current {
-            EvalAltResult::ErrorTooManyOperations(_) => return self.limit_failure("operations", self.limits.operations, span),
-            EvalAltResult::ErrorStackOverflow(_) => return self.limit_failure("call-depth", self.limits.call_depth as u64, span),
-            EvalAltResult::ErrorDataTooLarge(what, _) => return Box::new(Diagnostic::error(Kind::ExpansionLimit, format!("Rhai: {what} exceeds the staging limits (string-size {}, array-size {}, map-size {})", self.limits.string_size, self.limits.array_size, self.limits.map_size)).with_label(span, "")),
-            EvalAltResult::ErrorTerminated(..) => return Box::new(Diagnostic::error(Kind::Interrupted, "interrupted while expanding").with_label(span, "")),
+            EvalAltResult::ErrorTooManyOperations(_) => {
+                return self.limit_failure("operations", self.limits.operations, span)
+            }
+            EvalAltResult::ErrorStackOverflow(_) => {
+                return self.limit_failure("call-depth", self.limits.call_depth as u64, span)
+            }
+            EvalAltResult::ErrorDataTooLarge(what, _) => {
+                return Box::new(
+                    Diagnostic::error(
+                        Kind::ExpansionLimit,
+                        format!(
+                            "Rhai: {what} exceeds the staging limits (string-size {}, array-size {}, map-size {})",
+                            self.limits.string_size, self.limits.array_size, self.limits.map_size
+                        ),
+                    )
+                    .with_label(span, ""),
+                )
+            }
+            EvalAltResult::ErrorTerminated(..) => {
+                return Box::new(
+                    Diagnostic::error(Kind::Interrupted, "interrupted while expanding").with_label(span, ""),
+                )
+            }
             _ => {}
         }
         let message = match current {
-            EvalAltResult::ErrorTooManyModules(_) => "Rhai: `import` is not available: macros cannot load modules".to_string(),
+            EvalAltResult::ErrorTooManyModules(_) => {
+                "Rhai: `import` is not available: macros cannot load modules".to_string()
+            }
             _ => format!("Rhai: {}", first_line(&current.to_string())),
         };
         self.rhai_diagnostic(message, source.as_deref(), current.position(), span, stack)
     }
 
     fn limit_failure(&self, name: &str, value: u64, span: Span) -> Failure {
-        Box::new(Diagnostic::error(Kind::ExpansionLimit, format!("expansion exceeded the `{name}` limit ({value})")).with_label(span, "").with_note(format!("`:limits {name} N` raises it")))
+        Box::new(
+            Diagnostic::error(Kind::ExpansionLimit, format!("expansion exceeded the `{name}` limit ({value})"))
+                .with_label(span, "")
+                .with_note(format!("`:limits {name} N` raises it")),
+        )
     }
 }
 
@@ -292,7 +347,11 @@ impl PendingPosition {
     const MARK: u32 = 1 << 31;
 
     fn encode(origin: ScriptOrigin, line: usize, column: usize) -> Span {
-        Span { source: origin.source, start: Self::MARK | ((line as u32) << 12) | (column as u32 & 0xfff), end: origin.base as u32 }
+        Span {
+            source: origin.source,
+            start: Self::MARK | ((line as u32) << 12) | (column as u32 & 0xfff),
+            end: origin.base as u32,
+        }
     }
 
     /// Turns an encoded position into a byte span of one character in `text`.
@@ -318,7 +377,13 @@ impl PendingPosition {
     }
 }
 
-fn build_engine(gensym: &Rc<Cell<u64>>, printed: &Rc<RefCell<String>>, view: &Rc<RefCell<SessionView>>, interrupt: &Arc<AtomicBool>, limits: &Limits) -> Engine {
+fn build_engine(
+    gensym: &Rc<Cell<u64>>,
+    printed: &Rc<RefCell<String>>,
+    view: &Rc<RefCell<SessionView>>,
+    interrupt: &Arc<AtomicBool>,
+    limits: &Limits,
+) -> Engine {
     let mut engine = Engine::new();
     engine.set_max_operations(limits.operations);
     engine.set_max_call_levels(limits.call_depth);
@@ -402,28 +467,41 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
         Ok(pretty(&sexp, 0))
     });
     let session = view.clone();
-    engine.register_fn("signature", move |name: &str| session.borrow().signatures.get(name).map_or(Dynamic::UNIT, to_dynamic));
+    engine.register_fn("signature", move |name: &str| {
+        session.borrow().signatures.get(name).map_or(Dynamic::UNIT, to_dynamic)
+    });
     let session = view.clone();
     engine.register_fn("struct_fields", move |name: &str| {
         session.borrow().struct_fields.get(name).map_or(Dynamic::UNIT, |fields| {
-            let array: Array = fields.iter().map(|(field, ty)| Dynamic::from_array(vec![Dynamic::from(Sym(field.clone())), to_dynamic(ty)])).collect();
+            let array: Array = fields
+                .iter()
+                .map(|(field, ty)| Dynamic::from_array(vec![Dynamic::from(Sym(field.clone())), to_dynamic(ty)]))
+                .collect();
             Dynamic::from_array(array)
         })
     });
     let session = view.clone();
-    engine.register_fn("global_value", move |name: &str| session.borrow().global_values.get(name).map_or(Dynamic::UNIT, to_dynamic));
+    engine.register_fn("global_value", move |name: &str| {
+        session.borrow().global_values.get(name).map_or(Dynamic::UNIT, to_dynamic)
+    });
 }
 
 const NO_SPAN: Span = Span { source: SourceId(u32::MAX), start: 0, end: 0 };
 
 fn parse_text(text: &str) -> Result<Array, Box<EvalAltResult>> {
-    let forms = reader::read_template(NO_SPAN.source, text).map_err(|diagnostics| rhai_error(format!("parse: {}", diagnostics.first().map_or("bad syntax", |diagnostic| diagnostic.message.as_str()))))?;
+    let forms = reader::read_template(NO_SPAN.source, text).map_err(|diagnostics| {
+        rhai_error(format!(
+            "parse: {}",
+            diagnostics.first().map_or("bad syntax", |diagnostic| diagnostic.message.as_str())
+        ))
+    })?;
     Ok(forms.iter().map(to_dynamic).collect())
 }
 
 /// A form as Rhai data: lists become arrays, symbols `Sym`, literals themselves.
 pub(crate) fn to_dynamic(form: &Sexp) -> Dynamic {
-    let wrap = |head: &str, inner: &Sexp| Dynamic::from_array(vec![Dynamic::from(Sym(head.to_string())), to_dynamic(inner)]);
+    let wrap =
+        |head: &str, inner: &Sexp| Dynamic::from_array(vec![Dynamic::from(Sym(head.to_string())), to_dynamic(inner)]);
     match &form.kind {
         SexpKind::List(items) => Dynamic::from_array(items.iter().map(to_dynamic).collect()),
         SexpKind::Symbol(name) => Dynamic::from(Sym(name.clone())),
@@ -459,7 +537,9 @@ pub(crate) fn to_sexp(value: &Dynamic, span: Span) -> Result<Sexp, String> {
     if let Ok(array) = value.as_array_ref() {
         if let [head, inner] = array.as_slice() {
             let wrapper = head.read_lock::<Sym>().map(|symbol| symbol.0.clone());
-            let make_wrapped = |kind: fn(Box<Sexp>) -> SexpKind| -> Result<Sexp, String> { Ok(Sexp { kind: kind(Box::new(to_sexp(inner, span)?)), span }) };
+            let make_wrapped = |kind: fn(Box<Sexp>) -> SexpKind| -> Result<Sexp, String> {
+                Ok(Sexp { kind: kind(Box::new(to_sexp(inner, span)?)), span })
+            };
             match wrapper.as_deref() {
                 Some("quasiquote") => return make_wrapped(SexpKind::Quasiquote),
                 Some("unquote") => return make_wrapped(SexpKind::Unquote),
@@ -498,7 +578,9 @@ fn fill(form: Dynamic, map: &Map, counter: &Rc<Cell<u64>>) -> Result<Dynamic, Bo
 fn unquote_name(value: &Dynamic, head: &str) -> Option<String> {
     let array = value.as_array_ref().ok()?;
     match array.as_slice() {
-        [first, name] if first.read_lock::<Sym>().is_some_and(|symbol| symbol.0 == head) => name.read_lock::<Sym>().map(|symbol| symbol.0.clone()),
+        [first, name] if first.read_lock::<Sym>().is_some_and(|symbol| symbol.0 == head) => {
+            name.read_lock::<Sym>().map(|symbol| symbol.0.clone())
+        }
         _ => None,
     }
 }
@@ -510,7 +592,13 @@ fn lookup_hole(map: &Map, name: &str) -> Result<Dynamic, Box<EvalAltResult>> {
         .ok_or_else(|| rhai_error(format!("fill: the template uses `{name}`, which the map does not have")))
 }
 
-fn fill_level(form: Dynamic, map: &Map, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>, level: usize) -> Result<Dynamic, Box<EvalAltResult>> {
+fn fill_level(
+    form: Dynamic,
+    map: &Map,
+    counter: &Rc<Cell<u64>>,
+    fresh: &mut HashMap<String, Sym>,
+    level: usize,
+) -> Result<Dynamic, Box<EvalAltResult>> {
     if let Some(symbol) = form.read_lock::<Sym>().map(|symbol| symbol.clone()) {
         if let Some(stem) = symbol.0.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#')) {
             let replacement = fresh.entry(symbol.0.clone()).or_insert_with(|| {
@@ -546,7 +634,9 @@ fn fill_level(form: Dynamic, map: &Map, counter: &Rc<Cell<u64>>, fresh: &mut Has
                 if value.is_unit() {
                     continue;
                 }
-                let elements = value.into_array().map_err(|name| rhai_error(format!("fill: `,@` needs an array, found {name}")))?;
+                let elements = value
+                    .into_array()
+                    .map_err(|name| rhai_error(format!("fill: `,@` needs an array, found {name}")))?;
                 out.extend(elements);
                 continue;
             }
@@ -613,7 +703,9 @@ impl Expander<'_> {
     fn rhai_file_form(&mut self, form: &Sexp) -> Result<(), Failure> {
         let (bytes, span) = self.string_argument(form, "rhai-file")?;
         let path = String::from_utf8_lossy(bytes).into_owned();
-        let text = std::fs::read_to_string(&path).map_err(|error| Box::new(Diagnostic::error(Kind::Io, format!("cannot read `{path}`: {error}")).with_label(span, "")))?;
+        let text = std::fs::read_to_string(&path).map_err(|error| {
+            Box::new(Diagnostic::error(Kind::Io, format!("cannot read `{path}`: {error}")).with_label(span, ""))
+        })?;
         self.sources.push(SourceFile { name: path, text: text.clone() });
         let source = SourceId(self.sources.len() as u32 - 1);
         self.stage.run_script(&text, source, 0, form.span)
@@ -656,7 +748,8 @@ impl Expander<'_> {
             }
             SexpKind::Unquote(inner) if level == 1 => {
                 let value = self.evaluate(&inner, span, depth)?;
-                let expanded = to_sexp(&value, span).map_err(|message| macro_error(span, format!("{message} (from `{}`)", written(&inner, ","))))?;
+                let expanded = to_sexp(&value, span)
+                    .map_err(|message| macro_error(span, format!("{message} (from `{}`)", written(&inner, ","))))?;
                 self.record_site(span, &inner, ",", std::slice::from_ref(&expanded));
                 self.reexpand(expanded, depth)
             }
@@ -664,7 +757,10 @@ impl Expander<'_> {
                 let inner = self.single(*inner, level - 1, depth)?;
                 Ok(vec![Sexp { kind: SexpKind::Unquote(Box::new(inner)), span }])
             }
-            SexpKind::UnquoteSplicing(inner) if level == 1 => Err(macro_error(span, format!("`,@` splices into a list; here it stands alone (`{}`)", written(&inner, ",@")))),
+            SexpKind::UnquoteSplicing(inner) if level == 1 => Err(macro_error(
+                span,
+                format!("`,@` splices into a list; here it stands alone (`{}`)", written(&inner, ",@")),
+            )),
             SexpKind::UnquoteSplicing(inner) => {
                 let inner = self.single(*inner, level - 1, depth)?;
                 Ok(vec![Sexp { kind: SexpKind::UnquoteSplicing(Box::new(inner)), span }])
@@ -708,9 +804,16 @@ impl Expander<'_> {
             return Ok(Vec::new());
         }
         let Ok(array) = value.clone().into_array() else {
-            return Err(macro_error(span, format!("`,@{}` must give an array to splice, found {}", inner, rhai_type_name(&value))));
+            return Err(macro_error(
+                span,
+                format!("`,@{}` must give an array to splice, found {}", inner, rhai_type_name(&value)),
+            ));
         };
-        let forms = array.iter().map(|item| to_sexp(item, span)).collect::<Result<Vec<_>, _>>().map_err(|message| macro_error(span, message))?;
+        let forms = array
+            .iter()
+            .map(|item| to_sexp(item, span))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|message| macro_error(span, message))?;
         self.record_site(span, inner, ",@", &forms);
         Ok(forms)
     }
@@ -722,13 +825,18 @@ impl Expander<'_> {
                 let rhai_name = name.replace('-', "_");
                 self.stage.state.scope.get_value::<Dynamic>(&rhai_name).ok_or_else(|| {
                     let mut diagnostic = macro_error(span, format!("no Rhai variable `{name}`"));
-                    diagnostic.notes.push("define it with (rhai \"let NAME = …;\") or (rhai \"const NAME = …;\")".into());
+                    diagnostic
+                        .notes
+                        .push("define it with (rhai \"let NAME = …;\") or (rhai \"const NAME = …;\")".into());
                     diagnostic
                 })
             }
             SexpKind::List(items) => {
                 let Some((function, arguments)) = items.split_first() else {
-                    return Err(macro_error(span, "an unquote needs a Rhai function call `(F ARG…)` or a variable name"));
+                    return Err(macro_error(
+                        span,
+                        "an unquote needs a Rhai function call `(F ARG…)` or a variable name",
+                    ));
                 };
                 let Some(function_name) = function.symbol() else {
                     return Err(macro_error(function.span, "the function of an unquoted call must be a name"));
@@ -736,7 +844,10 @@ impl Expander<'_> {
                 let args = self.arguments(arguments, depth)?;
                 self.call(function_name, args, span)
             }
-            _ => Err(macro_error(span, format!("cannot unquote `{inner}`: an unquote takes a Rhai variable name or a call (F ARG…)"))),
+            _ => Err(macro_error(
+                span,
+                format!("cannot unquote `{inner}`: an unquote takes a Rhai variable name or a call (F ARG…)"),
+            )),
         }
     }
 
@@ -765,19 +876,30 @@ impl Expander<'_> {
     fn call(&mut self, name: &str, args: Vec<Dynamic>, span: Span) -> Result<Dynamic, Failure> {
         let rhai_name = name.replace('-', "_");
         let arity = args.len();
-        let arities: Vec<usize> = self.stage.state.functions.iter_functions().filter(|function| function.name == rhai_name).map(|function| function.params.len()).collect();
+        let arities: Vec<usize> = self
+            .stage
+            .state
+            .functions
+            .iter_functions()
+            .filter(|function| function.name == rhai_name)
+            .map(|function| function.params.len())
+            .collect();
         if !arities.is_empty() && !arities.contains(&arity) {
             let mut counts: Vec<String> = arities.iter().map(usize::to_string).collect();
             counts.sort();
             counts.dedup();
-            return Err(macro_error(span, format!("Rhai function `{rhai_name}` takes {} argument(s), found {arity}", counts.join(" or "))));
+            return Err(macro_error(
+                span,
+                format!("Rhai function `{rhai_name}` takes {} argument(s), found {arity}", counts.join(" or ")),
+            ));
         }
         let stage = &mut *self.stage;
         // The call runs as a tiny script with the session's constants re-declared first, so that
         // `global::NAME` works inside functions as it does in the script that defined them.
         let scope = &mut stage.state.scope;
         let base = scope.len();
-        let mut constants: Vec<String> = scope.iter().filter(|(_, constant, _)| *constant).map(|(name, _, _)| name.to_string()).collect();
+        let mut constants: Vec<String> =
+            scope.iter().filter(|(_, constant, _)| *constant).map(|(name, _, _)| name.to_string()).collect();
         constants.sort();
         constants.dedup();
         let mut script: String = constants.iter().map(|constant| format!("const {constant} = {constant};")).collect();
@@ -786,14 +908,22 @@ impl Expander<'_> {
             scope.push_dynamic(argument_name.clone(), value);
         }
         script.push_str(&format!("{rhai_name}({})", names.join(", ")));
-        let result = stage.engine.compile_with_scope(scope, &script).map_err(|error| Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(error.to_string()), Position::NONE))).and_then(|call| {
-            let program = stage.state.functions.merge(&call);
-            stage.engine.eval_ast_with_scope::<Dynamic>(scope, &program)
-        });
+        let result = stage
+            .engine
+            .compile_with_scope(scope, &script)
+            .map_err(|error| Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(error.to_string()), Position::NONE)))
+            .and_then(|call| {
+                let program = stage.state.functions.merge(&call);
+                stage.engine.eval_ast_with_scope::<Dynamic>(scope, &program)
+            });
         scope.rewind(base);
         let script_key = stage.state.function_scripts.get(&format!("{rhai_name}/{arity}")).cloned();
         result.map_err(|error| match *error {
-            EvalAltResult::ErrorFunctionNotFound(ref signature, _) if signature.starts_with(&format!("{rhai_name} (")) || signature == &rhai_name => macro_error(span, format!("no Rhai function `{rhai_name}`")),
+            EvalAltResult::ErrorFunctionNotFound(ref signature, _)
+                if signature.starts_with(&format!("{rhai_name} (")) || signature == &rhai_name =>
+            {
+                macro_error(span, format!("no Rhai function `{rhai_name}`"))
+            }
             _ => stage.runtime_diagnostic(&error, script_key.as_deref(), span),
         })
     }

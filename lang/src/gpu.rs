@@ -95,7 +95,8 @@ struct State {
 
 /// A driver error as a sentence: its name and CUDA's description.
 fn cuda_error(error: result::DriverError) -> String {
-    let name = error.error_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", error.0));
+    let name =
+        error.error_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", error.0));
     match error.error_string() {
         Ok(text) => format!("{name} ({})", text.to_string_lossy()),
         Err(_) => name,
@@ -158,7 +159,16 @@ impl Gpu {
             Ok(handle) => DeviceState::Starting(handle),
             Err(error) => DeviceState::Absent(format!("no CUDA device: could not start the driver's thread: {error}")),
         };
-        let state = State { device: Some(device), buffers: HashMap::new(), next_handle: 1, generation: 0, kernels: HashMap::new(), loaded: HashMap::new(), rows: Vec::new(), error: None };
+        let state = State {
+            device: Some(device),
+            buffers: HashMap::new(),
+            next_handle: 1,
+            generation: 0,
+            kernels: HashMap::new(),
+            loaded: HashMap::new(),
+            rows: Vec::new(),
+            error: None,
+        };
         Box::new(Gpu { state: Mutex::new(state) })
     }
 
@@ -256,17 +266,33 @@ extern "C" fn runtime_len(gpu: *const Gpu, handle: i64) -> i64 {
     with_runtime(gpu, -1, |state| state.buffer(handle as u64, "gpu-len").map(|buffer| buffer.length as i64))
 }
 
-extern "C" fn runtime_copy(gpu: *const Gpu, direction: i64, destination: i64, source: i64, count: i64, element_size: i64) -> i32 {
+extern "C" fn runtime_copy(
+    gpu: *const Gpu,
+    direction: i64,
+    destination: i64,
+    source: i64,
+    count: i64,
+    element_size: i64,
+) -> i32 {
     with_runtime(gpu, 1, |state| state.copy(direction, destination, source, count, element_size).map(|()| 0))
 }
 
-extern "C" fn runtime_launch(gpu: *const Gpu, name: *const u8, name_length: i64, dimensions: *const i64, args: *const i64, arg_count: i64) -> i32 {
+extern "C" fn runtime_launch(
+    gpu: *const Gpu,
+    name: *const u8,
+    name_length: i64,
+    dimensions: *const i64,
+    args: *const i64,
+    arg_count: i64,
+) -> i32 {
     with_runtime(gpu, 1, |state| {
         // SAFETY: codegen passes the kernel's name (a constant of `name_length` bytes), six
         // dimensions and `arg_count` descriptors of `LAUNCH_ARG_WORDS` words, all in memory
         // that lives across this call.
         let (name, dimensions, words) = unsafe {
-            let name = std::str::from_utf8(std::slice::from_raw_parts(name, name_length.max(0) as usize)).unwrap_or("?").to_string();
+            let name = std::str::from_utf8(std::slice::from_raw_parts(name, name_length.max(0) as usize))
+                .unwrap_or("?")
+                .to_string();
             let dimensions: [i64; 6] = std::slice::from_raw_parts(dimensions, 6).try_into().unwrap_or([1; 6]);
             let words = std::slice::from_raw_parts(args, arg_count.max(0) as usize * LAUNCH_ARG_WORDS).to_vec();
             (name, dimensions, words)
@@ -318,7 +344,8 @@ impl State {
         match &self.device {
             Some(DeviceState::Ready(device)) => {
                 // SAFETY: the context is live (retained by this runtime).
-                unsafe { result::ctx::set_current(device.context) }.map_err(|error| format!("the CUDA context cannot be used: {}", cuda_error(error)))?;
+                unsafe { result::ctx::set_current(device.context) }
+                    .map_err(|error| format!("the CUDA context cannot be used: {}", cuda_error(error)))?;
                 Ok(device)
             }
             Some(DeviceState::Absent(message)) => Err(message.clone()),
@@ -334,18 +361,30 @@ impl State {
         if count < 0 {
             return Err(format!("`gpu-alloc` of {count} elements"));
         }
-        let bytes = (count as u64).checked_mul(element_size.max(1) as u64).ok_or("`gpu-alloc` of more bytes than a machine has")?;
+        let bytes = (count as u64)
+            .checked_mul(element_size.max(1) as u64)
+            .ok_or("`gpu-alloc` of more bytes than a machine has")?;
         self.device()?;
         // SAFETY: the context is current; the memory is owned by the new buffer entry and
         // freed by `free`, or with the session.
         let pointer = unsafe {
-            let pointer = result::malloc_sync(bytes.max(1) as usize).map_err(|error| format!("`gpu-alloc` of {bytes} bytes failed: {}", cuda_error(error)))?;
-            result::memset_d8_sync(pointer, 0, bytes as usize).map_err(|error| format!("zeroing a new buffer failed: {}", cuda_error(error)))?;
+            let pointer = result::malloc_sync(bytes.max(1) as usize)
+                .map_err(|error| format!("`gpu-alloc` of {bytes} bytes failed: {}", cuda_error(error)))?;
+            result::memset_d8_sync(pointer, 0, bytes as usize)
+                .map_err(|error| format!("zeroing a new buffer failed: {}", cuda_error(error)))?;
             pointer
         };
         let handle = self.next_handle;
         self.next_handle += 1;
-        self.buffers.insert(handle, Buffer { pointer, length: count as u64, element_size: element_size.max(1) as u64, generation: self.generation });
+        self.buffers.insert(
+            handle,
+            Buffer {
+                pointer,
+                length: count as u64,
+                element_size: element_size.max(1) as u64,
+                generation: self.generation,
+            },
+        );
         Ok(handle as i64)
     }
 
@@ -354,7 +393,9 @@ impl State {
         match self.buffers.get(&handle) {
             _ if handle == 0 => Err(format!("`{form}` of a null buffer: it was never allocated")),
             None => Err(format!("`{form}` of a freed buffer")),
-            Some(buffer) if buffer.generation != self.generation => Err(format!("`{form}` of a stale buffer: it was made before a kernel fault reset the GPU")),
+            Some(buffer) if buffer.generation != self.generation => {
+                Err(format!("`{form}` of a stale buffer: it was made before a kernel fault reset the GPU"))
+            }
             Some(buffer) => Ok(buffer),
         }
     }
@@ -368,12 +409,25 @@ impl State {
         Ok(())
     }
 
-    fn copy(&mut self, direction: i64, destination: i64, source: i64, count: i64, element_size: i64) -> Result<(), String> {
+    fn copy(
+        &mut self,
+        direction: i64,
+        destination: i64,
+        source: i64,
+        count: i64,
+        element_size: i64,
+    ) -> Result<(), String> {
         if count < 0 {
             return Err(format!("`gpu-copy` of {count} elements"));
         }
         let bytes = count as u64 * element_size.max(1) as u64;
-        let check = |buffer: &Buffer, which: &str| if count as u64 > buffer.length { Err(format!("`gpu-copy` of {count} elements, but the {which} buffer holds {}", buffer.length)) } else { Ok(buffer.pointer) };
+        let check = |buffer: &Buffer, which: &str| {
+            if count as u64 > buffer.length {
+                Err(format!("`gpu-copy` of {count} elements, but the {which} buffer holds {}", buffer.length))
+            } else {
+                Ok(buffer.pointer)
+            }
+        };
         match direction {
             0 => {
                 let target = check(self.buffer(destination as u64, "gpu-copy")?, "destination")?;
@@ -389,7 +443,8 @@ impl State {
                 self.device()?;
                 let start = Instant::now();
                 // SAFETY: both ranges lie inside live buffers of the current context (checked).
-                unsafe { result::memcpy_dtod_sync(target, origin, bytes as usize) }.map_err(|error| format!("`gpu-copy` failed: {}", cuda_error(error)))?;
+                unsafe { result::memcpy_dtod_sync(target, origin, bytes as usize) }
+                    .map_err(|error| format!("`gpu-copy` failed: {}", cuda_error(error)))?;
                 let elapsed = start.elapsed();
                 self.row("d2d".into(), elapsed, Some(bytes), gb_per_second(2 * bytes, elapsed));
                 Ok(())
@@ -456,7 +511,11 @@ impl State {
         if let Some(missing) = ptx.missing_libdevice.first() {
             return Err(format!("`{name}` calls libdevice's `{missing}`, but libdevice was not found (set QUASI_LIBDEVICE to libdevice.10.bc)"));
         }
-        if let Some(loaded) = self.loaded.get(name).filter(|loaded| loaded.fingerprint == ptx.fingerprint && loaded.generation == self.generation) {
+        if let Some(loaded) = self
+            .loaded
+            .get(name)
+            .filter(|loaded| loaded.fingerprint == ptx.fingerprint && loaded.generation == self.generation)
+        {
             return Ok(loaded.function);
         }
         let generation = self.generation;
@@ -468,13 +527,16 @@ impl State {
         let start = Instant::now();
         // SAFETY: the text is NUL-terminated PTX; the entry name has no NUL (PTX identifiers).
         let (module, function) = unsafe {
-            let module = result::module::load_data(ptx.text.as_ptr() as *const c_void).map_err(|error| format!("the driver rejected the PTX of `{name}`: {}", cuda_error(error)))?;
+            let module = result::module::load_data(ptx.text.as_ptr() as *const c_void)
+                .map_err(|error| format!("the driver rejected the PTX of `{name}`: {}", cuda_error(error)))?;
             let entry = std::ffi::CString::new(ptx.entry.clone()).map_err(|_| "a kernel name with NUL".to_string())?;
-            let function = result::module::get_function(module, entry).map_err(|error| format!("the PTX of `{name}` has no entry: {}", cuda_error(error)))?;
+            let function = result::module::get_function(module, entry)
+                .map_err(|error| format!("the PTX of `{name}` has no entry: {}", cuda_error(error)))?;
             (module, function)
         };
         self.row("load".into(), start.elapsed(), None, format!("module of `{name}`"));
-        self.loaded.insert(name.to_string(), Loaded { fingerprint: ptx.fingerprint.clone(), generation, module, function });
+        self.loaded
+            .insert(name.to_string(), Loaded { fingerprint: ptx.fingerprint.clone(), generation, module, function });
         Ok(function)
     }
 
@@ -482,7 +544,9 @@ impl State {
         for (index, dimension) in dimensions.iter().enumerate() {
             if !(1..=i64::from(u32::MAX)).contains(dimension) {
                 let which = if index < 3 { "grid" } else { "block" };
-                return Err(format!("launching `{name}`: a {which} dimension is {dimension}; dimensions are at least 1"));
+                return Err(format!(
+                    "launching `{name}`: a {which} dimension is {dimension}; dimensions are at least 1"
+                ));
             }
         }
         let threads = dimensions[3] * dimensions[4] * dimensions[5];
@@ -493,14 +557,23 @@ impl State {
         let generation = self.generation;
         let descriptors: Vec<ArgDescriptor> = words
             .chunks(LAUNCH_ARG_WORDS)
-            .map(|word| ArgDescriptor { kind: word[0], value: word[1], count: u64::try_from(word[2]).ok(), element_size: word[3].max(1) as u64, direction: word[4] })
+            .map(|word| ArgDescriptor {
+                kind: word[0],
+                value: word[1],
+                count: u64::try_from(word[2]).ok(),
+                element_size: word[3].max(1) as u64,
+                direction: word[4],
+            })
             .collect();
         let mut values: Vec<u64> = Vec::with_capacity(descriptors.len());
         let mut staged: Vec<Staged> = Vec::new();
         let prepared = self.prepare_arguments(name, &descriptors, &mut values, &mut staged);
         let launched = prepared.and_then(|bytes| self.run_kernel(name, function, dimensions, &mut values, bytes));
         let copied = match &launched {
-            Ok(()) => staged.iter().filter(|staged| staged.copy_back).try_for_each(|staged| self.copy_to_host(staged.host, staged.device, staged.bytes)),
+            Ok(()) => staged
+                .iter()
+                .filter(|staged| staged.copy_back)
+                .try_for_each(|staged| self.copy_to_host(staged.host, staged.device, staged.bytes)),
             Err(_) => Ok(()),
         };
         // After a kernel fault the temporaries died with their context.
@@ -515,7 +588,13 @@ impl State {
 
     /// The kernel's parameter values, staging host arrays; returns the bytes the annotations
     /// say the kernel reads and writes (for GB/s), if any.
-    fn prepare_arguments(&mut self, name: &str, descriptors: &[ArgDescriptor], values: &mut Vec<u64>, staged: &mut Vec<Staged>) -> Result<Option<u64>, String> {
+    fn prepare_arguments(
+        &mut self,
+        name: &str,
+        descriptors: &[ArgDescriptor],
+        values: &mut Vec<u64>,
+        staged: &mut Vec<Staged>,
+    ) -> Result<Option<u64>, String> {
         let mut moved: Option<u64> = None;
         for (index, arg) in descriptors.iter().enumerate() {
             let bytes = arg.count.map(|count| count * arg.element_size);
@@ -532,16 +611,28 @@ impl State {
                 KIND_BUFFER => {
                     let buffer = self.buffer(arg.value as u64, "launch")?;
                     if let Some(count) = arg.count.filter(|count| *count > buffer.length) {
-                        return Err(format!("argument {} of `{name}` is a buffer of {} elements, but its annotation needs {count}", index + 1, buffer.length));
+                        return Err(format!(
+                            "argument {} of `{name}` is a buffer of {} elements, but its annotation needs {count}",
+                            index + 1,
+                            buffer.length
+                        ));
                     }
                     values.push(buffer.pointer);
                 }
                 KIND_HOST => {
-                    let bytes = bytes.ok_or_else(|| format!("argument {} of `{name}` is host memory without a size", index + 1))?;
+                    let bytes = bytes
+                        .ok_or_else(|| format!("argument {} of `{name}` is host memory without a size", index + 1))?;
                     self.device()?;
                     // SAFETY: a temporary owned by this launch (freed by `launch`).
-                    let device = unsafe { result::malloc_sync(bytes.max(1) as usize) }.map_err(|error| format!("staging argument {} of `{name}` failed: {}", index + 1, cuda_error(error)))?;
-                    staged.push(Staged { device, host: arg.value as u64, bytes, copy_back: matches!(arg.direction, DIRECTION_OUT | DIRECTION_INOUT) });
+                    let device = unsafe { result::malloc_sync(bytes.max(1) as usize) }.map_err(|error| {
+                        format!("staging argument {} of `{name}` failed: {}", index + 1, cuda_error(error))
+                    })?;
+                    staged.push(Staged {
+                        device,
+                        host: arg.value as u64,
+                        bytes,
+                        copy_back: matches!(arg.direction, DIRECTION_OUT | DIRECTION_INOUT),
+                    });
                     if matches!(arg.direction, DIRECTION_IN | DIRECTION_INOUT) {
                         self.copy_to_device(device, arg.value as u64, bytes)?;
                     } else {
@@ -557,13 +648,21 @@ impl State {
     }
 
     /// Launches and waits, timed by events around the launch.
-    fn run_kernel(&mut self, name: &str, function: sys::CUfunction, dimensions: [i64; 6], values: &mut [u64], bytes: Option<u64>) -> Result<(), String> {
+    fn run_kernel(
+        &mut self,
+        name: &str,
+        function: sys::CUfunction,
+        dimensions: [i64; 6],
+        values: &mut [u64],
+        bytes: Option<u64>,
+    ) -> Result<(), String> {
         let (start, end) = {
             let device = self.device()?;
             (device.start, device.end)
         };
         // Each parameter points at its value; CUDA reads as many bytes as the parameter has.
-        let mut parameters: Vec<*mut c_void> = values.iter_mut().map(|value| value as *mut u64 as *mut c_void).collect();
+        let mut parameters: Vec<*mut c_void> =
+            values.iter_mut().map(|value| value as *mut u64 as *mut c_void).collect();
         let grid = (dimensions[0] as u32, dimensions[1] as u32, dimensions[2] as u32);
         let block = (dimensions[3] as u32, dimensions[4] as u32, dimensions[5] as u32);
         // SAFETY: `function` is a loaded kernel of the current context whose parameters are
@@ -579,7 +678,8 @@ impl State {
         match outcome {
             Ok(milliseconds) => {
                 let duration = Duration::from_secs_f64(f64::from(milliseconds) / 1e3);
-                let mut detail = format!("grid ({}, {}, {}) block ({}, {}, {})", grid.0, grid.1, grid.2, block.0, block.1, block.2);
+                let mut detail =
+                    format!("grid ({}, {}, {}) block ({}, {}, {})", grid.0, grid.1, grid.2, block.0, block.1, block.2);
                 if let Some(bytes) = bytes {
                     detail.push_str(&format!(", {}", gb_per_second(bytes, duration)));
                 }
@@ -611,7 +711,8 @@ impl State {
                 "the GPU context was recreated, and buffers made before are stale".into()
             }
             Err(error) => {
-                let message = format!("no CUDA device: the GPU could not be reset after a kernel fault: {}", cuda_error(error));
+                let message =
+                    format!("no CUDA device: the GPU could not be reset after a kernel fault: {}", cuda_error(error));
                 self.device = Some(DeviceState::Absent(message.clone()));
                 message
             }

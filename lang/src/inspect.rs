@@ -20,7 +20,8 @@ pub(crate) enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 6] = [Stage::Source, Stage::Expanded, Stage::Typed, Stage::Ir, Stage::OptimisedIr, Stage::Assembly];
+    pub const ALL: [Stage; 6] =
+        [Stage::Source, Stage::Expanded, Stage::Typed, Stage::Ir, Stage::OptimisedIr, Stage::Assembly];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -58,7 +59,13 @@ pub(crate) fn typed_tree(function: &FunctionDef, env: &Env) -> Sexp {
     for (local, ty) in function.locals.iter().zip(&function.signature.params) {
         prototype.push(list(vec![symbol(local.name.clone()), symbol(ty.to_string())]));
     }
-    let head = if function.kernel { "define-kernel" } else if function.inline { "define-inline" } else { "define" };
+    let head = if function.kernel {
+        "define-kernel"
+    } else if function.inline {
+        "define-inline"
+    } else {
+        "define"
+    };
     let mut items = vec![symbol(head), list(prototype)];
     items.extend(function.body.iter().map(|stmt| printer.stmt(stmt)));
     list(items)
@@ -78,7 +85,9 @@ struct TypedPrinter<'a> {
 impl TypedPrinter<'_> {
     fn place(&self, place: &Place) -> String {
         match place {
-            Place::Local(index) => self.function.locals.get(*index).map_or_else(|| format!("local{index}"), |local| local.name.clone()),
+            Place::Local(index) => {
+                self.function.locals.get(*index).map_or_else(|| format!("local{index}"), |local| local.name.clone())
+            }
             Place::Global(name) => name.clone(),
         }
     }
@@ -110,13 +119,17 @@ impl TypedPrinter<'_> {
                 let part = |expr: &Option<Expr>| expr.as_ref().map_or_else(|| list(Vec::new()), |expr| self.expr(expr));
                 self.stmts(vec![symbol("for"), list(vec![part(init), self.expr(cond), part(step)])], body)
             }
-            Stmt::Ret(value) => list(std::iter::once(symbol("ret")).chain(value.iter().map(|value| self.expr(value))).collect()),
+            Stmt::Ret(value) => {
+                list(std::iter::once(symbol("ret")).chain(value.iter().map(|value| self.expr(value))).collect())
+            }
             Stmt::Break => list(vec![symbol("break")]),
             Stmt::Continue => list(vec![symbol("continue")]),
             Stmt::Block(body) => list(body.iter().map(|stmt| self.stmt(stmt)).collect()),
             Stmt::Label(index) => list(vec![symbol("label"), self.label(*index)]),
             Stmt::Jump(index) => list(vec![symbol("jmp"), self.label(*index)]),
-            Stmt::Branch(cond, then, otherwise) => list(vec![symbol("br"), self.expr(cond), self.label(*then), self.label(*otherwise)]),
+            Stmt::Branch(cond, then, otherwise) => {
+                list(vec![symbol("br"), self.expr(cond), self.label(*then), self.label(*otherwise)])
+            }
         }
     }
 
@@ -145,37 +158,77 @@ impl TypedPrinter<'_> {
             ExprKind::Load(pointer) => self.node("load", ty, self.exprs(&[pointer])),
             ExprKind::Store(pointer, value) => self.node("store", ty, self.exprs(&[pointer, value])),
             ExprKind::PtrAdd(pointer, index) => self.node("ptradd", ty, self.exprs(&[pointer, index])),
-            ExprKind::GepPath(pointer, indices) => self.node("ptradd", ty, std::iter::once(self.expr(pointer)).chain(indices.iter().map(|index| self.expr(index))).collect()),
+            ExprKind::GepPath(pointer, indices) => self.node(
+                "ptradd",
+                ty,
+                std::iter::once(self.expr(pointer)).chain(indices.iter().map(|index| self.expr(index))).collect(),
+            ),
             ExprKind::FieldPtr(pointer, field) => {
                 let field_name = match pointer.ty.pointee() {
-                    Some(Ty::Struct(name)) => self.env.structs.get(&**name).and_then(|entry| entry.fields.as_ref()).and_then(|fields| fields.get(*field as usize)).map(|(name, _)| name.clone()),
+                    Some(Ty::Struct(name)) => self
+                        .env
+                        .structs
+                        .get(&**name)
+                        .and_then(|entry| entry.fields.as_ref())
+                        .and_then(|fields| fields.get(*field as usize))
+                        .map(|(name, _)| name.clone()),
                     _ => None,
                 };
-                self.node("sptradd", ty, vec![self.expr(pointer), symbol(field_name.unwrap_or_else(|| field.to_string()))])
+                self.node(
+                    "sptradd",
+                    ty,
+                    vec![self.expr(pointer), symbol(field_name.unwrap_or_else(|| field.to_string()))],
+                )
             }
             ExprKind::ElemPtr(array, index) => self.node("aptradd", ty, self.exprs(&[array, index])),
             ExprKind::AddressOf(place) => self.node("ptr-to", ty, vec![symbol(self.place(place))]),
-            ExprKind::Alloc(element, count) | ExprKind::SessionAlloc(element, count) => self.node("alloc", ty, vec![symbol(element.to_string()), self.expr(count)]),
-            ExprKind::Extract(aggregate, index) => self.node("extractvalue", ty, vec![self.expr(aggregate), symbol(index.to_string())]),
-            ExprKind::Insert(aggregate, value, index) => self.node("insertvalue", ty, vec![self.expr(aggregate), self.expr(value), symbol(index.to_string())]),
-            ExprKind::Call { name, args, .. } => self.node("call", ty, std::iter::once(symbol(name.clone())).chain(args.iter().map(|arg| self.expr(arg))).collect()),
+            ExprKind::Alloc(element, count) | ExprKind::SessionAlloc(element, count) => {
+                self.node("alloc", ty, vec![symbol(element.to_string()), self.expr(count)])
+            }
+            ExprKind::Extract(aggregate, index) => {
+                self.node("extractvalue", ty, vec![self.expr(aggregate), symbol(index.to_string())])
+            }
+            ExprKind::Insert(aggregate, value, index) => {
+                self.node("insertvalue", ty, vec![self.expr(aggregate), self.expr(value), symbol(index.to_string())])
+            }
+            ExprKind::Call { name, args, .. } => self.node(
+                "call",
+                ty,
+                std::iter::once(symbol(name.clone())).chain(args.iter().map(|arg| self.expr(arg))).collect(),
+            ),
             ExprKind::Cast(op, value) => self.node(cast_name(*op), ty, vec![self.expr(value)]),
             ExprKind::Asm { template, constraints, args } => {
                 let strings = [template, constraints].into_iter().map(|text| symbol(format!("{text:?}")));
                 self.node("asm", ty, strings.chain(args.iter().map(|arg| self.expr(arg))).collect())
             }
-            ExprKind::GpuIndex(register, dimension) => self.node(&format!("{}.{}", register.builtin(), ["x", "y", "z"][usize::from(*dimension).min(2)]), ty, Vec::new()),
+            ExprKind::GpuIndex(register, dimension) => self.node(
+                &format!("{}.{}", register.builtin(), ["x", "y", "z"][usize::from(*dimension).min(2)]),
+                ty,
+                Vec::new(),
+            ),
             ExprKind::Barrier => list(vec![symbol("syncthreads")]),
-            ExprKind::GpuAlloc(element, count) => self.node("gpu-alloc", ty, vec![symbol(element.to_string()), self.expr(count)]),
+            ExprKind::GpuAlloc(element, count) => {
+                self.node("gpu-alloc", ty, vec![symbol(element.to_string()), self.expr(count)])
+            }
             ExprKind::GpuFree(buffer) => self.node("gpu-free", ty, self.exprs(&[buffer])),
             ExprKind::GpuLen(buffer) => self.node("gpu-len", ty, self.exprs(&[buffer])),
-            ExprKind::GpuCopy(_, destination, source, count) => self.node("gpu-copy", ty, self.exprs(&[destination, source, count])),
+            ExprKind::GpuCopy(_, destination, source, count) => {
+                self.node("gpu-copy", ty, self.exprs(&[destination, source, count]))
+            }
             ExprKind::Launch(launch) => {
-                let dimensions = |word: &str, values: &[Expr]| list(std::iter::once(symbol(word)).chain(values.iter().map(|value| self.expr(value))).collect());
-                let mut operands = vec![symbol(launch.kernel.clone()), dimensions("grid", &launch.grid), dimensions("block", &launch.block)];
+                let dimensions = |word: &str, values: &[Expr]| {
+                    list(std::iter::once(symbol(word)).chain(values.iter().map(|value| self.expr(value))).collect())
+                };
+                let mut operands = vec![
+                    symbol(launch.kernel.clone()),
+                    dimensions("grid", &launch.grid),
+                    dimensions("block", &launch.block),
+                ];
                 for arg in &launch.args {
                     operands.push(match (arg.kind, arg.direction, &arg.count) {
-                        (crate::check::LaunchArgKind::Host, Some(direction), Some(count)) => list(vec![symbol(direction.word()), self.expr(&arg.value), self.expr(count)]),
+                        (crate::check::LaunchArgKind::Host, Some(direction), Some(count)) => {
+                            list(vec![symbol(direction.word()), self.expr(&arg.value), self.expr(count)])
+                        }
                         _ => self.expr(&arg.value),
                     });
                 }
@@ -253,7 +306,12 @@ fn cast_name(op: CastOp) -> &'static str {
 /// IR text without the module boilerplate (ID, data layout, triple).
 pub(crate) fn trim_ir(ir: &str) -> String {
     ir.lines()
-        .filter(|line| !(line.starts_with("; ModuleID") || line.starts_with("source_filename") || line.starts_with("target datalayout") || line.starts_with("target triple")))
+        .filter(|line| {
+            !(line.starts_with("; ModuleID")
+                || line.starts_with("source_filename")
+                || line.starts_with("target datalayout")
+                || line.starts_with("target triple"))
+        })
         .collect::<Vec<_>>()
         .join("\n")
         .trim()
@@ -266,7 +324,10 @@ pub(crate) fn trim_assembly(assembly: &str) -> String {
         .lines()
         .filter(|line| {
             let trimmed = line.trim_start();
-            !(trimmed.is_empty() || trimmed.starts_with('.') && !trimmed.contains(':') || trimmed.starts_with('#') || trimmed.starts_with(".Lfunc_end"))
+            !(trimmed.is_empty()
+                || trimmed.starts_with('.') && !trimmed.contains(':')
+                || trimmed.starts_with('#')
+                || trimmed.starts_with(".Lfunc_end"))
         })
         .collect::<Vec<_>>()
         .join("\n")

@@ -10,12 +10,15 @@ use std::ptr;
 
 use llvm_sys::error::{LLVMDisposeErrorMessage, LLVMErrorRef, LLVMGetErrorMessage};
 use llvm_sys::orc2::lljit::{
-    LLVMOrcCreateLLJIT, LLVMOrcCreateLLJITBuilder, LLVMOrcDisposeLLJIT, LLVMOrcLLJITAddObjectFileWithRT, LLVMOrcLLJITGetGlobalPrefix, LLVMOrcLLJITGetMainJITDylib, LLVMOrcLLJITLookup,
-    LLVMOrcLLJITMangleAndIntern, LLVMOrcLLJITRef,
+    LLVMOrcCreateLLJIT, LLVMOrcCreateLLJITBuilder, LLVMOrcDisposeLLJIT, LLVMOrcLLJITAddObjectFileWithRT,
+    LLVMOrcLLJITGetGlobalPrefix, LLVMOrcLLJITGetMainJITDylib, LLVMOrcLLJITLookup, LLVMOrcLLJITMangleAndIntern,
+    LLVMOrcLLJITRef,
 };
 use llvm_sys::orc2::{
-    LLVMJITEvaluatedSymbol, LLVMJITSymbolFlags, LLVMJITSymbolGenericFlags, LLVMOrcAbsoluteSymbols, LLVMOrcCSymbolMapPair, LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess, LLVMOrcJITDylibAddGenerator,
-    LLVMOrcJITDylibCreateResourceTracker, LLVMOrcJITDylibDefine, LLVMOrcJITDylibRef, LLVMOrcReleaseResourceTracker, LLVMOrcResourceTrackerRef, LLVMOrcResourceTrackerRemove,
+    LLVMJITEvaluatedSymbol, LLVMJITSymbolFlags, LLVMJITSymbolGenericFlags, LLVMOrcAbsoluteSymbols,
+    LLVMOrcCSymbolMapPair, LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess, LLVMOrcJITDylibAddGenerator,
+    LLVMOrcJITDylibCreateResourceTracker, LLVMOrcJITDylibDefine, LLVMOrcJITDylibRef, LLVMOrcReleaseResourceTracker,
+    LLVMOrcResourceTrackerRef, LLVMOrcResourceTrackerRemove,
 };
 
 /// A failure of the JIT machinery.
@@ -68,7 +71,12 @@ impl Jit {
             let dylib = LLVMOrcLLJITGetMainJITDylib(lljit);
             let mut generator = ptr::null_mut();
             let prefix = LLVMOrcLLJITGetGlobalPrefix(lljit);
-            if let Some(message) = take_error(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&mut generator, prefix, None, ptr::null_mut())) {
+            if let Some(message) = take_error(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
+                &mut generator,
+                prefix,
+                None,
+                ptr::null_mut(),
+            )) {
                 LLVMOrcDisposeLLJIT(lljit);
                 return Err(JitError::Create(message));
             }
@@ -92,7 +100,10 @@ impl Jit {
                 Name: interned,
                 Sym: LLVMJITEvaluatedSymbol {
                     Address: *address as u64,
-                    Flags: LLVMJITSymbolFlags { GenericFlags: LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsExported as u8, TargetFlags: 0 },
+                    Flags: LLVMJITSymbolFlags {
+                        GenericFlags: LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsExported as u8,
+                        TargetFlags: 0,
+                    },
                 },
             });
         }
@@ -110,7 +121,11 @@ impl Jit {
         // SAFETY: the buffer copies `object`; ownership passes to ORC with the add call; the
         // tracker is ours to release (CellCode::drop) or remove on failure.
         unsafe {
-            let buffer = llvm_sys::core::LLVMCreateMemoryBufferWithMemoryRangeCopy(object.as_ptr().cast(), object.len(), buffer_name.as_ptr());
+            let buffer = llvm_sys::core::LLVMCreateMemoryBufferWithMemoryRangeCopy(
+                object.as_ptr().cast(),
+                object.len(),
+                buffer_name.as_ptr(),
+            );
             let tracker = LLVMOrcJITDylibCreateResourceTracker(self.dylib);
             let code = CellCode { tracker };
             if let Some(message) = take_error(LLVMOrcLLJITAddObjectFileWithRT(self.lljit, tracker, buffer)) {

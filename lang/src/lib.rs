@@ -6,6 +6,7 @@
 //! [`Outcome`]; nothing in this crate prints or knows terminals or sockets.
 #![deny(missing_docs)]
 
+mod bench;
 mod brilisp;
 mod check;
 mod codegen;
@@ -14,7 +15,6 @@ mod diagnostics;
 mod expand;
 mod gpu;
 mod inspect;
-mod bench;
 mod jit;
 mod reader;
 mod run;
@@ -24,8 +24,8 @@ mod types;
 mod value;
 
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
-pub use reader::{completeness, Completeness, SourceFile, SourceId, Span};
 pub use gpu::probe as gpu_probe;
+pub use reader::{completeness, Completeness, SourceFile, SourceId, Span};
 pub use session::{InterruptHandle, Session, SessionConfig, SessionError, DEFAULT_OPT_LEVEL};
 pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Throughput, VariantReport};
 

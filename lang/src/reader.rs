@@ -112,7 +112,11 @@ pub(crate) fn format_float_literal(value: f64) -> String {
     if value.is_nan() {
         "+nan.0".into()
     } else if value.is_infinite() {
-        if value > 0.0 { "+inf.0".into() } else { "-inf.0".into() }
+        if value > 0.0 {
+            "+inf.0".into()
+        } else {
+            "-inf.0".into()
+        }
     } else {
         format!("{value:?}")
     }
@@ -143,7 +147,8 @@ pub(crate) fn read_template(source: SourceId, text: &str) -> Result<Vec<Sexp>, V
 }
 
 fn read_forms(source: SourceId, text: &str, allow_trailing_hash: bool) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
-    let mut reader = Reader { source, text, bytes: text.as_bytes(), position: 0, open: Vec::new(), allow_trailing_hash };
+    let mut reader =
+        Reader { source, text, bytes: text.as_bytes(), position: 0, open: Vec::new(), allow_trailing_hash };
     let mut forms = Vec::new();
     loop {
         match reader.next_form() {
@@ -160,7 +165,14 @@ pub fn completeness(text: &str) -> Completeness {
     if trimmed.starts_with(':') {
         return Completeness::Complete;
     }
-    let mut reader = Reader { source: SourceId(0), text, bytes: text.as_bytes(), position: 0, open: Vec::new(), allow_trailing_hash: false };
+    let mut reader = Reader {
+        source: SourceId(0),
+        text,
+        bytes: text.as_bytes(),
+        position: 0,
+        open: Vec::new(),
+        allow_trailing_hash: false,
+    };
     loop {
         match reader.next_form() {
             Ok(Some(_)) => continue,
@@ -197,9 +209,7 @@ fn is_delimiter(byte: u8) -> bool {
 }
 
 fn is_symbol_char(character: char) -> bool {
-    character.is_alphanumeric()
-        || !character.is_ascii()
-        || "!$%&*+-./:<=>?@^_~".contains(character)
+    character.is_alphanumeric() || !character.is_ascii() || "!$%&*+-./:<=>?@^_~".contains(character)
 }
 
 impl<'a> Reader<'a> {
@@ -268,7 +278,8 @@ impl<'a> Reader<'a> {
                 (Some(_), _) => self.position += 1,
                 (None, _) => {
                     let mut error = self.error(start, start + 2, "this block comment is never closed");
-                    error.diagnostic = error.diagnostic.with_note("the cell ends inside this comment; close it with `|#`");
+                    error.diagnostic =
+                        error.diagnostic.with_note("the cell ends inside this comment; close it with `|#`");
                     error.at_end = true;
                     return Err(error);
                 }
@@ -284,10 +295,13 @@ impl<'a> Reader<'a> {
         let Some(byte) = self.peek() else { return Ok(None) };
         match byte {
             b'(' | b'[' => self.read_list(byte).map(Some),
-            b')' | b']' => Err(self.error(start, start + 1, format!("unexpected `{}`: no list is open here", byte as char))),
+            b')' | b']' => {
+                Err(self.error(start, start + 1, format!("unexpected `{}`: no list is open here", byte as char)))
+            }
             b'"' => self.read_string().map(Some),
             b'`' | b',' => self.read_prefixed().map(Some),
-            b'\'' => Err(self.error(start, start + 1, "`'` (quote) is not part of C-Lisp")
+            b'\'' => Err(self
+                .error(start, start + 1, "`'` (quote) is not part of C-Lisp")
                 .with_note("C-Lisp code is already quasiquoted; use `` ` `` to pass a template to Rhai")),
             b'|' => Err(self.error(start, start + 1, "`|` is not allowed in C-Lisp symbols")),
             b'#' => self.read_hash().map(Some),
@@ -324,7 +338,11 @@ impl<'a> Reader<'a> {
                 Some(byte @ (b')' | b']')) => {
                     let here = self.position;
                     return Err(self
-                        .error(here, here + 1, format!("expected `{}` to close the list, found `{}`", closer as char, byte as char))
+                        .error(
+                            here,
+                            here + 1,
+                            format!("expected `{}` to close the list, found `{}`", closer as char, byte as char),
+                        )
                         .with_secondary(self.span(start, start + 1), "the list opened here"));
                 }
                 Some(_) => match self.next_form()? {
@@ -346,7 +364,11 @@ impl<'a> Reader<'a> {
         // A prefix binds to the form right after it; whitespace in between is not allowed,
         // so `, x` is an error rather than a silent unquote of `x`.
         if self.peek().is_none_or(|byte| byte.is_ascii_whitespace()) {
-            let mut error = self.error(start, start + length, format!("`{}` ({name}) must be followed directly by a form", &self.text[start..start + length]));
+            let mut error = self.error(
+                start,
+                start + length,
+                format!("`{}` ({name}) must be followed directly by a form", &self.text[start..start + length]),
+            );
             error.at_end = self.peek().is_none();
             return Err(error);
         }
@@ -416,19 +438,28 @@ impl<'a> Reader<'a> {
                 }
                 let digits = &self.text[digits_start..self.position];
                 if self.peek() != Some(b';') || digits.is_empty() {
-                    return Err(self.error(escape_start, self.position, "a `\\x` escape is hex digits ended by `;`, like `\\x41;`"));
+                    return Err(self.error(
+                        escape_start,
+                        self.position,
+                        "a `\\x` escape is hex digits ended by `;`, like `\\x41;`",
+                    ));
                 }
                 self.position += 1;
                 let code = u32::from_str_radix(digits, 16).ok().and_then(char::from_u32);
                 let Some(character) = code else {
-                    return Err(self.error(escape_start, self.position, format!("`\\x{digits};` is not a Unicode code point")));
+                    return Err(self.error(
+                        escape_start,
+                        self.position,
+                        format!("`\\x{digits};` is not a Unicode code point"),
+                    ));
                 };
                 let mut buffer = [0; 4];
                 bytes.extend_from_slice(character.encode_utf8(&mut buffer).as_bytes());
             }
             _ => {
                 let end = escape_start + 1 + self.text[escape_start + 1..].chars().next().map_or(1, char::len_utf8);
-                return Err(self.error(escape_start, end, format!("unknown escape `{}` in a string", &self.text[escape_start..end]))
+                return Err(self
+                    .error(escape_start, end, format!("unknown escape `{}` in a string", &self.text[escape_start..end]))
                     .with_note("escapes are \\n \\t \\r \\0 \\a \\\\ \\\" and \\xHH;"));
             }
         }
@@ -454,14 +485,16 @@ impl<'a> Reader<'a> {
             "#f" | "#false" => SexpKind::Bool(false),
             _ if token.starts_with("#:") && token.len() > 2 => SexpKind::Keyword(token[2..].to_string()),
             _ if token.starts_with("#\\") => {
-                return Err(self.error(start, end, "character literals are not part of C-Lisp")
+                return Err(self
+                    .error(start, end, "character literals are not part of C-Lisp")
                     .with_note("write the code as an integer, e.g. 65 for `A`"));
             }
             _ => match radix_number(token) {
                 Some(Ok(value)) => SexpKind::Int(value),
                 Some(Err(message)) => return Err(self.error(start, end, message)),
-                None => return Err(self.error(start, end, format!("`{token}` is not a valid literal"))
-                    .with_note("`#` starts #t, #f, #:keyword and radix numbers like #x1f; it is reserved for gensyms in symbols")),
+                None => return Err(self.error(start, end, format!("`{token}` is not a valid literal")).with_note(
+                    "`#` starts #t, #f, #:keyword and radix numbers like #x1f; it is reserved for gensyms in symbols",
+                )),
             },
         };
         Ok(Sexp { kind, span })
@@ -479,7 +512,11 @@ impl<'a> Reader<'a> {
                 Err(message) => Err(self.error(start, end, message)),
             };
         }
-        let checked = if self.allow_trailing_hash { token.strip_suffix('#').filter(|stem| !stem.is_empty()).unwrap_or(token) } else { token };
+        let checked = if self.allow_trailing_hash {
+            token.strip_suffix('#').filter(|stem| !stem.is_empty()).unwrap_or(token)
+        } else {
+            token
+        };
         if let Some((offset, character)) = checked.char_indices().find(|&(_, character)| !is_symbol_char(character)) {
             let at = start + offset;
             let message = if character == '#' {
@@ -539,7 +576,9 @@ fn number(token: &str) -> Option<Result<SexpKind, String>> {
     }
     if is_float_syntax(digits) {
         return Some(match token.parse::<f64>() {
-            Ok(value) if value.is_infinite() => Err(format!("float literal `{token}` is too large for a double (write +inf.0 for infinity)")),
+            Ok(value) if value.is_infinite() => {
+                Err(format!("float literal `{token}` is too large for a double (write +inf.0 for infinity)"))
+            }
             Ok(value) => Ok(SexpKind::Float(value)),
             Err(error) => Err(format!("bad float literal `{token}`: {error}")),
         });
@@ -611,15 +650,32 @@ mod tests {
 
     fn check(input: &str, expected: Expect) {
         let actual = match read(SourceId(0), input) {
-            Ok(forms) => forms.iter().map(|form| format!("{form} @{}..{}", form.span.start, form.span.end)).collect::<Vec<_>>().join("\n"),
-            Err(diagnostics) => diagnostics.iter().map(|diagnostic| format!("{:?}: {} @{:?}", diagnostic.kind, diagnostic.message, diagnostic.labels.first().map(|label| (label.span.start, label.span.end)))).collect::<Vec<_>>().join("\n"),
+            Ok(forms) => forms
+                .iter()
+                .map(|form| format!("{form} @{}..{}", form.span.start, form.span.end))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Err(diagnostics) => diagnostics
+                .iter()
+                .map(|diagnostic| {
+                    format!(
+                        "{:?}: {} @{:?}",
+                        diagnostic.kind,
+                        diagnostic.message,
+                        diagnostic.labels.first().map(|label| (label.span.start, label.span.end))
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
         };
         expected.assert_eq(&actual);
     }
 
     #[test]
     fn atoms_and_lists() {
-        check("(add x 1) [tid.x] 12-idx -3 2.5 .5 1e3 #t #:key \"a\\nb\" 0x1F #x-10 +inf.0 ...", expect![[r#"
+        check(
+            "(add x 1) [tid.x] 12-idx -3 2.5 .5 1e3 #t #:key \"a\\nb\" 0x1F #x-10 +inf.0 ...",
+            expect![[r#"
             (add x 1) @0..9
             (tid.x) @10..17
             12-idx @18..24
@@ -633,7 +689,8 @@ mod tests {
             31 @55..59
             -16 @60..65
             +inf.0 @66..72
-            ... @73..76"#]]);
+            ... @73..76"#]],
+        );
     }
 
     #[test]

@@ -142,7 +142,13 @@ impl Runner {
         let sent = self.jobs.as_ref().map(|jobs| jobs.send(job));
         match (sent, result.recv()) {
             (Some(Ok(())), Ok(report)) => report,
-            _ => CallReport { result: Vec::new(), output: Vec::new(), errors: Vec::new(), fault: Some(Fault::Signal { signal: 0, address: 0 }), allocations: Vec::new() },
+            _ => CallReport {
+                result: Vec::new(),
+                output: Vec::new(),
+                errors: Vec::new(),
+                fault: Some(Fault::Signal { signal: 0, address: 0 }),
+                allocations: Vec::new(),
+            },
         }
     }
 }

@@ -86,7 +86,8 @@ struct GlobalStorage {
 impl GlobalStorage {
     fn new(symbol: String, size: usize, align: usize) -> GlobalStorage {
         // Address space 3 globals promise 16-byte alignment; use it for all.
-        let layout = std::alloc::Layout::from_size_align(size.max(1), align.max(16)).unwrap_or(std::alloc::Layout::new::<u128>());
+        let layout = std::alloc::Layout::from_size_align(size.max(1), align.max(16))
+            .unwrap_or(std::alloc::Layout::new::<u128>());
         // SAFETY: the layout has a non-zero size.
         let memory = unsafe { std::alloc::alloc_zeroed(layout) };
         if memory.is_null() {
@@ -171,7 +172,8 @@ pub struct Session {
 /// The back end's level per `:opt` level. Level 1 keeps LLVM's fast instruction selection and
 /// register allocation (`None`): its IR passes already give the code most of its speed, and
 /// the back end at `Less` tripled a small cell's latency (1.2 ms against 0.3 ms, measured).
-const MACHINE_LEVELS: [OptimizationLevel; 4] = [OptimizationLevel::None, OptimizationLevel::None, OptimizationLevel::Default, OptimizationLevel::Aggressive];
+const MACHINE_LEVELS: [OptimizationLevel; 4] =
+    [OptimizationLevel::None, OptimizationLevel::None, OptimizationLevel::Default, OptimizationLevel::Aggressive];
 
 fn initialise_llvm() -> Result<(), SessionError> {
     static INIT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
@@ -290,11 +292,19 @@ impl Session {
             1 => format!("(call main {})", args.len() + 1),
             _ => {
                 // argv: a session array of C strings, built in compiled code from literals.
-                let mut program = format!("((declare quasi-argv (ptr (ptr int8))) (set quasi-argv (alloc (ptr int8) {}))", args.len() + 2);
+                let mut program = format!(
+                    "((declare quasi-argv (ptr (ptr int8))) (set quasi-argv (alloc (ptr int8) {}))",
+                    args.len() + 2
+                );
                 for (index, arg) in std::iter::once(&path.to_string()).chain(args).enumerate() {
                     program.push_str(&format!(" (store (ptradd quasi-argv {index}) {:?})", arg));
                 }
-                program.push_str(&format!(" (store (ptradd quasi-argv {}) (inttoptr 0 (ptr int8))) (call main {} (bitcast quasi-argv {})))", args.len() + 1, args.len() + 1, main.signature.params[1]));
+                program.push_str(&format!(
+                    " (store (ptradd quasi-argv {}) (inttoptr 0 (ptr int8))) (call main {} (bitcast quasi-argv {})))",
+                    args.len() + 1,
+                    args.len() + 1,
+                    main.signature.params[1]
+                ));
                 program
             }
         };
@@ -356,7 +366,10 @@ impl Session {
             return outcome;
         }
         let Some(text) = text.map(str::to_string).or_else(|| self.last_cell.clone()) else {
-            outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "`:expand` needs a cell: no cell was evaluated yet").with_note("write `:expand TEXT`"));
+            outcome.diagnostics.push(
+                Diagnostic::error(Kind::Syntax, "`:expand` needs a cell: no cell was evaluated yet")
+                    .with_note("write `:expand TEXT`"),
+            );
             return outcome;
         };
         let source = self.source_id(format!("cell {}", self.cell_count), text.clone());
@@ -379,7 +392,10 @@ impl Session {
 
     /// The text a span covers in its source.
     fn span_text(&self, span: Span) -> Option<String> {
-        self.sources.get(span.source.0 as usize).and_then(|file| file.text.get(span.start as usize..span.end as usize)).map(str::to_string)
+        self.sources
+            .get(span.source.0 as usize)
+            .and_then(|file| file.text.get(span.start as usize..span.end as usize))
+            .map(str::to_string)
     }
 
     /// `:stages`, `:types`, `:ir [opt]`, `:asm`: listings of a definition (or, without a name,
@@ -394,7 +410,11 @@ impl Session {
         let (label, forms, source_text) = match (subject, defined) {
             (Some(name), Some(def)) => (name.to_string(), vec![def.source.clone()], self.span_text(def.span)),
             (Some(name), None) if reader::is_symbol(name) => {
-                let message = if self.env.functions.contains_key(name) { format!("`{name}` is declared without a body: there is nothing to list") } else { format!("no function named `{name}`") };
+                let message = if self.env.functions.contains_key(name) {
+                    format!("`{name}` is declared without a body: there is nothing to list")
+                } else {
+                    format!("no function named `{name}`")
+                };
                 outcome.diagnostics.push(Diagnostic::error(Kind::UnknownName, message));
                 return outcome;
             }
@@ -416,7 +436,10 @@ impl Session {
             (None, _) => match &self.last_expansion {
                 Some(forms) => ("last cell".to_string(), forms.clone(), self.last_cell.clone()),
                 None => {
-                    outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "there is no cell to list yet").with_note("name a function, e.g. `:ir fib`"));
+                    outcome.diagnostics.push(
+                        Diagnostic::error(Kind::Syntax, "there is no cell to list yet")
+                            .with_note("name a function, e.g. `:ir fib`"),
+                    );
                     return outcome;
                 }
             },
@@ -437,15 +460,34 @@ impl Session {
         }
         let level = self.opt_level;
         // Device code lists its GPU build: IR for NVPTX, and PTX instead of x86-64 assembly.
-        let device_subject = subject.filter(|name| label == *name && (stages.contains(&inspect::Stage::Ptx) || check::defined(&self.env, name).is_some_and(|def| def.placement.device_only)));
+        let device_subject = subject.filter(|name| {
+            label == *name
+                && (stages.contains(&inspect::Stage::Ptx)
+                    || check::defined(&self.env, name).is_some_and(|def| def.placement.device_only))
+        });
         let device = match device_subject {
-            Some(name) if stages.iter().any(|stage| matches!(stage, inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly | inspect::Stage::Ptx)) => match self.ptx_listing(name) {
-                Ok(listing) => Some(listing),
-                Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),
-            },
+            Some(name)
+                if stages.iter().any(|stage| {
+                    matches!(
+                        stage,
+                        inspect::Stage::Ir
+                            | inspect::Stage::OptimisedIr
+                            | inspect::Stage::Assembly
+                            | inspect::Stage::Ptx
+                    )
+                }) =>
+            {
+                match self.ptx_listing(name) {
+                    Ok(listing) => Some(listing),
+                    Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),
+                }
+            }
             _ => None,
         };
-        let needs_code = device.is_none() && stages.iter().any(|stage| matches!(stage, inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly));
+        let needs_code = device.is_none()
+            && stages.iter().any(|stage| {
+                matches!(stage, inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly)
+            });
         let code = if needs_code {
             match self.scratch_listings(&cell, stages) {
                 Ok(code) => Some(code),
@@ -457,26 +499,50 @@ impl Session {
         for stage in stages {
             let (language, text) = match stage {
                 inspect::Stage::Source => (Language::CLisp, source_text.clone().unwrap_or_default()),
-                inspect::Stage::Expanded => (Language::CLisp, forms.iter().map(|form| expand::pretty(form, 0)).collect::<Vec<_>>().join("\n")),
+                inspect::Stage::Expanded => {
+                    (Language::CLisp, forms.iter().map(|form| expand::pretty(form, 0)).collect::<Vec<_>>().join("\n"))
+                }
                 inspect::Stage::Typed => {
-                    let mut parts: Vec<String> = cell.functions.iter().map(|function| expand::pretty(&inspect::typed_tree(function, &self.env), 0)).collect();
+                    let mut parts: Vec<String> = cell
+                        .functions
+                        .iter()
+                        .map(|function| expand::pretty(&inspect::typed_tree(function, &self.env), 0))
+                        .collect();
                     for item in &cell.top {
-                        parts.extend(inspect::typed_statements(&item.function, &self.env).iter().map(|form| expand::pretty(form, 0)));
+                        parts.extend(
+                            inspect::typed_statements(&item.function, &self.env)
+                                .iter()
+                                .map(|form| expand::pretty(form, 0)),
+                        );
                     }
                     (Language::CLisp, parts.join("\n"))
                 }
-                inspect::Stage::Ir if device.is_some() => (Language::LlvmIr, device.as_ref().map(|device| device.ir.clone()).unwrap_or_default()),
-                inspect::Stage::OptimisedIr if device.is_some() => (Language::LlvmIr, device.as_ref().map(|device| device.optimised.clone()).unwrap_or_default()),
-                inspect::Stage::Assembly | inspect::Stage::Ptx if device.is_some() => (Language::Ptx, device.as_ref().map(|device| device.ptx.clone()).unwrap_or_default()),
+                inspect::Stage::Ir if device.is_some() => {
+                    (Language::LlvmIr, device.as_ref().map(|device| device.ir.clone()).unwrap_or_default())
+                }
+                inspect::Stage::OptimisedIr if device.is_some() => {
+                    (Language::LlvmIr, device.as_ref().map(|device| device.optimised.clone()).unwrap_or_default())
+                }
+                inspect::Stage::Assembly | inspect::Stage::Ptx if device.is_some() => {
+                    (Language::Ptx, device.as_ref().map(|device| device.ptx.clone()).unwrap_or_default())
+                }
                 inspect::Stage::Ir => (Language::LlvmIr, code.as_ref().map(|code| code.0.clone()).unwrap_or_default()),
-                inspect::Stage::OptimisedIr => (Language::LlvmIr, code.as_ref().map(|code| code.1.clone()).unwrap_or_default()),
-                inspect::Stage::Assembly | inspect::Stage::Ptx => (Language::Assembly, code.as_ref().map(|code| code.2.clone()).unwrap_or_default()),
+                inspect::Stage::OptimisedIr => {
+                    (Language::LlvmIr, code.as_ref().map(|code| code.1.clone()).unwrap_or_default())
+                }
+                inspect::Stage::Assembly | inspect::Stage::Ptx => {
+                    (Language::Assembly, code.as_ref().map(|code| code.2.clone()).unwrap_or_default())
+                }
             };
             let arch = self.gpu.arch.clone();
             let title = match stage {
-                inspect::Stage::Ir | inspect::Stage::OptimisedIr if device.is_some() => format!("{label}: {} for {arch} (opt 3)", stage.title()),
+                inspect::Stage::Ir | inspect::Stage::OptimisedIr if device.is_some() => {
+                    format!("{label}: {} for {arch} (opt 3)", stage.title())
+                }
                 inspect::Stage::Assembly | inspect::Stage::Ptx if device.is_some() => format!("{label}: PTX ({arch})"),
-                inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly => format!("{label}: {} (opt {level})", stage.title()),
+                inspect::Stage::Ir | inspect::Stage::OptimisedIr | inspect::Stage::Assembly => {
+                    format!("{label}: {} (opt {level})", stage.title())
+                }
                 _ => format!("{label}: {}", stage.title()),
             };
             outcome.items.push(Item::Listing { title, language, text });
@@ -485,23 +551,47 @@ impl Session {
     }
 
     /// IR before and after passes and assembly of a checked cell, from a module never linked.
-    fn scratch_listings(&mut self, cell: &TypedCell, stages: &[inspect::Stage]) -> Result<(String, String, String), Diagnostic> {
-        let global_symbols: HashMap<String, String> = self.globals.iter().map(|(name, storage)| (name.clone(), storage.symbol.clone())).collect();
-        let body_symbols: HashMap<String, String> = cell.functions.iter().map(|function| (function.name.clone(), self.body_symbols.get(&function.name).cloned().unwrap_or_else(|| function.name.clone()))).collect();
+    fn scratch_listings(
+        &mut self,
+        cell: &TypedCell,
+        stages: &[inspect::Stage],
+    ) -> Result<(String, String, String), Diagnostic> {
+        let global_symbols: HashMap<String, String> =
+            self.globals.iter().map(|(name, storage)| (name.clone(), storage.symbol.clone())).collect();
+        let body_symbols: HashMap<String, String> = cell
+            .functions
+            .iter()
+            .map(|function| {
+                (
+                    function.name.clone(),
+                    self.body_symbols.get(&function.name).cloned().unwrap_or_else(|| function.name.clone()),
+                )
+            })
+            .collect();
         let struct_names = self.struct_names.clone();
-        let naming = Naming { global_symbols: &global_symbols, struct_names: &struct_names, body_symbols: &body_symbols, first_site: self.fault_sites.len() as u32 };
+        let naming = Naming {
+            global_symbols: &global_symbols,
+            struct_names: &struct_names,
+            body_symbols: &body_symbols,
+            first_site: self.fault_sites.len() as u32,
+        };
         let level = self.opt_level;
         let target_data = self.machine(level)?.get_target_data();
         let triple = TargetTriple::create(&self.triple.as_str().to_string_lossy());
         let machine = self.machines[level as usize].as_ref().ok_or_else(|| internal("no target machine".into()))?;
-        let CellModule { module, .. } = codegen::lower(&self.context, &target_data, &triple, cell, "inspect", &naming).map_err(|error| internal(format!("code generation failed: {error}")))?;
+        let CellModule { module, .. } = codegen::lower(&self.context, &target_data, &triple, cell, "inspect", &naming)
+            .map_err(|error| internal(format!("code generation failed: {error}")))?;
         let ir = inspect::trim_ir(&module.print_to_string().to_string());
         if level > 0 {
-            module.run_passes(pass_pipeline(level), machine, PassBuilderOptions::create()).map_err(|error| internal(format!("LLVM passes failed: {error}")))?;
+            module
+                .run_passes(pass_pipeline(level), machine, PassBuilderOptions::create())
+                .map_err(|error| internal(format!("LLVM passes failed: {error}")))?;
         }
         let optimised = inspect::trim_ir(&module.print_to_string().to_string());
         let assembly = if stages.contains(&inspect::Stage::Assembly) {
-            let buffer = machine.write_to_memory_buffer(&module, FileType::Assembly).map_err(|error| internal(format!("LLVM could not emit assembly: {error}")))?;
+            let buffer = machine
+                .write_to_memory_buffer(&module, FileType::Assembly)
+                .map_err(|error| internal(format!("LLVM could not emit assembly: {error}")))?;
             inspect::trim_assembly(&String::from_utf8_lossy(buffer.as_slice()))
         } else {
             String::new()
@@ -518,12 +608,23 @@ impl Session {
                 Some(number) if self.stage.limits.set(name, number) => self.stage.apply_limits(),
                 _ => {
                     let names: Vec<&str> = self.stage.limits.entries().iter().map(|(name, _)| *name).collect();
-                    outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, format!("`:limits` takes a limit name and a number, found `{} {}`", name, value.unwrap_or(""))).with_note(format!("the limits are: {}", names.join(", "))));
+                    outcome.diagnostics.push(
+                        Diagnostic::error(
+                            Kind::Syntax,
+                            format!(
+                                "`:limits` takes a limit name and a number, found `{} {}`",
+                                name,
+                                value.unwrap_or("")
+                            ),
+                        )
+                        .with_note(format!("the limits are: {}", names.join(", "))),
+                    );
                     return outcome;
                 }
             }
         }
-        let lines: Vec<String> = self.stage.limits.entries().iter().map(|(name, value)| format!("{name:<17} {value}")).collect();
+        let lines: Vec<String> =
+            self.stage.limits.entries().iter().map(|(name, value)| format!("{name:<17} {value}")).collect();
         outcome.items.push(Item::Message(lines.join("\n")));
         outcome
     }
@@ -547,12 +648,20 @@ impl Session {
     pub fn completions(&self, text: &str, cursor: usize) -> (usize, Vec<String>) {
         let cursor = cursor.min(text.len());
         let before = &text[..cursor];
-        let start = before.rfind(|character: char| character.is_whitespace() || "()[]\"`,;".contains(character)).map_or(0, |index| index + 1);
+        let start = before
+            .rfind(|character: char| character.is_whitespace() || "()[]\"`,;".contains(character))
+            .map_or(0, |index| index + 1);
         let word = &before[start..];
         let mut candidates: Vec<String> = if word.starts_with(':') && before[..start].trim().is_empty() {
-            crate::command::COMMANDS.iter().map(|(name, _)| name.split_whitespace().next().unwrap_or(name).to_string()).collect()
+            crate::command::COMMANDS
+                .iter()
+                .map(|(name, _)| name.split_whitespace().next().unwrap_or(name).to_string())
+                .collect()
         } else {
-            self.defined_names().into_iter().chain(crate::check::FORM_NAMES.iter().map(|name| name.to_string())).collect()
+            self.defined_names()
+                .into_iter()
+                .chain(crate::check::FORM_NAMES.iter().map(|name| name.to_string()))
+                .collect()
         };
         candidates.retain(|candidate| candidate.starts_with(word));
         candidates.sort();
@@ -562,7 +671,8 @@ impl Session {
 
     /// Names for completion: defined functions, globals and structs.
     pub fn defined_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.env.functions.keys().chain(self.env.globals.keys()).chain(self.env.structs.keys()).cloned().collect();
+        let mut names: Vec<String> =
+            self.env.functions.keys().chain(self.env.globals.keys()).chain(self.env.structs.keys()).cloned().collect();
         names.sort();
         names.dedup();
         names
@@ -570,14 +680,23 @@ impl Session {
 
     /// Lines describing every definition, for `:defs`.
     pub(crate) fn definition_lines(&self) -> Vec<String> {
-        let mut ordered: Vec<(&u32, &DefinitionKey)> = self.definitions.iter().map(|(key, order)| (order, key)).collect();
+        let mut ordered: Vec<(&u32, &DefinitionKey)> =
+            self.definitions.iter().map(|(key, order)| (order, key)).collect();
         ordered.sort();
         ordered
             .into_iter()
             .filter_map(|(_, key)| match key {
                 DefinitionKey::Struct(name) => self.env.structs.get(name).map(|entry| struct_line(name, entry)),
-                DefinitionKey::Global(name) => self.env.globals.get(name).map(|entry| format!("{name} : {} = {}", entry.ty, self.global_value_text(name, &entry.ty))),
-                DefinitionKey::Function(name) => self.env.functions.get(name).map(|entry| format!("{name} : {}{}", entry.signature, function_note(entry, false))),
+                DefinitionKey::Global(name) => self
+                    .env
+                    .globals
+                    .get(name)
+                    .map(|entry| format!("{name} : {} = {}", entry.ty, self.global_value_text(name, &entry.ty))),
+                DefinitionKey::Function(name) => self
+                    .env
+                    .functions
+                    .get(name)
+                    .map(|entry| format!("{name} : {}{}", entry.signature, function_note(entry, false))),
             })
             .collect()
     }
@@ -600,7 +719,11 @@ impl Session {
                 label.span = PendingPosition::resolve(label.span, &file.text);
             }
         }
-        let mut ids: Vec<SourceId> = outcome.diagnostics.iter().flat_map(|diagnostic| diagnostic.labels.iter().map(|label| label.span.source)).collect();
+        let mut ids: Vec<SourceId> = outcome
+            .diagnostics
+            .iter()
+            .flat_map(|diagnostic| diagnostic.labels.iter().map(|label| label.span.source))
+            .collect();
         ids.sort();
         ids.dedup();
         for id in ids {
@@ -643,9 +766,12 @@ impl Session {
             self.last_expansion = Some(expanded.forms.clone());
         }
         // `(bench …)` and `(autotune …)` run after the cell's other code.
-        let (session_forms, code_forms): (Vec<reader::Sexp>, Vec<reader::Sexp>) = expanded.forms.iter().cloned().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
+        let (session_forms, code_forms): (Vec<reader::Sexp>, Vec<reader::Sexp>) =
+            expanded.forms.iter().cloned().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
         let entry_prefix = format!("cell#{}", self.cell_count);
-        let checked = outcome.timing.time(Phase::Check, || check::check(&self.env, &code_forms, &Session::resolve_extern, &entry_prefix));
+        let checked = outcome
+            .timing
+            .time(Phase::Check, || check::check(&self.env, &code_forms, &Session::resolve_extern, &entry_prefix));
         let cell = match checked {
             Ok(cell) => cell,
             Err(diagnostics) => {
@@ -687,7 +813,10 @@ impl Session {
             }
             if let Some(ty) = &item.value {
                 if mode != EvalMode::Script {
-                    let text = value::format_value_with(&report.result, 0, ty, &self.env.structs, &|handle, element| self.describe_buffer(handle, element));
+                    let text =
+                        value::format_value_with(&report.result, 0, ty, &self.env.structs, &|handle, element| {
+                            self.describe_buffer(handle, element)
+                        });
                     outcome.items.push(Item::Value { text, ty: ty.to_string() });
                 }
             }
@@ -702,7 +831,11 @@ impl Session {
 
     /// Checks, compiles and commits forms without showing anything; returns the value types of
     /// the top-level items and their entries. `with_clock` lets the code call the bench clock.
-    pub(crate) fn compile_quietly(&mut self, forms: &[reader::Sexp], with_clock: bool) -> Result<(Vec<Option<Ty>>, Vec<usize>), Vec<Diagnostic>> {
+    pub(crate) fn compile_quietly(
+        &mut self,
+        forms: &[reader::Sexp],
+        with_clock: bool,
+    ) -> Result<(Vec<Option<Ty>>, Vec<usize>), Vec<Diagnostic>> {
         self.cell_count += 1;
         let prefix = format!("cell#{}", self.cell_count);
         let checked = if with_clock {
@@ -750,12 +883,42 @@ impl Session {
             Fault::Check { code, site } => {
                 let site = self.fault_sites.get(*site as usize);
                 let (kind, message, span) = match (code, site) {
-                    (&codegen::FAULT_DIVIDE_BY_ZERO, Some(site)) => (Kind::RuntimeFault, format!("integer division by zero in function `{}`", display_function(&site.function)), site.span),
-                    (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (Kind::RuntimeFault, format!("integer overflow in division in function `{}`", display_function(&site.function)), site.span),
-                    (&codegen::FAULT_UNRESOLVED, Some(site)) => (Kind::UnknownName, format!("`{}` was called, but nothing defines it: no session function, library or process symbol", site.function), site.span),
-                    (&codegen::FAULT_INVALIDATED, Some(site)) => (Kind::Type, format!("`{}` was invalidated by the redefinition of {}; redefine `{}`", site.function, site.detail, site.function), site.span),
-                    (&codegen::FAULT_GPU, Some(site)) => (Kind::Gpu, self.gpu.runtime.take_error().unwrap_or_else(|| "the GPU runtime failed".into()), site.span),
-                    (&codegen::FAULT_DEVICE_ONLY, Some(site)) => (Kind::Gpu, format!("`{}` is device code now: host code compiled earlier cannot call it", site.function), site.span),
+                    (&codegen::FAULT_DIVIDE_BY_ZERO, Some(site)) => (
+                        Kind::RuntimeFault,
+                        format!("integer division by zero in function `{}`", display_function(&site.function)),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (
+                        Kind::RuntimeFault,
+                        format!("integer overflow in division in function `{}`", display_function(&site.function)),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_UNRESOLVED, Some(site)) => (
+                        Kind::UnknownName,
+                        format!(
+                            "`{}` was called, but nothing defines it: no session function, library or process symbol",
+                            site.function
+                        ),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_INVALIDATED, Some(site)) => (
+                        Kind::Type,
+                        format!(
+                            "`{}` was invalidated by the redefinition of {}; redefine `{}`",
+                            site.function, site.detail, site.function
+                        ),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_GPU, Some(site)) => (
+                        Kind::Gpu,
+                        self.gpu.runtime.take_error().unwrap_or_else(|| "the GPU runtime failed".into()),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_DEVICE_ONLY, Some(site)) => (
+                        Kind::Gpu,
+                        format!("`{}` is device code now: host code compiled earlier cannot call it", site.function),
+                        site.span,
+                    ),
                     _ => (Kind::RuntimeFault, "a runtime check failed".to_string(), item_span),
                 };
                 let mut diagnostic = Diagnostic::error(kind, message).with_label(span, "");
@@ -763,13 +926,16 @@ impl Session {
                     diagnostic = diagnostic.with_secondary(item_span, "while running this");
                 }
                 if kind == Kind::Gpu && diagnostic.message.starts_with("no CUDA device") {
-                    diagnostic = diagnostic.with_note("kernels still compile without a device, and `:ptx NAME` shows their PTX");
+                    diagnostic =
+                        diagnostic.with_note("kernels still compile without a device, and `:ptx NAME` shows their PTX");
                 }
                 diagnostic.with_note(note)
             }
             Fault::Signal { signal, address } => {
                 let what = match *signal {
-                    libc::SIGSEGV if run::is_stack_overflow(*address) => "stack overflow in compiled code (its stack is 64 MiB; is the recursion unbounded?)".to_string(),
+                    libc::SIGSEGV if run::is_stack_overflow(*address) => {
+                        "stack overflow in compiled code (its stack is 64 MiB; is the recursion unbounded?)".to_string()
+                    }
                     libc::SIGSEGV => format!("segmentation fault at address {address:#x}"),
                     libc::SIGBUS => format!("bus error at address {address:#x}"),
                     libc::SIGFPE => "arithmetic exception".to_string(),
@@ -784,20 +950,34 @@ impl Session {
     fn machine(&mut self, level: u8) -> Result<&TargetMachine, Diagnostic> {
         let index = level.min(3) as usize;
         if self.machines[index].is_none() {
-            let target = Target::from_triple(&self.triple).map_err(|error| internal(format!("no LLVM target: {error}")))?;
+            let target =
+                Target::from_triple(&self.triple).map_err(|error| internal(format!("no LLVM target: {error}")))?;
             let cpu = TargetMachine::get_host_cpu_name();
             let features = TargetMachine::get_host_cpu_features();
             let machine = target
-                .create_target_machine(&self.triple, &cpu.to_string_lossy(), &features.to_string_lossy(), MACHINE_LEVELS[index], RelocMode::PIC, CodeModel::Default)
+                .create_target_machine(
+                    &self.triple,
+                    &cpu.to_string_lossy(),
+                    &features.to_string_lossy(),
+                    MACHINE_LEVELS[index],
+                    RelocMode::PIC,
+                    CodeModel::Default,
+                )
                 .ok_or_else(|| internal("LLVM could not create a target machine for this CPU".into()))?;
             self.machines[index] = Some(machine);
         }
         self.machines[index].as_ref().ok_or_else(|| internal("no target machine".into()))
     }
 
-    fn compile_and_link(&mut self, cell: &TypedCell, module_name: &str, timing: &mut PhaseTimes) -> Result<Linked, Vec<Diagnostic>> {
+    fn compile_and_link(
+        &mut self,
+        cell: &TypedCell,
+        module_name: &str,
+        timing: &mut PhaseTimes,
+    ) -> Result<Linked, Vec<Diagnostic>> {
         // Names first: new storage for new or retyped globals, fresh body symbols.
-        let mut global_symbols: HashMap<String, String> = self.globals.iter().map(|(name, storage)| (name.clone(), storage.symbol.clone())).collect();
+        let mut global_symbols: HashMap<String, String> =
+            self.globals.iter().map(|(name, storage)| (name.clone(), storage.symbol.clone())).collect();
         let mut new_globals = Vec::new();
         let overlay_structs = if cell.globals.is_empty() { HashMap::new() } else { self.structs_with(cell) };
         for global in &cell.globals {
@@ -829,24 +1009,35 @@ impl Session {
             let symbol = self.fresh_body_symbol(&function.name);
             body_symbols.insert(function.name.clone(), symbol);
         }
-        let naming = Naming { global_symbols: &global_symbols, struct_names: &struct_names, body_symbols: &body_symbols, first_site: self.fault_sites.len() as u32 };
+        let naming = Naming {
+            global_symbols: &global_symbols,
+            struct_names: &struct_names,
+            body_symbols: &body_symbols,
+            first_site: self.fault_sites.len() as u32,
+        };
         let triple = TargetTriple::create(&self.triple.as_str().to_string_lossy());
         let level = self.opt_level;
         let target_data = self.machine(level).map_err(|error| vec![error])?.get_target_data();
-        let machine = self.machines[level as usize].as_ref().ok_or_else(|| vec![internal("no target machine".into())])?;
+        let machine =
+            self.machines[level as usize].as_ref().ok_or_else(|| vec![internal("no target machine".into())])?;
         // Errors left over from inspection commands belong to no cell.
         self.llvm_diagnostics.take_errors();
         let codegen_start = Instant::now();
         let lowered = codegen::lower(&self.context, &target_data, &triple, cell, module_name, &naming);
         timing.add(Phase::Codegen, codegen_start.elapsed());
-        let CellModule { module, entries, fault_sites, traps } = lowered.map_err(|error| vec![lowering_error(error, cell)])?;
+        let CellModule { module, entries, fault_sites, traps } =
+            lowered.map_err(|error| vec![lowering_error(error, cell)])?;
         if level > 0 {
             let optimise_start = Instant::now();
-            module.run_passes(pass_pipeline(level), machine, PassBuilderOptions::create()).map_err(|error| vec![internal(format!("LLVM passes failed: {error}"))])?;
+            module
+                .run_passes(pass_pipeline(level), machine, PassBuilderOptions::create())
+                .map_err(|error| vec![internal(format!("LLVM passes failed: {error}"))])?;
             timing.add(Phase::Optimise, optimise_start.elapsed());
         }
         let link_start = Instant::now();
-        let object = machine.write_to_memory_buffer(&module, FileType::Object).map_err(|error| vec![internal(format!("LLVM could not emit code: {error}"))])?;
+        let object = machine
+            .write_to_memory_buffer(&module, FileType::Object)
+            .map_err(|error| vec![internal(format!("LLVM could not emit code: {error}"))])?;
         // Inline assembly the assembler rejects is reported through the context, not as an error.
         let llvm_errors = self.llvm_diagnostics.take_errors();
         if !llvm_errors.is_empty() {
@@ -855,7 +1046,13 @@ impl Session {
         drop(module);
         // Slots for every function the cell defines or declares, created once per name.
         let mut absolute = Vec::new();
-        for name in cell.functions.iter().map(|function| &function.name).chain(cell.recompiled.iter().map(|function| &function.name)).chain(cell.externs.iter().map(|decl| &decl.name)) {
+        for name in cell
+            .functions
+            .iter()
+            .map(|function| &function.name)
+            .chain(cell.recompiled.iter().map(|function| &function.name))
+            .chain(cell.externs.iter().map(|decl| &decl.name))
+        {
             if !self.slots.contains_key(name) {
                 let slot = Box::new(AtomicUsize::new(0));
                 absolute.push((codegen::slot_symbol(name), &*slot as *const AtomicUsize as usize));
@@ -866,9 +1063,18 @@ impl Session {
             absolute.push((storage.symbol.clone(), storage.memory as usize));
         }
         self.jit.define_absolute(&absolute).map_err(|error| vec![internal(error.to_string())])?;
-        let function_names: Vec<String> = cell.functions.iter().chain(&cell.recompiled).map(|function| function.name.clone()).collect();
-        let lookups: Vec<String> = function_names.iter().map(|name| body_symbols[name].clone()).chain(traps.iter().map(|name| codegen::trap_symbol(name, module_name))).chain(entries.iter().cloned()).collect();
-        let (code, addresses) = self.jit.link(object.as_slice(), module_name, &lookups).map_err(|error| vec![internal(error.to_string())])?;
+        let function_names: Vec<String> =
+            cell.functions.iter().chain(&cell.recompiled).map(|function| function.name.clone()).collect();
+        let lookups: Vec<String> = function_names
+            .iter()
+            .map(|name| body_symbols[name].clone())
+            .chain(traps.iter().map(|name| codegen::trap_symbol(name, module_name)))
+            .chain(entries.iter().cloned())
+            .collect();
+        let (code, addresses) = self
+            .jit
+            .link(object.as_slice(), module_name, &lookups)
+            .map_err(|error| vec![internal(error.to_string())])?;
         timing.add(Phase::Link, link_start.elapsed());
         let (body_addresses, rest) = addresses.split_at(function_names.len());
         let (trap_addresses, entry_addresses) = rest.split_at(traps.len());
@@ -914,7 +1120,13 @@ impl Session {
         for structure in &cell.structs {
             let entry = StructEntry { fields: structure.fields.clone() };
             let redefined = self.env.structs.contains_key(&structure.name);
-            items.push(Item::Defined { name: format!("struct {}", structure.name), description: struct_line(&structure.name, &entry).trim_start_matches(&format!("struct {} ", structure.name)).to_string() + if redefined { "  (redefined)" } else { "" } });
+            items.push(Item::Defined {
+                name: format!("struct {}", structure.name),
+                description: struct_line(&structure.name, &entry)
+                    .trim_start_matches(&format!("struct {} ", structure.name))
+                    .to_string()
+                    + if redefined { "  (redefined)" } else { "" },
+            });
             self.env.structs.insert(structure.name.clone(), entry);
             self.note_definition(DefinitionKey::Struct(structure.name.clone()));
         }
@@ -934,7 +1146,14 @@ impl Session {
                 self.initialise_global(&global.name, &global.ty, init);
             }
             let value = self.global_value_text(&global.name, &global.ty);
-            items.push(Item::Defined { name: global.name.clone(), description: format!("{} = {value}{}", global.ty, if redefined && global.init.is_some() { "  (redefined)" } else { "" }) });
+            items.push(Item::Defined {
+                name: global.name.clone(),
+                description: format!(
+                    "{} = {value}{}",
+                    global.ty,
+                    if redefined && global.init.is_some() { "  (redefined)" } else { "" }
+                ),
+            });
             self.note_definition(DefinitionKey::Global(global.name.clone()));
         }
         for decl in &cell.externs {
@@ -943,15 +1162,23 @@ impl Session {
                 continue;
             }
             let kind = match Session::resolve_extern(&decl.name) {
-                _ if decl.name.starts_with("llvm.") || check::is_libdevice(&decl.name) => FunctionKind::External(decl.name.clone()),
+                _ if decl.name.starts_with("llvm.") || check::is_libdevice(&decl.name) => {
+                    FunctionKind::External(decl.name.clone())
+                }
                 Some(link) => FunctionKind::External(link),
                 None => FunctionKind::Unresolved,
             };
-            if let (FunctionKind::Unresolved, Some((_, trap)), Some(slot)) = (&kind, traps.iter().find(|(name, _)| *name == decl.name), self.slots.get(&decl.name)) {
+            if let (FunctionKind::Unresolved, Some((_, trap)), Some(slot)) =
+                (&kind, traps.iter().find(|(name, _)| *name == decl.name), self.slots.get(&decl.name))
+            {
                 slot.store(*trap, Ordering::SeqCst);
             }
-            let entry = FunctionEntry { signature: decl.signature.clone(), param_names: Vec::new(), kind, invalidated: None };
-            items.push(Item::Defined { name: decl.name.clone(), description: format!("{}{}", entry.signature, function_note(&entry, false)) });
+            let entry =
+                FunctionEntry { signature: decl.signature.clone(), param_names: Vec::new(), kind, invalidated: None };
+            items.push(Item::Defined {
+                name: decl.name.clone(),
+                description: format!("{}{}", entry.signature, function_note(&entry, false)),
+            });
             self.env.functions.insert(decl.name.clone(), entry);
             self.note_definition(DefinitionKey::Function(decl.name.clone()));
         }
@@ -964,10 +1191,19 @@ impl Session {
             let recompiled = cell.recompiled.iter().any(|other| other.name == function.name);
             let previous = self.env.functions.get(&function.name);
             let redefined = matches!(previous, Some(FunctionEntry { kind: FunctionKind::Defined(_), .. }));
-            let param_names = function.locals.iter().take(function.signature.params.len()).map(|local| local.name.clone()).collect();
-            let entry = FunctionEntry { signature: function.signature.clone(), param_names, kind: FunctionKind::Defined(Rc::new(function.clone())), invalidated: None };
+            let param_names =
+                function.locals.iter().take(function.signature.params.len()).map(|local| local.name.clone()).collect();
+            let entry = FunctionEntry {
+                signature: function.signature.clone(),
+                param_names,
+                kind: FunctionKind::Defined(Rc::new(function.clone())),
+                invalidated: None,
+            };
             if !recompiled {
-                items.push(Item::Defined { name: function.name.clone(), description: format!("{}{}", entry.signature, function_note(&entry, redefined)) });
+                items.push(Item::Defined {
+                    name: function.name.clone(),
+                    description: format!("{}{}", entry.signature, function_note(&entry, redefined)),
+                });
             }
             self.env.functions.insert(function.name.clone(), entry);
             self.note_definition(DefinitionKey::Function(function.name.clone()));
@@ -977,7 +1213,9 @@ impl Session {
                 entry.invalidated = Some(invalidation.message.clone());
             }
             // Old code calling an invalidated function must not run it with the wrong types.
-            if let (Some(slot), Some((_, trap))) = (self.slots.get(&invalidation.name), traps.iter().find(|(name, _)| *name == invalidation.name)) {
+            if let (Some(slot), Some((_, trap))) =
+                (self.slots.get(&invalidation.name), traps.iter().find(|(name, _)| *name == invalidation.name))
+            {
                 slot.store(*trap, Ordering::SeqCst);
             }
         }
@@ -996,11 +1234,19 @@ impl Session {
 
     fn refresh_view(&mut self) {
         let mut view = SessionView::default();
-        let symbol = |name: &str| reader::Sexp { kind: reader::SexpKind::Symbol(name.to_string()), span: Span::new(SourceId(u32::MAX), 0, 0) };
-        let list = |items: Vec<reader::Sexp>| reader::Sexp { kind: reader::SexpKind::List(items), span: Span::new(SourceId(u32::MAX), 0, 0) };
-        let type_form = |ty: &Ty| reader::read(SourceId(u32::MAX), &ty.to_string()).ok().and_then(|mut forms| forms.pop());
+        let symbol = |name: &str| reader::Sexp {
+            kind: reader::SexpKind::Symbol(name.to_string()),
+            span: Span::new(SourceId(u32::MAX), 0, 0),
+        };
+        let list = |items: Vec<reader::Sexp>| reader::Sexp {
+            kind: reader::SexpKind::List(items),
+            span: Span::new(SourceId(u32::MAX), 0, 0),
+        };
+        let type_form =
+            |ty: &Ty| reader::read(SourceId(u32::MAX), &ty.to_string()).ok().and_then(|mut forms| forms.pop());
         for (name, entry) in &self.env.functions {
-            let mut items = vec![list(vec![symbol(name), type_form(&entry.signature.ret).unwrap_or_else(|| symbol("void"))])];
+            let mut items =
+                vec![list(vec![symbol(name), type_form(&entry.signature.ret).unwrap_or_else(|| symbol("void"))])];
             for (index, ty) in entry.signature.params.iter().enumerate() {
                 let param = entry.param_names.get(index).cloned().unwrap_or_else(|| format!("arg-{index}"));
                 items.push(list(vec![symbol(&param), type_form(ty).unwrap_or_else(|| symbol("void"))]));
@@ -1011,13 +1257,20 @@ impl Session {
             view.signatures.insert(name.clone(), list(items));
         }
         for (name, entry) in &self.env.structs {
-            let fields = entry.fields.iter().flatten().map(|(field, ty)| (field.clone(), type_form(ty).unwrap_or_else(|| symbol("void")))).collect();
+            let fields = entry
+                .fields
+                .iter()
+                .flatten()
+                .map(|(field, ty)| (field.clone(), type_form(ty).unwrap_or_else(|| symbol("void"))))
+                .collect();
             view.struct_fields.insert(name.clone(), fields);
         }
         for (name, entry) in &self.env.globals {
             if entry.ty.is_scalar() && !entry.ty.is_ptr() {
                 let text = self.global_value_text(name, &entry.ty);
-                if let Ok(mut forms) = reader::read(SourceId(u32::MAX), &text.replace("inf", "+inf.0").replace("nan", "+nan.0")) {
+                if let Ok(mut forms) =
+                    reader::read(SourceId(u32::MAX), &text.replace("inf", "+inf.0").replace("nan", "+nan.0"))
+                {
                     if let Some(form) = forms.pop() {
                         view.global_values.insert(name.clone(), form);
                     }
@@ -1037,7 +1290,9 @@ impl Session {
     fn initialise_global(&mut self, name: &str, ty: &Ty, init: &Constant) {
         let mut bytes = vec![0u8; value::size_align(ty, &self.env.structs).0];
         let globals = &self.globals;
-        value::encode_constant(&mut bytes, 0, ty, init, &self.env.structs, &|target| globals.get(target).map_or(0, |storage| storage.memory as usize));
+        value::encode_constant(&mut bytes, 0, ty, init, &self.env.structs, &|target| {
+            globals.get(target).map_or(0, |storage| storage.memory as usize)
+        });
         if let Some(storage) = self.globals.get_mut(name) {
             let target = storage.bytes_mut();
             let length = bytes.len().min(target.len());
@@ -1098,7 +1353,9 @@ fn uses_staging(form: &reader::Sexp) -> bool {
     match &form.kind {
         reader::SexpKind::Unquote(_) | reader::SexpKind::UnquoteSplicing(_) => true,
         reader::SexpKind::Quasiquote(inner) => uses_staging(inner),
-        reader::SexpKind::List(items) => matches!(form.head(), Some("rhai" | "rhai-file" | "autotune")) || items.iter().any(uses_staging),
+        reader::SexpKind::List(items) => {
+            matches!(form.head(), Some("rhai" | "rhai-file" | "autotune")) || items.iter().any(uses_staging)
+        }
         _ => false,
     }
 }
@@ -1111,7 +1368,11 @@ fn explain_expansions(mut diagnostics: Vec<Diagnostic>, sites: &[ExpansionSite])
     for diagnostic in &mut diagnostics {
         let mut notes = Vec::new();
         for label in &mut diagnostic.labels {
-            let site = sites.iter().find(|site| site.span.source == label.span.source && site.span.start <= label.span.start && label.span.end <= site.span.end);
+            let site = sites.iter().find(|site| {
+                site.span.source == label.span.source
+                    && site.span.start <= label.span.start
+                    && label.span.end <= site.span.end
+            });
             if let Some(site) = site {
                 if label.message.is_empty() {
                     label.message = format!("in expansion of {}", site.written);
@@ -1132,7 +1393,8 @@ fn internal(message: String) -> Diagnostic {
 }
 
 fn assembly_error(message: String, cell: &TypedCell) -> Diagnostic {
-    let mut diagnostic = Diagnostic::error(Kind::Syntax, format!("LLVM rejected inline assembly: {}", message.trim())).with_note("the session is unchanged");
+    let mut diagnostic = Diagnostic::error(Kind::Syntax, format!("LLVM rejected inline assembly: {}", message.trim()))
+        .with_note("the session is unchanged");
     if let Some(span) = cell.asm_spans.first() {
         diagnostic = diagnostic.with_label(*span, "");
     }
@@ -1148,7 +1410,11 @@ fn lowering_error(error: codegen::CodegenError, cell: &TypedCell) -> Diagnostic 
 }
 
 fn display_function(name: &str) -> String {
-    if name.starts_with("cell#") { "top-level code".into() } else { name.to_string() }
+    if name.starts_with("cell#") {
+        "top-level code".into()
+    } else {
+        name.to_string()
+    }
 }
 
 fn struct_line(name: &str, entry: &StructEntry) -> String {
@@ -1177,5 +1443,9 @@ fn function_note(entry: &FunctionEntry, redefined: bool) -> String {
     if entry.invalidated.is_some() {
         notes.push("invalidated");
     }
-    if notes.is_empty() { String::new() } else { format!("  ({})", notes.join(", ")) }
+    if notes.is_empty() {
+        String::new()
+    } else {
+        format!("  ({})", notes.join(", "))
+    }
 }

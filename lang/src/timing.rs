@@ -23,7 +23,8 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in order.
-    pub const ALL: [Phase; 7] = [Phase::Parse, Phase::Expand, Phase::Check, Phase::Codegen, Phase::Optimise, Phase::Link, Phase::Run];
+    pub const ALL: [Phase; 7] =
+        [Phase::Parse, Phase::Expand, Phase::Check, Phase::Codegen, Phase::Optimise, Phase::Link, Phase::Run];
 
     /// The phase's row name in timing tables.
     pub fn name(self) -> &'static str {

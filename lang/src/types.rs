@@ -142,7 +142,11 @@ pub(crate) fn parse_type(form: &Sexp, known_struct: &dyn Fn(&str) -> bool) -> Re
 
 fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize) -> Result<Ty, Diagnostic> {
     if depth > MAX_TYPE_NESTING {
-        return Err(Diagnostic::error(Kind::Limit, format!("this type nests more than {MAX_TYPE_NESTING} levels deep")).with_label(form.span, ""));
+        return Err(Diagnostic::error(
+            Kind::Limit,
+            format!("this type nests more than {MAX_TYPE_NESTING} levels deep"),
+        )
+        .with_label(form.span, ""));
     }
     let parse_type = |inner: &Sexp, known_struct: &dyn Fn(&str) -> bool| parse_type_at(inner, known_struct, depth + 1);
     let bad = |message: String| Diagnostic::error(Kind::Type, message).with_label(form.span, "");
@@ -150,8 +154,9 @@ fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize)
         SexpKind::Symbol(name) => match name.as_str() {
             "void" => Ok(Ty::Void),
             _ => scalar_type_name(name).ok_or_else(|| {
-                bad(format!("`{name}` is not a type"))
-                    .with_note("types are bool int8 int16 int int32 int64 float double void (ptr T) (arr N T) (struct S)")
+                bad(format!("`{name}` is not a type")).with_note(
+                    "types are bool int8 int16 int int32 int64 float double void (ptr T) (arr N T) (struct S)",
+                )
             }),
         },
         SexpKind::List(items) => {
@@ -166,16 +171,24 @@ fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize)
                     let length = match items[1].kind {
                         SexpKind::Int(length) if length > 0 && length <= u32::MAX as i128 => length as u64,
                         SexpKind::Int(length) if length > 0 => {
-                            return Err(Diagnostic::error(Kind::Limit, format!("an array length is at most {}, found {length}", u32::MAX)).with_label(items[1].span, ""))
+                            return Err(Diagnostic::error(
+                                Kind::Limit,
+                                format!("an array length is at most {}, found {length}", u32::MAX),
+                            )
+                            .with_label(items[1].span, ""))
                         }
                         _ => {
-                            return Err(Diagnostic::error(Kind::Type, "an array length must be a positive integer literal")
-                                .with_label(items[1].span, ""))
+                            return Err(Diagnostic::error(
+                                Kind::Type,
+                                "an array length must be a positive integer literal",
+                            )
+                            .with_label(items[1].span, ""))
                         }
                     };
                     let element = parse_type(&items[2], known_struct)?;
                     if !element.is_value() {
-                        return Err(Diagnostic::error(Kind::Type, "arrays of `void` are not allowed").with_label(items[2].span, ""));
+                        return Err(Diagnostic::error(Kind::Type, "arrays of `void` are not allowed")
+                            .with_label(items[2].span, ""));
                     }
                     Ok(Ty::Arr(length, Rc::new(element)))
                 }
@@ -189,12 +202,14 @@ fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize)
                 ("gpu-buf", 2) => {
                     let element = parse_type(&items[1], known_struct)?;
                     if !is_buffer_element(&element) {
-                        return Err(bad(format!("a device buffer holds integers or floats, not `{element}`")).with_note("buffers are (gpu-buf T) with T one of int8 int16 int int64 float double"));
+                        return Err(bad(format!("a device buffer holds integers or floats, not `{element}`"))
+                            .with_note("buffers are (gpu-buf T) with T one of int8 int16 int int64 float double"));
                     }
                     Ok(Ty::GpuBuf(Rc::new(element)))
                 }
-                _ => Err(bad(format!("`{form}` is not a type"))
-                    .with_note("types are bool int8 int16 int int32 int64 float double void (ptr T) (arr N T) (struct S)")),
+                _ => Err(bad(format!("`{form}` is not a type")).with_note(
+                    "types are bool int8 int16 int int32 int64 float double void (ptr T) (arr N T) (struct S)",
+                )),
             }
         }
         _ => Err(bad(format!("`{form}` is not a type"))),

@@ -44,7 +44,10 @@ pub(crate) fn size_align(ty: &Ty, structs: &HashMap<String, StructEntry>) -> (us
 }
 
 /// Field offsets, total size and alignment of a struct with C layout.
-pub(crate) fn struct_layout(fields: &[(String, Ty)], structs: &HashMap<String, StructEntry>) -> (Vec<usize>, usize, usize) {
+pub(crate) fn struct_layout(
+    fields: &[(String, Ty)],
+    structs: &HashMap<String, StructEntry>,
+) -> (Vec<usize>, usize, usize) {
     let mut offset: usize = 0;
     let mut max_align: usize = 1;
     let mut offsets = Vec::with_capacity(fields.len());
@@ -62,7 +65,9 @@ pub(crate) fn struct_layout(fields: &[(String, Ty)], structs: &HashMap<String, S
 /// the last 2 (as arrays print). `elements` holds the ones `shown_indices` names, in order.
 pub(crate) fn buffer_text(length: u64, element: &Ty, elements: &[u8]) -> String {
     let (size, _) = size_align(element, &HashMap::new());
-    let shown: Vec<String> = (0..elements.len() / size.max(1)).map(|index| format_value(elements, index * size, element, &HashMap::new())).collect();
+    let shown: Vec<String> = (0..elements.len() / size.max(1))
+        .map(|index| format_value(elements, index * size, element, &HashMap::new()))
+        .collect();
     let parts: Vec<String> = if length > 16 && shown.len() == 10 {
         shown[..8].iter().cloned().chain(std::iter::once("…".to_string())).chain(shown[8..].iter().cloned()).collect()
     } else {
@@ -73,13 +78,24 @@ pub(crate) fn buffer_text(length: u64, element: &Ty, elements: &[u8]) -> String 
 
 /// The element indices a printed buffer of `length` shows (see `buffer_text`).
 pub(crate) fn buffer_shown_indices(length: u64) -> Vec<u64> {
-    if length > 16 { (0..8).chain(length - 2..length).collect() } else { (0..length).collect() }
+    if length > 16 {
+        (0..8).chain(length - 2..length).collect()
+    } else {
+        (0..length).collect()
+    }
 }
 
 /// The bytes of a constant of type `ty` at `offset` (C layout). `address_of` gives the address
 /// of another global for `(ptr-to G)` initialisers (device copies pass zero: they cannot point
 /// into host memory).
-pub(crate) fn encode_constant(bytes: &mut [u8], offset: usize, ty: &Ty, constant: &crate::check::Constant, structs: &HashMap<String, StructEntry>, address_of: &dyn Fn(&str) -> usize) {
+pub(crate) fn encode_constant(
+    bytes: &mut [u8],
+    offset: usize,
+    ty: &Ty,
+    constant: &crate::check::Constant,
+    structs: &HashMap<String, StructEntry>,
+    address_of: &dyn Fn(&str) -> usize,
+) {
     use crate::check::Constant;
     let mut put = |data: &[u8]| {
         if let Some(target) = bytes.get_mut(offset..offset + data.len()) {
@@ -118,7 +134,11 @@ fn float_text<T: std::fmt::Debug + Copy + Into<f64>>(value: T) -> String {
     if wide.is_nan() {
         "nan".into()
     } else if wide.is_infinite() {
-        if wide > 0.0 { "inf".into() } else { "-inf".into() }
+        if wide > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
     } else {
         format!("{value:?}")
     }
@@ -137,7 +157,11 @@ pub(crate) type DescribeBuffer<'a> = &'a dyn Fn(u64, &Ty) -> String;
 
 /// How a buffer handle reads without a device to ask: `<gpu null>` for none.
 fn buffer_handle_text(handle: u64, _element: &Ty) -> String {
-    if handle == 0 { "<gpu null>".into() } else { format!("<gpu buffer {handle}>") }
+    if handle == 0 {
+        "<gpu null>".into()
+    } else {
+        format!("<gpu buffer {handle}>")
+    }
 }
 
 /// Spells the value of type `ty` stored at `offset` in `bytes`.
@@ -146,11 +170,25 @@ pub(crate) fn format_value(bytes: &[u8], offset: usize, ty: &Ty, structs: &HashM
 }
 
 /// `format_value`, with device buffers spelled by `buffers`.
-pub(crate) fn format_value_with(bytes: &[u8], offset: usize, ty: &Ty, structs: &HashMap<String, StructEntry>, buffers: DescribeBuffer<'_>) -> String {
-    let format_value = |bytes: &[u8], offset: usize, ty: &Ty, structs: &HashMap<String, StructEntry>| format_value_with(bytes, offset, ty, structs, buffers);
+pub(crate) fn format_value_with(
+    bytes: &[u8],
+    offset: usize,
+    ty: &Ty,
+    structs: &HashMap<String, StructEntry>,
+    buffers: DescribeBuffer<'_>,
+) -> String {
+    let format_value = |bytes: &[u8], offset: usize, ty: &Ty, structs: &HashMap<String, StructEntry>| {
+        format_value_with(bytes, offset, ty, structs, buffers)
+    };
     match ty {
         Ty::GpuBuf(element) => buffers(u64::from_ne_bytes(read(bytes, offset)), element),
-        Ty::Bool => if bytes.get(offset).copied().unwrap_or(0) & 1 == 1 { "#t".into() } else { "#f".into() },
+        Ty::Bool => {
+            if bytes.get(offset).copied().unwrap_or(0) & 1 == 1 {
+                "#t".into()
+            } else {
+                "#f".into()
+            }
+        }
         Ty::Int(8) => i8::from_ne_bytes(read(bytes, offset)).to_string(),
         Ty::Int(16) => i16::from_ne_bytes(read(bytes, offset)).to_string(),
         Ty::Int(32) => i32::from_ne_bytes(read(bytes, offset)).to_string(),
@@ -164,16 +202,28 @@ pub(crate) fn format_value_with(bytes: &[u8], offset: usize, ty: &Ty, structs: &
             let length = *length as usize;
             let element_text = |index: usize| format_value(bytes, offset + index * size, element, structs);
             let parts: Vec<String> = if length > 16 {
-                (0..8).map(element_text).chain(std::iter::once("…".to_string())).chain((length - 2..length).map(element_text)).collect()
+                (0..8)
+                    .map(element_text)
+                    .chain(std::iter::once("…".to_string()))
+                    .chain((length - 2..length).map(element_text))
+                    .collect()
             } else {
                 (0..length).map(element_text).collect()
             };
             format!("[{}]", parts.join(", "))
         }
         Ty::Struct(name) => {
-            let Some(fields) = structs.get(&**name).and_then(|entry| entry.fields.as_ref()) else { return format!("<opaque {name}>") };
+            let Some(fields) = structs.get(&**name).and_then(|entry| entry.fields.as_ref()) else {
+                return format!("<opaque {name}>");
+            };
             let (offsets, _, _) = struct_layout(fields, structs);
-            let parts: Vec<String> = fields.iter().zip(offsets).map(|((field, ty), field_offset)| format!("{field}: {}", format_value(bytes, offset + field_offset, ty, structs))).collect();
+            let parts: Vec<String> = fields
+                .iter()
+                .zip(offsets)
+                .map(|((field, ty), field_offset)| {
+                    format!("{field}: {}", format_value(bytes, offset + field_offset, ty, structs))
+                })
+                .collect();
             format!("{{{}}}", parts.join(", "))
         }
     }
@@ -187,7 +237,8 @@ mod tests {
     fn floats_print_as_the_language_says() {
         let none = HashMap::new();
         let text = |value: f64, ty: &Ty| {
-            let bytes = if *ty == Ty::Float { (value as f32).to_ne_bytes().to_vec() } else { value.to_ne_bytes().to_vec() };
+            let bytes =
+                if *ty == Ty::Float { (value as f32).to_ne_bytes().to_vec() } else { value.to_ne_bytes().to_vec() };
             format_value(&bytes, 0, ty, &none)
         };
         assert_eq!(text(0.1, &Ty::Float), "0.1");

@@ -1,14 +1,18 @@
 //! quasi-repl: the one text renderer of session outcomes, used by the terminal, the kernel's
 //! `text/plain` and the transcript harness alike.
 
-use codespan_reporting::diagnostic::{Diagnostic as Report, Label as ReportLabel, LabelStyle, Severity as ReportSeverity};
+use codespan_reporting::diagnostic::{
+    Diagnostic as Report, Label as ReportLabel, LabelStyle, Severity as ReportSeverity,
+};
 use codespan_reporting::files::SimpleFiles;
 use codespan_reporting::term::termcolor::{Ansi, NoColor, WriteColor};
 use codespan_reporting::term::{self, Chars, Config};
 use std::time::Duration;
 
 use comfy_table::{presets, Table};
-use quasi_lang::{AutotuneReport, BenchReport, Diagnostic, Item, Kind, Outcome, PhaseTimes, Severity, Stream, Throughput};
+use quasi_lang::{
+    AutotuneReport, BenchReport, Diagnostic, Item, Kind, Outcome, PhaseTimes, Severity, Stream, Throughput,
+};
 
 /// Whether to colour diagnostics (terminals) or not (transcripts, files).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +60,8 @@ fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stre
         _ if text.is_empty() => {}
         _ => chunks.push((stream, text)),
     };
-    let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) = outcome.diagnostics.iter().partition(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
+    let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) =
+        outcome.diagnostics.iter().partition(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
     for diagnostic in others {
         push(Stream::Stdout, render_diagnostic(diagnostic, outcome, style));
     }
@@ -88,7 +93,9 @@ fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stre
 /// One item as text, ending with a newline unless it is raw program output.
 pub fn render_item(item: &Item, masking: Masking) -> String {
     match item {
-        Item::Value { text, ty } if masking == Masking::Addresses && ty.starts_with("(ptr") && text != "0x0" => format!("0x<address> : {ty}\n"),
+        Item::Value { text, ty } if masking == Masking::Addresses && ty.starts_with("(ptr") && text != "0x0" => {
+            format!("0x<address> : {ty}\n")
+        }
         Item::Value { text, ty } => format!("{text} : {ty}\n"),
         Item::Defined { name, description } if masking == Masking::Addresses && description.contains("autotuned: ") => {
             let kept = description.split("autotuned: ").next().unwrap_or("");
@@ -129,7 +136,10 @@ pub fn render_diagnostic(diagnostic: &Diagnostic, outcome: &Outcome, style: Styl
     // Errors name their kind (`error[type]`); warnings are plain `warning:` (LANGUAGE.md §10).
     let report = Report::new(severity);
     let report = if diagnostic.is_error() { report.with_code(diagnostic.kind.code()) } else { report };
-    let report = report.with_message(diagnostic.message.clone()).with_labels(labels).with_notes(diagnostic.notes.iter().map(|note| format!("note: {note}")).collect());
+    let report = report
+        .with_message(diagnostic.message.clone())
+        .with_labels(labels)
+        .with_notes(diagnostic.notes.iter().map(|note| format!("note: {note}")).collect());
     let config = Config { chars: Chars::ascii(), ..Config::default() };
     let mut buffer = Vec::new();
     let emitted = match style {
@@ -142,7 +152,12 @@ pub fn render_diagnostic(diagnostic: &Diagnostic, outcome: &Outcome, style: Styl
     }
 }
 
-fn emit(writer: &mut dyn WriteColor, config: &Config, files: &SimpleFiles<String, String>, report: &Report<usize>) -> Result<(), codespan_reporting::files::Error> {
+fn emit(
+    writer: &mut dyn WriteColor,
+    config: &Config,
+    files: &SimpleFiles<String, String>,
+    report: &Report<usize>,
+) -> Result<(), codespan_reporting::files::Error> {
     term::emit(writer, config, files, report)
 }
 
@@ -159,7 +174,11 @@ pub fn format_duration(duration: Duration) -> String {
 }
 
 fn masked_duration(duration: Duration, masking: Masking) -> String {
-    if masking == Masking::Addresses { "<time>".into() } else { format_duration(duration) }
+    if masking == Masking::Addresses {
+        "<time>".into()
+    } else {
+        format_duration(duration)
+    }
 }
 
 /// The phase table of a cell (`:time`).
@@ -173,7 +192,13 @@ fn render_timing(timing: &PhaseTimes, masking: Masking) -> String {
     }
     table.load_style(presets::UTF8_FULL_CONDENSED).set_header(header);
     let total = timing.total().as_secs_f64().max(1e-12);
-    let share = |duration: Duration| if masking == Masking::Addresses { "<share>".to_string() } else { format!("{:.1}%", 100.0 * duration.as_secs_f64() / total) };
+    let share = |duration: Duration| {
+        if masking == Masking::Addresses {
+            "<share>".to_string()
+        } else {
+            format!("{:.1}%", 100.0 * duration.as_secs_f64() / total)
+        }
+    };
     for (phase, duration) in &timing.phases {
         let mut row = vec![phase.name().to_string(), masked_duration(*duration, masking), share(*duration)];
         if detailed {
@@ -185,7 +210,8 @@ fn render_timing(timing: &PhaseTimes, masking: Masking) -> String {
         let mut detail: Vec<String> = device.bytes.map(byte_text).into_iter().collect();
         detail.extend((!device.detail.is_empty()).then(|| device.detail.clone()));
         let detail = detail.join(", ");
-        let detail = if masking == Masking::Addresses && detail.contains("/s") { "<detail>".to_string() } else { detail };
+        let detail =
+            if masking == Masking::Addresses && detail.contains("/s") { "<detail>".to_string() } else { detail };
         // Rows inside `run` are part of it, not added to the total.
         let label = if device.during_run { format!("  {}", device.label) } else { device.label.clone() };
         table.add_row(vec![label, masked_duration(device.duration, masking), share(device.duration), detail]);
@@ -201,8 +227,15 @@ fn render_timing(timing: &PhaseTimes, masking: Masking) -> String {
 /// A byte count in decimal units, as bandwidths are quoted.
 fn byte_text(bytes: u64) -> String {
     let value = bytes as f64;
-    let (scaled, unit) = [(1e9, "GB"), (1e6, "MB"), (1e3, "kB")].into_iter().find(|(scale, _)| value >= *scale).map_or((value, "B"), |(scale, unit)| (value / scale, unit));
-    if unit == "B" { format!("{bytes} B") } else { format!("{scaled:.1} {unit}") }
+    let (scaled, unit) = [(1e9, "GB"), (1e6, "MB"), (1e3, "kB")]
+        .into_iter()
+        .find(|(scale, _)| value >= *scale)
+        .map_or((value, "B"), |(scale, unit)| (value / scale, unit));
+    if unit == "B" {
+        format!("{bytes} B")
+    } else {
+        format!("{scaled:.1} {unit}")
+    }
 }
 
 fn throughput_text(throughput: Throughput) -> String {
@@ -210,7 +243,10 @@ fn throughput_text(throughput: Throughput) -> String {
         Throughput::Bytes(bytes) => (bytes, "B/s"),
         Throughput::Flops(flops) => (flops, "FLOP/s"),
     };
-    let (scaled, prefix) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")].into_iter().find(|(scale, _)| value >= *scale).map_or((value, ""), |(scale, prefix)| (value / scale, prefix));
+    let (scaled, prefix) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(scale, _)| value >= *scale)
+        .map_or((value, ""), |(scale, prefix)| (value / scale, prefix));
     format!("{scaled:.1} {prefix}{unit}")
 }
 
@@ -218,12 +254,26 @@ fn throughput_text(throughput: Throughput) -> String {
 fn render_bench(report: &BenchReport, masking: Masking) -> String {
     let time = |duration| masked_duration(duration, masking);
     let runs = if masking == Masking::Addresses { "<runs>".to_string() } else { report.runs.to_string() };
-    let elapsed = if masking == Masking::Addresses { "<time>".to_string() } else { format!("{:.2} s", report.elapsed.as_secs_f64()) };
+    let elapsed = if masking == Masking::Addresses {
+        "<time>".to_string()
+    } else {
+        format!("{:.2} s", report.elapsed.as_secs_f64())
+    };
     let mut text = format!("bench: {runs} runs in {elapsed} ({} warm-up)\n", report.warmup);
-    text.push_str(&format!("  min {}  median {}  mean {}  std {}", time(report.min), time(report.median), time(report.mean), time(report.std)));
+    text.push_str(&format!(
+        "  min {}  median {}  mean {}  std {}",
+        time(report.min),
+        time(report.median),
+        time(report.mean),
+        time(report.std)
+    ));
     if let Some(throughput) = report.throughput {
         text.push_str("  ");
-        text.push_str(&if masking == Masking::Addresses { "<throughput>".to_string() } else { throughput_text(throughput) });
+        text.push_str(&if masking == Masking::Addresses {
+            "<throughput>".to_string()
+        } else {
+            throughput_text(throughput)
+        });
     }
     text.push('\n');
     text
@@ -256,10 +306,17 @@ fn render_autotune(report: &AutotuneReport, masking: Masking) -> String {
             Ok(bench) => {
                 let speedup = match (report.baseline, masking) {
                     (_, Masking::Addresses) => "<ratio>".to_string(),
-                    (Some(baseline), Masking::None) => format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12)),
+                    (Some(baseline), Masking::None) => {
+                        format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12))
+                    }
                     (None, Masking::None) => "-".to_string(),
                 };
-                row.extend([masked_duration(bench.median, masking), masked_duration(bench.min, masking), speedup, "ok".to_string()]);
+                row.extend([
+                    masked_duration(bench.median, masking),
+                    masked_duration(bench.min, masking),
+                    speedup,
+                    "ok".to_string(),
+                ]);
             }
             Err(reason) => row.extend(["-".to_string(), "-".to_string(), "-".to_string(), reason.clone()]),
         }

@@ -18,7 +18,10 @@ use rustyline::highlight::{CmdKind, Highlighter};
 use rustyline::hint::Hinter;
 use rustyline::history::DefaultHistory;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
-use rustyline::{Cmd, ColorMode, CompletionType, ConditionalEventHandler, Config, Context, Editor, Event, EventContext, EventHandler, Helper, KeyCode, KeyEvent, Modifiers, RepeatCount};
+use rustyline::{
+    Cmd, ColorMode, CompletionType, ConditionalEventHandler, Config, Context, Editor, Event, EventContext,
+    EventHandler, Helper, KeyCode, KeyEvent, Modifiers, RepeatCount,
+};
 
 const USAGE: &str = "\
 usage: quasi                         the interactive REPL (cells from stdin when it is not a terminal)
@@ -60,7 +63,12 @@ fn print_line(text: &str) -> i32 {
 
 /// A tiny hand parse: one subcommand and two flags do not need an argument-parsing crate.
 fn parse_arguments(arguments: Vec<OsString>) -> Result<Invocation, String> {
-    let arguments: Vec<String> = arguments.into_iter().map(|argument| argument.into_string().map_err(|argument| format!("argument `{}` is not UTF-8", argument.to_string_lossy()))).collect::<Result<_, _>>()?;
+    let arguments: Vec<String> = arguments
+        .into_iter()
+        .map(|argument| {
+            argument.into_string().map_err(|argument| format!("argument `{}` is not UTF-8", argument.to_string_lossy()))
+        })
+        .collect::<Result<_, _>>()?;
     let Some((first, rest)) = arguments.split_first() else { return Ok(Invocation::Repl) };
     match first.as_str() {
         "--version" | "-V" => Ok(Invocation::Version),
@@ -363,7 +371,9 @@ fn history_path() -> Option<PathBuf> {
         return Some(path);
     }
     // The XDG spec says relative paths in these variables are to be ignored.
-    let state_home = set("XDG_STATE_HOME").filter(|path| path.is_absolute()).or_else(|| set("HOME").map(|home| home.join(".local/state")))?;
+    let state_home = set("XDG_STATE_HOME")
+        .filter(|path| path.is_absolute())
+        .or_else(|| set("HOME").map(|home| home.join(".local/state")))?;
     Some(state_home.join("quasi/history"))
 }
 
@@ -429,8 +439,14 @@ mod tests {
         assert_eq!(arguments(&[]), Ok(Invocation::Repl));
         assert_eq!(arguments(&["--version"]), Ok(Invocation::Version));
         assert_eq!(arguments(&["-h"]), Ok(Invocation::Help));
-        assert_eq!(arguments(&["run", "f.cl", "-x", "y"]), Ok(Invocation::Run { warnings: false, file: "f.cl".into(), args: vec!["-x".into(), "y".into()] }));
-        assert_eq!(arguments(&["run", "--warnings", "f.cl"]), Ok(Invocation::Run { warnings: true, file: "f.cl".into(), args: vec![] }));
+        assert_eq!(
+            arguments(&["run", "f.cl", "-x", "y"]),
+            Ok(Invocation::Run { warnings: false, file: "f.cl".into(), args: vec!["-x".into(), "y".into()] })
+        );
+        assert_eq!(
+            arguments(&["run", "--warnings", "f.cl"]),
+            Ok(Invocation::Run { warnings: true, file: "f.cl".into(), args: vec![] })
+        );
         assert!(arguments(&["--frobnicate"]).is_err());
         assert!(arguments(&["run"]).is_err());
         assert!(arguments(&["run", "--frobnicate", "f.cl"]).is_err());

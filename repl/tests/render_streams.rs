@@ -15,7 +15,14 @@ fn chunks_keep_cell_order_and_join_to_render() {
         ..Outcome::default()
     };
     let chunks = render_streams(&outcome, Style::Plain);
-    assert_eq!(chunks, vec![(Stream::Stdout, "one two\n".to_string()), (Stream::Stderr, "warned\n".to_string()), (Stream::Stdout, "3 : int\n".to_string())]);
+    assert_eq!(
+        chunks,
+        vec![
+            (Stream::Stdout, "one two\n".to_string()),
+            (Stream::Stderr, "warned\n".to_string()),
+            (Stream::Stdout, "3 : int\n".to_string())
+        ]
+    );
     let joined: String = chunks.into_iter().map(|(_, text)| text).collect();
     assert_eq!(joined, render(&outcome, Style::Plain));
 }

@@ -53,7 +53,9 @@ fn quit_with_ctrl_d(mut terminal: PtySession) -> WaitStatus {
     let started = Instant::now();
     loop {
         match terminal.process().status() {
-            Some(WaitStatus::StillAlive) | None if started.elapsed() < Duration::from_millis(TIMEOUT_MS) => std::thread::sleep(Duration::from_millis(10)),
+            Some(WaitStatus::StillAlive) | None if started.elapsed() < Duration::from_millis(TIMEOUT_MS) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
             Some(status) => return status,
             None => panic!("quasi did not exit after Ctrl-D"),
         }
@@ -159,7 +161,10 @@ fn pasted_and_typed_ahead_cells_all_run() {
     let directory = tempfile::tempdir().expect("a temporary directory");
     let mut terminal = start(&directory.path().join("history"));
     // A bracketed paste of a two-line cell, then two cells typed before any result is shown.
-    send(&mut terminal, &format!("\x1b[200~(define ((five int))\n  (ret 5))\x1b[201~{ENTER}(call five){ENTER}(add 1 2){ENTER}"));
+    send(
+        &mut terminal,
+        &format!("\x1b[200~(define ((five int))\n  (ret 5))\x1b[201~{ENTER}(call five){ENTER}(add 1 2){ENTER}"),
+    );
     terminal.exp_string("five : () -> int").expect("the pasted definition");
     terminal.exp_string("5 : int").expect("the first cell typed ahead");
     terminal.exp_string("3 : int").expect("the second cell typed ahead");

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use jupyter_protocol::{ConnectionInfo, ExecutionState, JupyterMessage, JupyterMessageContent, KernelInfoRequest, Transport};
+use jupyter_protocol::{
+    ConnectionInfo, ExecutionState, JupyterMessage, JupyterMessageContent, KernelInfoRequest, Transport,
+};
 use jupyter_zmq_client::{ClientIoPubConnection, ClientShellConnection};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -41,7 +43,8 @@ impl Kernel {
             key: uuid::Uuid::new_v4().to_string(),
             kernel_name: Some("quasi".to_string()),
         };
-        let connection_file = std::env::temp_dir().join(format!("quasi-kernel-client-{}-{}.json", std::process::id(), ports[0]));
+        let connection_file =
+            std::env::temp_dir().join(format!("quasi-kernel-client-{}-{}.json", std::process::id(), ports[0]));
         std::fs::write(&connection_file, serde_json::to_string(&info)?)?;
         // JPY_PARENT_PID: the kernel exits with this process even if `Drop` never runs.
         let mut process = std::process::Command::new(executable)
@@ -129,7 +132,10 @@ impl Kernel {
 
 /// Connects shell and iopub, retrying while the kernel is still starting (a connection made
 /// before it listens is refused or reset).
-async fn connect(info: &ConnectionInfo, session_id: &str) -> anyhow::Result<(ClientShellConnection, ClientIoPubConnection)> {
+async fn connect(
+    info: &ConnectionInfo,
+    session_id: &str,
+) -> anyhow::Result<(ClientShellConnection, ClientIoPubConnection)> {
     loop {
         let identity = jupyter_zmq_client::peer_identity_for_session(session_id)?;
         let shell = jupyter_zmq_client::create_client_shell_connection_with_identity(info, session_id, identity).await;

@@ -29,7 +29,10 @@ use crate::types::Ty;
 pub(crate) const DEFAULT_ARCH: &str = "sm_90";
 
 /// The targets LLVM 19's NVPTX back end knows.
-const ARCHES: &[&str] = &["sm_30", "sm_32", "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"];
+const ARCHES: &[&str] = &[
+    "sm_30", "sm_32", "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72",
+    "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
+];
 
 const TRIPLE: &str = "nvptx64-nvidia-cuda";
 
@@ -60,7 +63,14 @@ pub(crate) struct PtxListing {
 
 impl SessionGpu {
     pub fn new() -> SessionGpu {
-        SessionGpu { runtime: Gpu::new(), arch: DEFAULT_ARCH.to_string(), built: HashMap::new(), launches: HashMap::new(), machine: None, builds: 0 }
+        SessionGpu {
+            runtime: Gpu::new(),
+            arch: DEFAULT_ARCH.to_string(),
+            built: HashMap::new(),
+            launches: HashMap::new(),
+            machine: None,
+            builds: 0,
+        }
     }
 }
 
@@ -77,15 +87,27 @@ pub(crate) fn arch_list() -> String {
 /// Where libdevice is: `QUASI_LIBDEVICE`, or the CUDA toolkit's usual places.
 fn libdevice_path() -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> = std::env::var_os("QUASI_LIBDEVICE").map(PathBuf::from).into_iter().collect();
-    candidates.extend(["/usr/local/cuda/nvvm/libdevice/libdevice.10.bc", "/usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc", "/opt/cuda/nvvm/libdevice/libdevice.10.bc"].map(PathBuf::from));
+    candidates.extend(
+        [
+            "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc",
+            "/usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc",
+            "/opt/cuda/nvvm/libdevice/libdevice.10.bc",
+        ]
+        .map(PathBuf::from),
+    );
     candidates.into_iter().find(|path| path.is_file())
 }
 
 /// What device code reads of the session's globals, for the cache key: a changed global
 /// changes its device copy.
 fn globals_key(session: &Session, members: &[Rc<FunctionDef>]) -> String {
-    let used: BTreeSet<&str> = members.iter().flat_map(|member| member.uses.iter()).filter_map(|used| used.strip_prefix("global:")).collect();
-    used.into_iter().map(|name| format!("{name}={:?};", session.env.globals.get(name).map(|entry| (&entry.ty, entry.space, &entry.init)))).collect()
+    let used: BTreeSet<&str> =
+        members.iter().flat_map(|member| member.uses.iter()).filter_map(|used| used.strip_prefix("global:")).collect();
+    used.into_iter()
+        .map(|name| {
+            format!("{name}={:?};", session.env.globals.get(name).map(|entry| (&entry.ty, entry.space, &entry.init)))
+        })
+        .collect()
 }
 
 fn same_members(left: &[Rc<FunctionDef>], right: &[Rc<FunctionDef>]) -> bool {
@@ -96,7 +118,8 @@ impl Session {
     /// Makes sure every function host code can launch has current PTX registered with the
     /// runtime; `top` is the cell's top-level code. Builds add `ptx` rows to `timing`.
     pub(crate) fn prepare_launches(&mut self, top: &[&FunctionDef], timing: &mut PhaseTimes) {
-        let mut targets: BTreeSet<String> = top.iter().flat_map(|function| check::launch_targets(&function.body)).map(|(name, _)| name).collect();
+        let mut targets: BTreeSet<String> =
+            top.iter().flat_map(|function| check::launch_targets(&function.body)).map(|(name, _)| name).collect();
         for (name, entry) in &self.env.functions {
             let check::FunctionKind::Defined(def) = &entry.kind else { continue };
             let fresh = self.gpu.launches.get(name).is_some_and(|(seen, _)| Rc::ptr_eq(seen, def));
@@ -116,13 +139,20 @@ impl Session {
         let Some(root) = check::defined(&self.env, name) else { return };
         let members = check::device_members(&root, &|callee| check::defined(&self.env, callee));
         let key = format!("{} {}", self.gpu.arch, globals_key(self, &members));
-        let current = self.gpu.built.get(name).is_some_and(|built| built.key == key && same_members(&built.members, &members));
+        let current =
+            self.gpu.built.get(name).is_some_and(|built| built.key == key && same_members(&built.members, &members));
         if current {
             return;
         }
         let start = Instant::now();
         let built = self.build_ptx(&root).map(|(ptx, _)| Arc::new(ptx));
-        timing.device.push(DeviceTiming { label: "ptx".into(), duration: start.elapsed(), bytes: None, detail: format!("`{name}` for {}", self.gpu.arch), during_run: false });
+        timing.device.push(DeviceTiming {
+            label: "ptx".into(),
+            duration: start.elapsed(),
+            bytes: None,
+            detail: format!("`{name}` for {}", self.gpu.arch),
+            during_run: false,
+        });
         self.gpu.runtime.set_kernel(name, built.map_err(|diagnostic| diagnostic.message));
         self.gpu.built.insert(name.to_string(), Built { members, key });
     }
@@ -131,7 +161,11 @@ impl Session {
     /// device code, built afresh and registered nowhere.
     pub(crate) fn ptx_listing(&mut self, name: &str) -> Result<PtxListing, Diagnostic> {
         let Some(root) = check::defined(&self.env, name) else {
-            let message = if self.env.functions.contains_key(name) { format!("`{name}` has no valid body to compile for the GPU") } else { format!("no function named `{name}`") };
+            let message = if self.env.functions.contains_key(name) {
+                format!("`{name}` has no valid body to compile for the GPU")
+            } else {
+                format!("no function named `{name}`")
+            };
             return Err(Diagnostic::error(Kind::UnknownName, message));
         };
         self.build_ptx(&root).map(|(_, listing)| listing)
@@ -142,7 +176,10 @@ impl Session {
         let gpu_error = |message: String| Diagnostic::error(Kind::Gpu, message);
         let name = root.name.clone();
         if root.signature.ret != Ty::Void {
-            return Err(gpu_error(format!("`{name}` returns `{}`: only kernels and void functions run on the GPU", root.signature.ret)));
+            return Err(gpu_error(format!(
+                "`{name}` returns `{}`: only kernels and void functions run on the GPU",
+                root.signature.ret
+            )));
         }
         if let Some(param) = root.signature.params.iter().find(|param| !param.is_scalar()) {
             return Err(gpu_error(format!("`{name}` takes a `{param}`: kernels take scalars and pointers")));
@@ -158,16 +195,41 @@ impl Session {
         let target_data = machine.get_target_data();
         self.llvm_diagnostics.take_errors();
         let unit = DeviceUnit { members: &members, globals: &self.env.globals, structs: &self.env.structs };
-        let lowered = codegen::lower_device(&self.context, &target_data, &triple, &unit, &self.struct_names, &format!("ptx#{name}")).map_err(|error| Diagnostic::error(Kind::Internal, format!("code generation for the GPU failed: {error}")).with_note("this is a bug in Quasi; the session is unchanged"))?;
+        let lowered = codegen::lower_device(
+            &self.context,
+            &target_data,
+            &triple,
+            &unit,
+            &self.struct_names,
+            &format!("ptx#{name}"),
+        )
+        .map_err(|error| {
+            Diagnostic::error(Kind::Internal, format!("code generation for the GPU failed: {error}"))
+                .with_note("this is a bug in Quasi; the session is unchanged")
+        })?;
         if lowered.shared_bytes > MAX_SHARED_BYTES {
-            return Err(Diagnostic::error(Kind::Limit, format!("`{name}` uses {} bytes of shared memory, more than the {MAX_SHARED_BYTES} a kernel may have", lowered.shared_bytes)));
+            return Err(Diagnostic::error(
+                Kind::Limit,
+                format!(
+                    "`{name}` uses {} bytes of shared memory, more than the {MAX_SHARED_BYTES} a kernel may have",
+                    lowered.shared_bytes
+                ),
+            ));
         }
         let module = lowered.module;
-        let missing_libdevice = if lowered.libdevice.is_empty() { Vec::new() } else { link_libdevice(&module, &self.context, &lowered.entry, lowered.libdevice) };
+        let missing_libdevice = if lowered.libdevice.is_empty() {
+            Vec::new()
+        } else {
+            link_libdevice(&module, &self.context, &lowered.entry, lowered.libdevice)
+        };
         let ir = crate::inspect::trim_ir(&module.print_to_string().to_string());
-        module.run_passes("default<O3>", machine, PassBuilderOptions::create()).map_err(|error| gpu_error(format!("LLVM passes failed on `{name}`: {error}")))?;
+        module
+            .run_passes("default<O3>", machine, PassBuilderOptions::create())
+            .map_err(|error| gpu_error(format!("LLVM passes failed on `{name}`: {error}")))?;
         let optimised = crate::inspect::trim_ir(&module.print_to_string().to_string());
-        let buffer = machine.write_to_memory_buffer(&module, FileType::Assembly).map_err(|error| gpu_error(format!("LLVM could not emit PTX for `{name}`: {error}")))?;
+        let buffer = machine
+            .write_to_memory_buffer(&module, FileType::Assembly)
+            .map_err(|error| gpu_error(format!("LLVM could not emit PTX for `{name}`: {error}")))?;
         let errors = self.llvm_diagnostics.take_errors();
         if let Some(error) = errors.first() {
             return Err(gpu_error(format!("LLVM could not compile `{name}` for {arch}: {}", error.trim())));
@@ -175,7 +237,12 @@ impl Session {
         let ptx = String::from_utf8_lossy(buffer.as_slice()).trim_end_matches('\0').to_string();
         self.gpu.builds += 1;
         let text = std::ffi::CString::new(ptx.clone()).map_err(|_| gpu_error("LLVM's PTX holds a NUL byte".into()))?;
-        let compiled = CompiledPtx { text, entry: lowered.entry, fingerprint: format!("{name}#{}", self.gpu.builds), missing_libdevice };
+        let compiled = CompiledPtx {
+            text,
+            entry: lowered.entry,
+            fingerprint: format!("{name}#{}", self.gpu.builds),
+            missing_libdevice,
+        };
         Ok((compiled, PtxListing { ir, optimised, ptx }))
     }
 
@@ -189,7 +256,14 @@ impl Session {
         let triple = TargetTriple::create(TRIPLE);
         let target = Target::from_triple(&triple).map_err(|error| format!("LLVM has no NVPTX target: {error}"))?;
         let machine = target
-            .create_target_machine(&triple, &self.gpu.arch, "", OptimizationLevel::Aggressive, RelocMode::Default, CodeModel::Default)
+            .create_target_machine(
+                &triple,
+                &self.gpu.arch,
+                "",
+                OptimizationLevel::Aggressive,
+                RelocMode::Default,
+                CodeModel::Default,
+            )
             .ok_or_else(|| format!("LLVM could not make an NVPTX target machine for {}", self.gpu.arch))?;
         self.gpu.machine = Some((self.gpu.arch.clone(), machine));
         Ok(())
@@ -201,7 +275,8 @@ impl Session {
             return Ok(format!("GPU target {}", self.gpu.arch));
         }
         if !known_arch(argument) {
-            return Err(Diagnostic::error(Kind::Syntax, format!("`{argument}` is not a GPU target LLVM knows")).with_note(format!("the targets are: {}", arch_list())));
+            return Err(Diagnostic::error(Kind::Syntax, format!("`{argument}` is not a GPU target LLVM knows"))
+                .with_note(format!("the targets are: {}", arch_list())));
         }
         self.gpu.arch = argument.to_string();
         Ok(format!("GPU target {argument}"))
@@ -210,7 +285,10 @@ impl Session {
     /// What `:ptx` lists without a name: the last cell's first kernel, or what it launched.
     pub(crate) fn default_ptx_subject(&self) -> Option<String> {
         let forms = self.last_expansion.as_ref()?;
-        let kernel = forms.iter().find(|form| form.head() == Some("define-kernel")).and_then(|form| form.list()?.get(1)?.list()?.first()?.list()?.first()?.symbol().map(str::to_string));
+        let kernel = forms
+            .iter()
+            .find(|form| form.head() == Some("define-kernel"))
+            .and_then(|form| form.list()?.get(1)?.list()?.first()?.list()?.first()?.symbol().map(str::to_string));
         kernel.or_else(|| {
             forms.iter().find_map(|form| {
                 let mut found = None;
@@ -246,7 +324,12 @@ fn find_launch(form: &crate::reader::Sexp, found: &mut Option<String>) {
 
 /// Links libdevice into `module` when it is installed, keeping only the kernel entry
 /// external so that O3 drops what is unused; returns the libdevice functions left unlinked.
-fn link_libdevice<'ctx>(module: &Module<'ctx>, context: &'ctx inkwell::context::Context, entry: &str, wanted: Vec<String>) -> Vec<String> {
+fn link_libdevice<'ctx>(
+    module: &Module<'ctx>,
+    context: &'ctx inkwell::context::Context,
+    entry: &str,
+    wanted: Vec<String>,
+) -> Vec<String> {
     let Some(path) = libdevice_path() else { return wanted };
     let Ok(libdevice) = Module::parse_bitcode_from_path(&path, context) else { return wanted };
     libdevice.set_triple(&module.get_triple());
