@@ -8,17 +8,14 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::check::{FunctionEntry, FunctionKind};
+use crate::check::{Env, FunctionEntry, FunctionKind};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
-use crate::session::Session;
+use crate::run::CLOCK;
 use crate::timing::{AutotuneReport, BenchReport, Throughput, VariantReport};
 use crate::types::{Signature, Ty};
 use crate::value;
 use crate::{Item, Outcome};
-
-/// The runtime clock compiled code calls (`run` provides it).
-pub(crate) const CLOCK: &str = "quasi#now";
 
 /// Samples are timed over enough evaluations to last at least this long, so the clock's own
 /// cost (tens of nanoseconds) stays below a percent.
@@ -83,24 +80,49 @@ struct Harness {
     samples: Vec<i64>,
 }
 
-impl Session {
-    /// Runs the cell's `(bench …)` and `(autotune …)` forms, in order, after its other code.
-    pub(crate) fn run_session_forms(&mut self, forms: &[Sexp], outcome: &mut Outcome) {
-        for form in forms {
-            let result = match form.head() {
-                Some("bench") => self.bench_form(form).map(|report| outcome.items.push(Item::Bench(report))),
-                _ => self.autotune_form(form, outcome),
-            };
-            if let Err(diagnostics) = result {
-                outcome.diagnostics.extend(diagnostics);
-                break;
-            }
+/// What `bench` and `autotune` need of the session: compiling and committing forms quietly,
+/// running an entry under the guard, expanding a generator call, and the environment. The
+/// session implements it; nothing here sees the rest of the session.
+pub(crate) trait Pipeline {
+    /// Checks, compiles and commits forms without showing anything; returns the value types of
+    /// the top-level items and their entries. `with_clock` lets the code call the bench clock.
+    fn compile_quietly(
+        &mut self,
+        forms: &[Sexp],
+        with_clock: bool,
+    ) -> Result<(Vec<Option<Ty>>, Vec<usize>), Vec<Diagnostic>>;
+    /// Runs an entry and returns the bytes of its value (`size` bytes); a fault is the error.
+    fn call_for_value(&mut self, entry: usize, size: usize, span: Span) -> Result<Vec<u8>, Vec<Diagnostic>>;
+    /// Expands one form (a generator call) in the session's Rhai scope.
+    fn expand_quietly(&mut self, form: &Sexp) -> Result<Vec<Sexp>, Vec<Diagnostic>>;
+    /// The session's environment after the last commit.
+    fn env(&self) -> &Env;
+}
+
+/// Runs the cell's `(bench …)` and `(autotune …)` forms, in order, after its other code.
+pub(crate) fn run_session_forms(pipeline: &mut dyn Pipeline, forms: &[Sexp], outcome: &mut Outcome) {
+    let mut bencher = Bencher { pipeline };
+    for form in forms {
+        let result = match form.head() {
+            Some("bench") => bencher.bench_form(form).map(|report| outcome.items.push(Item::Bench(report))),
+            _ => bencher.autotune_form(form, outcome),
+        };
+        if let Err(diagnostics) = result {
+            outcome.diagnostics.extend(diagnostics);
+            break;
         }
     }
+}
 
-    /// `:bench TEXT` is `(bench TEXT)`.
-    pub(crate) fn eval_bench_command(&mut self, text: &str) -> Outcome {
-        self.eval(&format!("(bench {text})"))
+/// `bench` and `autotune` over the session's pipeline.
+struct Bencher<'p> {
+    pipeline: &'p mut dyn Pipeline,
+}
+
+impl Bencher<'_> {
+    /// Runs an entry for its effects; a fault is the error.
+    fn call_quietly(&mut self, entry: usize, span: Span) -> Result<(), Vec<Diagnostic>> {
+        self.pipeline.call_for_value(entry, 0, span).map(|_| ())
     }
 
     fn bench_form(&mut self, form: &Sexp) -> Result<BenchReport, Vec<Diagnostic>> {
@@ -169,7 +191,7 @@ impl Session {
             }
         };
         let harness = map_tree(&template[0], &substitute, span);
-        let (_, entries) = self.compile_quietly(&[harness], true)?;
+        let (_, entries) = self.pipeline.compile_quietly(&[harness], true)?;
         let entry = entries.first().copied().ok_or_else(|| syntax(span, "internal: the bench loop has no entry"))?;
         Ok(Harness { entry, parameters, samples })
     }
@@ -231,7 +253,7 @@ impl Session {
 
     /// Runs one top-level expression without printing; returns its value's text and type.
     fn evaluate_quietly(&mut self, expression: &Sexp) -> Result<(String, Ty), Vec<Diagnostic>> {
-        let (cell, entries) = self.compile_quietly(std::slice::from_ref(expression), false)?;
+        let (cell, entries) = self.pipeline.compile_quietly(std::slice::from_ref(expression), false)?;
         let (Some(item), Some(&entry)) = (cell.first(), entries.first()) else {
             return Err(vec![
                 Diagnostic::error(Kind::Type, "expected an expression with a value").with_label(expression.span, "")
@@ -242,9 +264,9 @@ impl Session {
                 Diagnostic::error(Kind::Type, format!("`{expression}` has no value")).with_label(expression.span, "")
             ]);
         };
-        let size = value::size_align(&ty, &self.env.structs).0;
-        let bytes = self.call_for_value(entry, size, expression.span)?;
-        Ok((value::format_value(&bytes, 0, &ty, &self.env.structs), ty))
+        let size = value::size_align(&ty, &self.pipeline.env().structs).0;
+        let bytes = self.pipeline.call_for_value(entry, size, expression.span)?;
+        Ok((value::format_value(&bytes, 0, &ty, &self.pipeline.env().structs), ty))
     }
 
     fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
@@ -354,8 +376,8 @@ impl Session {
         match (fastest, chosen_label) {
             (Some(index), Some(label)) => {
                 let definition = definitions[index].clone().unwrap_or_default();
-                self.compile_quietly(&definition, false)?;
-                if let Some(entry) = self.env.functions.get(name) {
+                self.pipeline.compile_quietly(&definition, false)?;
+                if let Some(entry) = self.pipeline.env().functions.get(name) {
                     outcome.items.push(Item::Defined {
                         name: name.to_string(),
                         description: format!("{}  (redefined, autotuned: {label})", entry.signature),
@@ -388,11 +410,11 @@ impl Session {
                 |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message),
             )
         };
-        let definition = self.expand_quietly(call).map_err(first_line)?;
+        let definition = self.pipeline.expand_quietly(call).map_err(first_line)?;
         if !definition.iter().any(|form| crate::bench::defines(form, name)) {
             return Err(format!("the generator did not return a definition of `{name}`"));
         }
-        self.compile_quietly(&definition, false).map_err(first_line)?;
+        self.pipeline.compile_quietly(&definition, false).map_err(first_line)?;
         let (run_value, _) = match self.evaluate_quietly(run) {
             Ok(value) => value,
             Err(diagnostics) if diagnostics.iter().any(|diagnostic| diagnostic.message.contains("has no value")) => {
@@ -426,7 +448,7 @@ impl Session {
     }
 
     fn compile_and_run_statement(&mut self, statement: &Sexp) -> Result<(), Vec<Diagnostic>> {
-        let (_, entries) = self.compile_quietly(std::slice::from_ref(statement), false)?;
+        let (_, entries) = self.pipeline.compile_quietly(std::slice::from_ref(statement), false)?;
         for entry in entries {
             self.call_quietly(entry, statement.span)?;
         }
@@ -448,7 +470,7 @@ impl Session {
             )
             .with_label(span, "")]);
         };
-        let (size, _) = value::size_align(&element, &self.env.structs);
+        let (size, _) = value::size_align(&element, &self.pipeline.env().structs);
         let buffer = vec![0u8; size * count.max(1)];
         let text = format!(
             "((declare k_q_copy int64) (for ((set k_q_copy (int64 0)) (lt k_q_copy (int64 {count})) (set k_q_copy (add k_q_copy (int64 1)))) (store (ptradd (inttoptr (int64 {}) (ptr {element})) k_q_copy) (load (ptradd POINTER k_q_copy)))))",
@@ -466,7 +488,7 @@ impl Session {
             span,
         );
         self.compile_and_run_statement(&copy)?;
-        let structs = &self.env.structs;
+        let structs = &self.pipeline.env().structs;
         Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, structs)).collect())
     }
 }

@@ -1,12 +1,14 @@
-//! Commands: the `:` lines every front end shares (`:help`, `:opt`, `:reset`, `:load`…).
+//! Commands: the `:` lines every front end shares (`:help`, `:opt`, `:reset`, `:load`…), read
+//! into a closed `Command`; the session runs them (`session::command`).
+//!
+//! Reading a line knows no session, so a malformed command fails here with the same diagnostic
+//! in every front end, before anything runs.
 
 use crate::diagnostics::{Diagnostic, Kind};
-use crate::inspect;
-use crate::session::Session;
-use crate::{Item, Outcome};
+use crate::inspect::Stage;
 
 /// Every command, for completion and `:help`.
-pub const COMMANDS: &[(&str, &str)] = &[
+pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":help", "show this help"),
     (":quit", "leave Quasi (or Ctrl-D)"),
     (":reset", "start a fresh session: definitions, globals and memory are dropped"),
@@ -32,55 +34,79 @@ Type forms to define and run code:
   (call sq 7)                                    runs at once and prints 49 : int
 A cell continues while parentheses are open.";
 
-pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
-    let mut words = line.split_whitespace();
-    let command = words.next().unwrap_or("");
+/// The `:help` text: what Quasi is and every command.
+pub(crate) fn help() -> String {
+    let mut text = HELP.to_string();
+    text.push_str("\n\nCommands:\n");
+    for (name, description) in COMMANDS {
+        text.push_str(&format!("  {name:<12} {description}\n"));
+    }
+    text.trim_end().to_string()
+}
+
+/// What `:time` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TimeSetting {
+    /// `:time on`: the phase table after every cell.
+    On,
+    /// `:time off`.
+    Off,
+    /// `:time` or `:time last`: the last cell's phase table.
+    Last,
+}
+
+/// One command line, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Command<'a> {
+    Help,
+    Quit,
+    Reset,
+    Load(&'a str),
+    /// `:opt` shows the level; `:opt N` sets it.
+    Opt(Option<u8>),
+    Defs,
+    /// `:expand [1] [TEXT]`: the subject (default: the last cell) and whether one level only.
+    Expand {
+        text: Option<&'a str>,
+        single_level: bool,
+    },
+    /// `:stages`, `:types`, `:ir [opt]`, `:asm`: stages of a definition, cell text or the last cell.
+    Inspect {
+        stages: &'a [Stage],
+        subject: Option<&'a str>,
+    },
+    /// `:ptx [NAME]` (default: the last cell's kernel).
+    Ptx(Option<&'a str>),
+    /// `:gpu-arch [sm_XX]`.
+    GpuArch(&'a str),
+    Time(TimeSetting),
+    /// `:bench TEXT` is `(bench TEXT)`.
+    Bench(&'a str),
+    /// `:limits [NAME VALUE]`.
+    Limits {
+        name: Option<&'a str>,
+        value: Option<&'a str>,
+    },
+}
+
+/// Reads a command line (it starts with `:`).
+pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
+    let line = line.trim();
+    let command = line.split_whitespace().next().unwrap_or("");
     let argument = line[command.len()..].trim();
-    let mut outcome = Outcome::default();
-    let message = |outcome: &mut Outcome, text: String| outcome.items.push(Item::Message(text));
-    match command {
-        ":help" | ":h" | ":?" => {
-            let mut text = HELP.to_string();
-            text.push_str("\n\nCommands:\n");
-            for (name, description) in COMMANDS {
-                text.push_str(&format!("  {name:<12} {description}\n"));
-            }
-            message(&mut outcome, text.trim_end().to_string());
-        }
-        ":quit" | ":q" | ":exit" => outcome.quit = true,
-        ":reset" => match session.reset() {
-            Ok(()) => message(&mut outcome, "session reset".into()),
-            Err(error) => {
-                outcome.diagnostics.push(Diagnostic::error(Kind::Internal, format!("could not reset: {error}")))
-            }
+    let syntax = |message: String| Diagnostic::error(Kind::Syntax, message);
+    Ok(match command {
+        ":help" | ":h" | ":?" => Command::Help,
+        ":quit" | ":q" | ":exit" => Command::Quit,
+        ":reset" => Command::Reset,
+        ":opt" if argument.is_empty() => Command::Opt(None),
+        ":opt" => match argument.parse::<u8>() {
+            Ok(level @ 0..=3) => Command::Opt(Some(level)),
+            _ => return Err(syntax(format!("`:opt` takes a level from 0 to 3, found `{argument}`"))),
         },
-        ":opt" => {
-            if argument.is_empty() {
-                message(&mut outcome, format!("optimisation level {}", session.opt_level()));
-            } else {
-                match argument.parse::<u8>() {
-                    Ok(level @ 0..=3) => {
-                        session.set_opt_level(level);
-                        message(&mut outcome, format!("optimisation level {level}"));
-                    }
-                    _ => outcome.diagnostics.push(Diagnostic::error(
-                        Kind::Syntax,
-                        format!("`:opt` takes a level from 0 to 3, found `{argument}`"),
-                    )),
-                }
-            }
-        }
-        ":defs" => {
-            let lines = session.definition_lines();
-            message(&mut outcome, if lines.is_empty() { "no definitions yet".into() } else { lines.join("\n") });
-        }
-        ":load" => {
-            if argument.is_empty() {
-                outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "`:load` needs a file name"));
-            } else {
-                return session.load_file(argument);
-            }
-        }
+        ":defs" => Command::Defs,
+        ":load" if argument.is_empty() => return Err(syntax("`:load` needs a file name".into())),
+        ":load" => Command::Load(argument),
         ":expand" => {
             let (single_level, rest) =
                 match argument.split_once(char::is_whitespace).map_or((argument, ""), |(first, rest)| (first, rest)) {
@@ -88,63 +114,69 @@ pub(crate) fn run(session: &mut Session, line: &str) -> Outcome {
                     _ if argument == "1" => (true, ""),
                     _ => (false, argument),
                 };
-            return session.expand_command((!rest.is_empty()).then_some(rest), single_level);
+            Command::Expand { text: subject(rest), single_level }
         }
-        ":stages" => return session.inspect_command(&inspect::Stage::ALL, subject(argument)),
-        ":types" => return session.inspect_command(&[inspect::Stage::Typed], subject(argument)),
-        ":ir" => {
-            let (stage, rest) = match argument.strip_prefix("opt") {
-                Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
-                    (inspect::Stage::OptimisedIr, rest.trim())
-                }
-                _ => (inspect::Stage::Ir, argument),
-            };
-            return session.inspect_command(&[stage], subject(rest));
-        }
-        ":asm" => return session.inspect_command(&[inspect::Stage::Assembly], subject(argument)),
-        ":ptx" => match subject(argument).map(str::to_string).or_else(|| session.default_ptx_subject()) {
-            Some(name) => return session.inspect_command(&[inspect::Stage::Ptx], Some(&name)),
-            None => outcome.diagnostics.push(
-                Diagnostic::error(Kind::Syntax, "`:ptx` needs a kernel: the last cell defined or launched none")
-                    .with_note("write `:ptx NAME`"),
-            ),
-        },
-        ":gpu-arch" => match session.gpu_arch_command(argument) {
-            Ok(text) => message(&mut outcome, text),
-            Err(diagnostic) => outcome.diagnostics.push(diagnostic),
-        },
-        ":time" => match argument {
-            "on" | "off" => {
-                session.show_timing = argument == "on";
-                message(&mut outcome, format!("timing {argument}"));
+        ":stages" => Command::Inspect { stages: &Stage::ALL, subject: subject(argument) },
+        ":types" => Command::Inspect { stages: &[Stage::Typed], subject: subject(argument) },
+        ":ir" => match argument.strip_prefix("opt") {
+            Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
+                Command::Inspect { stages: &[Stage::OptimisedIr], subject: subject(rest.trim()) }
             }
-            "last" | "" => match session.last_timing.clone() {
-                Some(timing) => outcome.items.push(Item::Timing(timing)),
-                None => message(&mut outcome, "no cell has run yet".into()),
-            },
-            _ => outcome
-                .diagnostics
-                .push(Diagnostic::error(Kind::Syntax, format!("`:time` takes on, off or last, found `{argument}`"))),
+            _ => Command::Inspect { stages: &[Stage::Ir], subject: subject(argument) },
         },
-        ":bench" => {
-            if argument.is_empty() {
-                outcome.diagnostics.push(Diagnostic::error(Kind::Syntax, "`:bench` needs an expression"));
-            } else {
-                return session.eval_bench_command(argument);
-            }
-        }
+        ":asm" => Command::Inspect { stages: &[Stage::Assembly], subject: subject(argument) },
+        ":ptx" => Command::Ptx(subject(argument)),
+        ":gpu-arch" => Command::GpuArch(argument),
+        ":time" => Command::Time(match argument {
+            "on" => TimeSetting::On,
+            "off" => TimeSetting::Off,
+            "last" | "" => TimeSetting::Last,
+            _ => return Err(syntax(format!("`:time` takes on, off or last, found `{argument}`"))),
+        }),
+        ":bench" if argument.is_empty() => return Err(syntax("`:bench` needs an expression".into())),
+        ":bench" => Command::Bench(argument),
         ":limits" => {
             let mut words = argument.split_whitespace();
-            return session.limits_command(words.next(), words.next());
+            Command::Limits { name: words.next(), value: words.next() }
         }
-        _ => outcome.diagnostics.push(
-            Diagnostic::error(Kind::Syntax, format!("unknown command `{command}`"))
-                .with_note("`:help` lists the commands"),
-        ),
-    }
-    outcome
+        _ => {
+            return Err(syntax(format!("unknown command `{command}`")).with_note("`:help` lists the commands"));
+        }
+    })
 }
 
 fn subject(argument: &str) -> Option<&str> {
     (!argument.is_empty()).then_some(argument)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_every_form_of_a_command() {
+        assert_eq!(parse(":opt").ok(), Some(Command::Opt(None)));
+        assert_eq!(parse(":opt 3").ok(), Some(Command::Opt(Some(3))));
+        assert_eq!(parse(":expand 1 (f)").ok(), Some(Command::Expand { text: Some("(f)"), single_level: true }));
+        assert_eq!(parse(":expand 1").ok(), Some(Command::Expand { text: None, single_level: true }));
+        assert_eq!(parse(":expand (f 1)").ok(), Some(Command::Expand { text: Some("(f 1)"), single_level: false }));
+        assert_eq!(
+            parse(":ir opt fib").ok(),
+            Some(Command::Inspect { stages: &[Stage::OptimisedIr], subject: Some("fib") })
+        );
+        assert_eq!(
+            parse(":ir optimus").ok(),
+            Some(Command::Inspect { stages: &[Stage::Ir], subject: Some("optimus") })
+        );
+        assert_eq!(parse(":limits ops 10").ok(), Some(Command::Limits { name: Some("ops"), value: Some("10") }));
+        assert_eq!(parse(":time").ok(), Some(Command::Time(TimeSetting::Last)));
+    }
+
+    #[test]
+    fn malformed_commands_are_syntax_errors() {
+        for line in [":opt 4", ":load", ":time sometimes", ":bench", ":frobnicate"] {
+            let error = parse(line).expect_err(line);
+            assert_eq!(error.kind, Kind::Syntax, "{line}");
+        }
+    }
 }

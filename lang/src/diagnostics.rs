@@ -1,6 +1,6 @@
 //! Diagnostics: errors and warnings as plain data over spans; rendering belongs to front ends.
 
-use crate::reader::Span;
+use crate::source::Span;
 
 /// How bad a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +96,11 @@ impl Diagnostic {
     /// A new error without labels.
     pub(crate) fn error(kind: Kind, message: impl Into<String>) -> Diagnostic {
         Diagnostic { severity: Severity::Error, kind, message: message.into(), labels: Vec::new(), notes: Vec::new() }
+    }
+
+    /// A failure of Quasi's machinery (LLVM, the JIT), not of the program: a bug to report.
+    pub(crate) fn internal(message: impl Into<String>) -> Diagnostic {
+        Diagnostic::error(Kind::Internal, message).with_note("this is a bug in Quasi; the session is unchanged")
     }
 
     /// A new warning without labels.

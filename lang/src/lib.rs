@@ -6,27 +6,31 @@
 //! [`Outcome`]; nothing in this crate prints or knows terminals or sockets.
 #![deny(missing_docs)]
 
+mod backend;
 mod bench;
 mod brilisp;
 mod check;
 mod codegen;
-pub mod command;
+mod command;
 mod diagnostics;
 mod expand;
 mod gpu;
 mod inspect;
 mod jit;
+mod link;
 mod reader;
 mod run;
 mod session;
+mod source;
 mod timing;
 mod types;
 mod value;
 
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use gpu::probe as gpu_probe;
-pub use reader::{completeness, Completeness, SourceFile, SourceId, Span};
+pub use reader::{completeness, Completeness};
 pub use session::{InterruptHandle, Session, SessionConfig, SessionError, DEFAULT_OPT_LEVEL};
+pub use source::{SourceFile, SourceId, Span};
 pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Throughput, VariantReport};
 
 /// Everything one cell produced, in order. Plain data: nothing here renders itself.

@@ -18,10 +18,11 @@ use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Tar
 use inkwell::OptimizationLevel;
 
 use super::{CompiledPtx, Gpu};
-use crate::check::{self, FunctionDef, MAX_SHARED_BYTES};
+use crate::backend::Backend;
+use crate::check::{self, Env, FunctionDef, MAX_SHARED_BYTES};
 use crate::codegen::{self, DeviceUnit};
 use crate::diagnostics::{Diagnostic, Kind};
-use crate::session::Session;
+use crate::reader::Sexp;
 use crate::timing::{DeviceTiming, PhaseTimes};
 use crate::types::Ty;
 
@@ -74,6 +75,14 @@ impl SessionGpu {
     }
 }
 
+/// What device code is lowered from, lent by the session: its environment, the LLVM context
+/// (through the back end) and the struct type names host code uses.
+pub(crate) struct DeviceSource<'s> {
+    pub env: &'s Env,
+    pub backend: &'s Backend,
+    pub struct_names: &'s HashMap<String, String>,
+}
+
 /// Whether LLVM can target `arch` (`:gpu-arch`).
 pub(crate) fn known_arch(arch: &str) -> bool {
     ARCHES.contains(&arch)
@@ -100,13 +109,11 @@ fn libdevice_path() -> Option<PathBuf> {
 
 /// What device code reads of the session's globals, for the cache key: a changed global
 /// changes its device copy.
-fn globals_key(session: &Session, members: &[Rc<FunctionDef>]) -> String {
+fn globals_key(env: &Env, members: &[Rc<FunctionDef>]) -> String {
     let used: BTreeSet<&str> =
         members.iter().flat_map(|member| member.uses.iter()).filter_map(|used| used.strip_prefix("global:")).collect();
     used.into_iter()
-        .map(|name| {
-            format!("{name}={:?};", session.env.globals.get(name).map(|entry| (&entry.ty, entry.space, &entry.init)))
-        })
+        .map(|name| format!("{name}={:?};", env.globals.get(name).map(|entry| (&entry.ty, entry.space, &entry.init))))
         .collect()
 }
 
@@ -114,65 +121,74 @@ fn same_members(left: &[Rc<FunctionDef>], right: &[Rc<FunctionDef>]) -> bool {
     left.len() == right.len() && left.iter().zip(right).all(|(a, b)| Rc::ptr_eq(a, b))
 }
 
-impl Session {
+impl SessionGpu {
     /// Makes sure every function host code can launch has current PTX registered with the
     /// runtime; `top` is the cell's top-level code. Builds add `ptx` rows to `timing`.
-    pub(crate) fn prepare_launches(&mut self, top: &[&FunctionDef], timing: &mut PhaseTimes) {
+    pub(crate) fn prepare_launches(
+        &mut self,
+        source: &DeviceSource<'_>,
+        top: &[&FunctionDef],
+        timing: &mut PhaseTimes,
+    ) {
         let mut targets: BTreeSet<String> =
             top.iter().flat_map(|function| check::launch_targets(&function.body)).map(|(name, _)| name).collect();
-        for (name, entry) in &self.env.functions {
+        for (name, entry) in &source.env.functions {
             let check::FunctionKind::Defined(def) = &entry.kind else { continue };
-            let fresh = self.gpu.launches.get(name).is_some_and(|(seen, _)| Rc::ptr_eq(seen, def));
+            let fresh = self.launches.get(name).is_some_and(|(seen, _)| Rc::ptr_eq(seen, def));
             if !fresh {
                 let launched = check::launch_targets(&def.body).into_iter().map(|(name, _)| name).collect();
-                self.gpu.launches.insert(name.clone(), (def.clone(), launched));
+                self.launches.insert(name.clone(), (def.clone(), launched));
             }
         }
-        targets.extend(self.gpu.launches.values().flat_map(|(_, launched)| launched.iter().cloned()));
+        targets.extend(self.launches.values().flat_map(|(_, launched)| launched.iter().cloned()));
         for target in targets {
-            self.ensure_ptx(&target, timing);
+            self.ensure_ptx(source, &target, timing);
         }
     }
 
-    fn ensure_ptx(&mut self, name: &str, timing: &mut PhaseTimes) {
+    fn ensure_ptx(&mut self, source: &DeviceSource<'_>, name: &str, timing: &mut PhaseTimes) {
         // A launch of a function that is gone was invalidated with it: nothing to build.
-        let Some(root) = check::defined(&self.env, name) else { return };
-        let members = check::device_members(&root, &|callee| check::defined(&self.env, callee));
-        let key = format!("{} {}", self.gpu.arch, globals_key(self, &members));
+        let Some(root) = check::defined(source.env, name) else { return };
+        let members = check::device_members(&root, &|callee| check::defined(source.env, callee));
+        let key = format!("{} {}", self.arch, globals_key(source.env, &members));
         let current =
-            self.gpu.built.get(name).is_some_and(|built| built.key == key && same_members(&built.members, &members));
+            self.built.get(name).is_some_and(|built| built.key == key && same_members(&built.members, &members));
         if current {
             return;
         }
         let start = Instant::now();
-        let built = self.build_ptx(&root).map(|(ptx, _)| Arc::new(ptx));
+        let built = self.build_ptx(source, &root).map(|(ptx, _)| Arc::new(ptx));
         timing.device.push(DeviceTiming {
             label: "ptx".into(),
             duration: start.elapsed(),
             bytes: None,
-            detail: format!("`{name}` for {}", self.gpu.arch),
+            detail: format!("`{name}` for {}", self.arch),
             during_run: false,
         });
-        self.gpu.runtime.set_kernel(name, built.map_err(|diagnostic| diagnostic.message));
-        self.gpu.built.insert(name.to_string(), Built { members, key });
+        self.runtime.set_kernel(name, built.map_err(|diagnostic| diagnostic.message));
+        self.built.insert(name.to_string(), Built { members, key });
     }
 
     /// `:ptx NAME`, and the device stages of `:stages`: IR, optimised IR and PTX of NAME's
     /// device code, built afresh and registered nowhere.
-    pub(crate) fn ptx_listing(&mut self, name: &str) -> Result<PtxListing, Diagnostic> {
-        let Some(root) = check::defined(&self.env, name) else {
-            let message = if self.env.functions.contains_key(name) {
+    pub(crate) fn ptx_listing(&mut self, source: &DeviceSource<'_>, name: &str) -> Result<PtxListing, Diagnostic> {
+        let Some(root) = check::defined(source.env, name) else {
+            let message = if source.env.functions.contains_key(name) {
                 format!("`{name}` has no valid body to compile for the GPU")
             } else {
                 format!("no function named `{name}`")
             };
             return Err(Diagnostic::error(Kind::UnknownName, message));
         };
-        self.build_ptx(&root).map(|(_, listing)| listing)
+        self.build_ptx(source, &root).map(|(_, listing)| listing)
     }
 
     /// Compiles `root`'s device code to PTX.
-    fn build_ptx(&mut self, root: &Rc<FunctionDef>) -> Result<(CompiledPtx, PtxListing), Diagnostic> {
+    fn build_ptx(
+        &mut self,
+        source: &DeviceSource<'_>,
+        root: &Rc<FunctionDef>,
+    ) -> Result<(CompiledPtx, PtxListing), Diagnostic> {
         let gpu_error = |message: String| Diagnostic::error(Kind::Gpu, message);
         let name = root.name.clone();
         if root.signature.ret != Ty::Void {
@@ -184,23 +200,23 @@ impl Session {
         if let Some(param) = root.signature.params.iter().find(|param| !param.is_scalar()) {
             return Err(gpu_error(format!("`{name}` takes a `{param}`: kernels take scalars and pointers")));
         }
-        let lookup = |callee: &str| check::defined(&self.env, callee);
+        let lookup = |callee: &str| check::defined(source.env, callee);
         if let Some(problem) = check::device_problem(root, &lookup) {
             return Err(gpu_error(format!("`{name}` cannot run on the GPU: {problem}")));
         }
         let members = check::device_members(root, &lookup);
         self.nvptx_machine().map_err(gpu_error)?;
-        let Some((arch, machine)) = &self.gpu.machine else { return Err(gpu_error("no NVPTX target".into())) };
+        let Some((arch, machine)) = &self.machine else { return Err(gpu_error("no NVPTX target".into())) };
         let triple = TargetTriple::create(TRIPLE);
         let target_data = machine.get_target_data();
-        self.llvm_diagnostics.take_errors();
-        let unit = DeviceUnit { members: &members, globals: &self.env.globals, structs: &self.env.structs };
+        source.backend.take_llvm_errors();
+        let unit = DeviceUnit { members: &members, globals: &source.env.globals, structs: &source.env.structs };
         let lowered = codegen::lower_device(
-            &self.context,
+            &source.backend.context,
             &target_data,
             &triple,
             &unit,
-            &self.struct_names,
+            source.struct_names,
             &format!("ptx#{name}"),
         )
         .map_err(|error| {
@@ -220,7 +236,7 @@ impl Session {
         let missing_libdevice = if lowered.libdevice.is_empty() {
             Vec::new()
         } else {
-            link_libdevice(&module, &self.context, &lowered.entry, lowered.libdevice)
+            link_libdevice(&module, &source.backend.context, &lowered.entry, lowered.libdevice)
         };
         let ir = crate::inspect::trim_ir(&module.print_to_string().to_string());
         module
@@ -230,17 +246,17 @@ impl Session {
         let buffer = machine
             .write_to_memory_buffer(&module, FileType::Assembly)
             .map_err(|error| gpu_error(format!("LLVM could not emit PTX for `{name}`: {error}")))?;
-        let errors = self.llvm_diagnostics.take_errors();
+        let errors = source.backend.take_llvm_errors();
         if let Some(error) = errors.first() {
             return Err(gpu_error(format!("LLVM could not compile `{name}` for {arch}: {}", error.trim())));
         }
         let ptx = String::from_utf8_lossy(buffer.as_slice()).trim_end_matches('\0').to_string();
-        self.gpu.builds += 1;
+        self.builds += 1;
         let text = std::ffi::CString::new(ptx.clone()).map_err(|_| gpu_error("LLVM's PTX holds a NUL byte".into()))?;
         let compiled = CompiledPtx {
             text,
             entry: lowered.entry,
-            fingerprint: format!("{name}#{}", self.gpu.builds),
+            fingerprint: format!("{name}#{}", self.builds),
             missing_libdevice,
         };
         Ok((compiled, PtxListing { ir, optimised, ptx }))
@@ -250,7 +266,7 @@ impl Session {
     fn nvptx_machine(&mut self) -> Result<(), String> {
         static INIT: Once = Once::new();
         INIT.call_once(|| Target::initialize_nvptx(&InitializationConfig::default()));
-        if self.gpu.machine.as_ref().is_some_and(|(arch, _)| *arch == self.gpu.arch) {
+        if self.machine.as_ref().is_some_and(|(arch, _)| *arch == self.arch) {
             return Ok(());
         }
         let triple = TargetTriple::create(TRIPLE);
@@ -258,44 +274,28 @@ impl Session {
         let machine = target
             .create_target_machine(
                 &triple,
-                &self.gpu.arch,
+                &self.arch,
                 "",
                 OptimizationLevel::Aggressive,
                 RelocMode::Default,
                 CodeModel::Default,
             )
-            .ok_or_else(|| format!("LLVM could not make an NVPTX target machine for {}", self.gpu.arch))?;
-        self.gpu.machine = Some((self.gpu.arch.clone(), machine));
+            .ok_or_else(|| format!("LLVM could not make an NVPTX target machine for {}", self.arch))?;
+        self.machine = Some((self.arch.clone(), machine));
         Ok(())
     }
 
     /// `:gpu-arch [sm_XX]`.
     pub(crate) fn gpu_arch_command(&mut self, argument: &str) -> Result<String, Diagnostic> {
         if argument.is_empty() {
-            return Ok(format!("GPU target {}", self.gpu.arch));
+            return Ok(format!("GPU target {}", self.arch));
         }
         if !known_arch(argument) {
             return Err(Diagnostic::error(Kind::Syntax, format!("`{argument}` is not a GPU target LLVM knows"))
                 .with_note(format!("the targets are: {}", arch_list())));
         }
-        self.gpu.arch = argument.to_string();
+        self.arch = argument.to_string();
         Ok(format!("GPU target {argument}"))
-    }
-
-    /// What `:ptx` lists without a name: the last cell's first kernel, or what it launched.
-    pub(crate) fn default_ptx_subject(&self) -> Option<String> {
-        let forms = self.last_expansion.as_ref()?;
-        let kernel = forms
-            .iter()
-            .find(|form| form.head() == Some("define-kernel"))
-            .and_then(|form| form.list()?.get(1)?.list()?.first()?.list()?.first()?.symbol().map(str::to_string));
-        kernel.or_else(|| {
-            forms.iter().find_map(|form| {
-                let mut found = None;
-                find_launch(form, &mut found);
-                found
-            })
-        })
     }
 
     /// The device buffer spelling values use: contents read from the GPU.
@@ -303,11 +303,26 @@ impl Session {
         if handle == 0 {
             return "<gpu null>".into();
         }
-        self.gpu.runtime.describe(handle, element)
+        self.runtime.describe(handle, element)
     }
 }
 
-fn find_launch(form: &crate::reader::Sexp, found: &mut Option<String>) {
+/// What `:ptx` lists without a name: the last cell's first kernel, or what it launched.
+pub(crate) fn default_ptx_subject(forms: &[Sexp]) -> Option<String> {
+    let kernel = forms
+        .iter()
+        .find(|form| form.head() == Some("define-kernel"))
+        .and_then(|form| form.list()?.get(1)?.list()?.first()?.list()?.first()?.symbol().map(str::to_string));
+    kernel.or_else(|| {
+        forms.iter().find_map(|form| {
+            let mut found = None;
+            find_launch(form, &mut found);
+            found
+        })
+    })
+}
+
+fn find_launch(form: &Sexp, found: &mut Option<String>) {
     if found.is_some() {
         return;
     }

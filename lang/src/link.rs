@@ -1,0 +1,378 @@
+//! Link: the symbol names of a cell (function bodies, global storage, struct types), the
+//! indirection slots, the storage of globals, linking a cell's object into ORC, and
+//! committing what linked into the session's program.
+//!
+//! Invariant: every call between user functions loads the callee's slot, and a slot always
+//! holds the newest linked definition, so every caller sees the newest definition.
+//! Invariant: a cell's names are chosen before code generation but become the program's only
+//! in `commit`, after ORC linked the cell; a cell that fails to link leaves no code behind.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::check::{Constant, Env, StructEntry, TypedCell};
+use crate::codegen::{self, FaultSite, Naming};
+use crate::diagnostics::Diagnostic;
+use crate::jit::{CellCode, Jit};
+use crate::run;
+use crate::types::Ty;
+use crate::value;
+
+/// Storage of one global, owned by the session and read by compiled code by symbol.
+struct GlobalStorage {
+    symbol: String,
+    memory: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl GlobalStorage {
+    fn new(symbol: String, size: usize, align: usize) -> GlobalStorage {
+        // Address space 3 globals promise 16-byte alignment; use it for all.
+        let layout = std::alloc::Layout::from_size_align(size.max(1), align.max(16))
+            .unwrap_or(std::alloc::Layout::new::<u128>());
+        // SAFETY: the layout has a non-zero size.
+        let memory = unsafe { std::alloc::alloc_zeroed(layout) };
+        if memory.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        GlobalStorage { symbol, memory, layout }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `memory` is a live allocation of `layout.size()` bytes until drop.
+        unsafe { std::slice::from_raw_parts(self.memory, self.layout.size()) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; compiled code is not running while the session writes.
+        unsafe { std::slice::from_raw_parts_mut(self.memory, self.layout.size()) }
+    }
+}
+
+impl Drop for GlobalStorage {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.memory, self.layout) }
+    }
+}
+
+/// The names a cell's module is lowered with: existing symbols, and fresh ones for what the
+/// cell defines. Fresh storage for new or retyped globals is allocated here and becomes the
+/// program's in `commit`.
+pub(crate) struct CellNames {
+    global_symbols: HashMap<String, String>,
+    new_globals: Vec<(String, GlobalStorage)>,
+    struct_names: HashMap<String, String>,
+    new_struct_names: HashMap<String, String>,
+    body_symbols: HashMap<String, String>,
+    first_site: u32,
+}
+
+impl CellNames {
+    /// The names as code generation takes them.
+    pub(crate) fn naming(&self) -> Naming<'_> {
+        Naming {
+            global_symbols: &self.global_symbols,
+            struct_names: &self.struct_names,
+            body_symbols: &self.body_symbols,
+            first_site: self.first_site,
+        }
+    }
+}
+
+/// What code generation emitted besides the module: the names the link step looks up.
+pub(crate) struct Emitted {
+    /// Entry symbols of the top-level items, in order.
+    pub(crate) entries: Vec<String>,
+    /// Runtime-check sites of the module, numbered from `CellNames::first_site`.
+    pub(crate) fault_sites: Vec<FaultSite>,
+    /// Traps for unresolved declarations and invalidated functions, by name.
+    pub(crate) traps: Vec<String>,
+}
+
+/// A cell ORC has linked, not yet part of the program.
+pub(crate) struct Linked {
+    bodies: Vec<(String, usize)>,
+    body_symbols: HashMap<String, String>,
+    traps: Vec<(String, usize)>,
+    entries: Vec<usize>,
+    code: CellCode,
+    fault_sites: Vec<FaultSite>,
+    new_globals: Vec<(String, GlobalStorage)>,
+    struct_names: HashMap<String, String>,
+}
+
+impl Linked {
+    /// Addresses of the cell's top-level entries, in order.
+    pub(crate) fn entries(&self) -> &[usize] {
+        &self.entries
+    }
+}
+
+/// The session's linked program: the JIT and every cell's code, slots, global storage, and the
+/// names chosen so far.
+pub(crate) struct Program {
+    // Field order matters for drop: the cells' code is removed before the JIT is freed.
+    cells: Vec<CellCode>,
+    jit: Jit,
+    /// One slot per function name, at a fixed address for the session's life.
+    slots: HashMap<String, Box<AtomicUsize>>,
+    globals: HashMap<String, GlobalStorage>,
+    /// Storage of globals that were replaced (retyped): freed with the session, not before.
+    retired_globals: Vec<GlobalStorage>,
+    /// The LLVM name of every struct type, by C-Lisp name.
+    struct_names: HashMap<String, String>,
+    used_symbols: HashSet<String>,
+    symbol_counter: u64,
+    fault_sites: Vec<FaultSite>,
+    /// The current body symbol of every defined function, for listings.
+    body_symbols: HashMap<String, String>,
+    /// Memory compiled code allocated for the session (`alloc` at the top level), freed with it.
+    memory: Vec<usize>,
+}
+
+impl Program {
+    /// An empty program over a JIT that already resolves the runtime's symbols.
+    pub(crate) fn new(jit: Jit) -> Program {
+        Program {
+            cells: Vec::new(),
+            jit,
+            slots: HashMap::new(),
+            globals: HashMap::new(),
+            retired_globals: Vec::new(),
+            struct_names: HashMap::new(),
+            used_symbols: HashSet::new(),
+            symbol_counter: 0,
+            fault_sites: Vec::new(),
+            body_symbols: HashMap::new(),
+            memory: Vec::new(),
+        }
+    }
+
+    /// Names for a cell about to be compiled and linked: new storage for new or retyped
+    /// globals, LLVM names for its structs, fresh body symbols for its functions.
+    pub(crate) fn name_cell(&mut self, cell: &TypedCell, env: &Env) -> CellNames {
+        let mut global_symbols = self.global_symbols();
+        let mut new_globals = Vec::new();
+        let overlay_structs = if cell.globals.is_empty() { HashMap::new() } else { structs_with(env, cell) };
+        for global in &cell.globals {
+            if global.init.is_none() {
+                continue;
+            }
+            let (size, align) = value::size_align(&global.ty, &overlay_structs);
+            // A global defined again with its type keeps its storage (commit re-initialises it):
+            // code compiled earlier, and pointers the program holds, still refer to it.
+            let same_type = env.globals.get(&global.name).is_some_and(|existing| existing.ty == global.ty);
+            if same_type && self.globals.get(&global.name).is_some_and(|storage| storage.layout.size() >= size) {
+                continue;
+            }
+            self.symbol_counter += 1;
+            let symbol = format!("{}#g{}", global.name, self.symbol_counter);
+            new_globals.push((global.name.clone(), GlobalStorage::new(symbol.clone(), size, align)));
+            global_symbols.insert(global.name.clone(), symbol);
+        }
+        let mut struct_names = self.struct_names.clone();
+        let mut new_struct_names = HashMap::new();
+        for structure in &cell.structs {
+            self.symbol_counter += 1;
+            let llvm_name = format!("{}#s{}", structure.name, self.symbol_counter);
+            struct_names.insert(structure.name.clone(), llvm_name.clone());
+            new_struct_names.insert(structure.name.clone(), llvm_name);
+        }
+        let mut body_symbols = HashMap::new();
+        for function in cell.functions.iter().chain(&cell.recompiled) {
+            let symbol = self.fresh_body_symbol(&function.name);
+            body_symbols.insert(function.name.clone(), symbol);
+        }
+        CellNames {
+            global_symbols,
+            new_globals,
+            struct_names,
+            new_struct_names,
+            body_symbols,
+            first_site: self.fault_sites.len() as u32,
+        }
+    }
+
+    /// Names for a listing of a cell that is never linked: only the program's current names.
+    pub(crate) fn scratch_names(&self, cell: &TypedCell) -> CellNames {
+        let body_symbols = cell
+            .functions
+            .iter()
+            .map(|function| {
+                let symbol = self.body_symbols.get(&function.name).cloned().unwrap_or_else(|| function.name.clone());
+                (function.name.clone(), symbol)
+            })
+            .collect();
+        CellNames {
+            global_symbols: self.global_symbols(),
+            new_globals: Vec::new(),
+            struct_names: self.struct_names.clone(),
+            new_struct_names: HashMap::new(),
+            body_symbols,
+            first_site: self.fault_sites.len() as u32,
+        }
+    }
+
+    fn global_symbols(&self) -> HashMap<String, String> {
+        self.globals.iter().map(|(name, storage)| (name.clone(), storage.symbol.clone())).collect()
+    }
+
+    fn fresh_body_symbol(&mut self, name: &str) -> String {
+        // A body is named like its function unless that name is taken, or belongs to a C
+        // symbol that code generated by LLVM itself may call (memset, memcpy…).
+        let mut candidate = name.to_string();
+        let mut version = 1;
+        while self.used_symbols.contains(&candidate) || run::process_symbol(&candidate).is_some() {
+            version += 1;
+            candidate = format!("{name}#{version}");
+        }
+        self.used_symbols.insert(candidate.clone());
+        candidate
+    }
+
+    /// Links a cell's object into ORC: slots for the names it defines or declares (made once
+    /// per name), its globals' storage as absolute symbols, then the object; returns the
+    /// addresses of its bodies, traps and entries.
+    pub(crate) fn link(
+        &mut self,
+        cell: &TypedCell,
+        names: CellNames,
+        object: &[u8],
+        module_name: &str,
+        emitted: Emitted,
+    ) -> Result<Linked, Diagnostic> {
+        let mut absolute = Vec::new();
+        for name in cell
+            .functions
+            .iter()
+            .map(|function| &function.name)
+            .chain(cell.recompiled.iter().map(|function| &function.name))
+            .chain(cell.externs.iter().map(|decl| &decl.name))
+        {
+            if !self.slots.contains_key(name) {
+                let slot = Box::new(AtomicUsize::new(0));
+                absolute.push((codegen::slot_symbol(name), &*slot as *const AtomicUsize as usize));
+                self.slots.insert(name.clone(), slot);
+            }
+        }
+        for (_, storage) in &names.new_globals {
+            absolute.push((storage.symbol.clone(), storage.memory as usize));
+        }
+        self.jit.define_absolute(&absolute).map_err(|error| Diagnostic::internal(error.to_string()))?;
+        let Emitted { entries, fault_sites, traps } = emitted;
+        let function_names: Vec<String> =
+            cell.functions.iter().chain(&cell.recompiled).map(|function| function.name.clone()).collect();
+        let lookups: Vec<String> = function_names
+            .iter()
+            .map(|name| names.body_symbols[name].clone())
+            .chain(traps.iter().map(|name| codegen::trap_symbol(name, module_name)))
+            .chain(entries.iter().cloned())
+            .collect();
+        let (code, addresses) =
+            self.jit.link(object, module_name, &lookups).map_err(|error| Diagnostic::internal(error.to_string()))?;
+        let (body_addresses, rest) = addresses.split_at(function_names.len());
+        let (trap_addresses, entry_addresses) = rest.split_at(traps.len());
+        Ok(Linked {
+            bodies: function_names.into_iter().zip(body_addresses.iter().copied()).collect(),
+            body_symbols: names.body_symbols,
+            traps: traps.into_iter().zip(trap_addresses.iter().copied()).collect(),
+            entries: entry_addresses.to_vec(),
+            code,
+            fault_sites,
+            new_globals: names.new_globals,
+            struct_names: names.new_struct_names,
+        })
+    }
+
+    /// Makes a linked cell part of the program: its code, fault sites, names and storage, and
+    /// every body it linked in its function's slot. Returns the cell's traps by name, for the
+    /// session to route unresolved and invalidated functions to. Nothing here can fail.
+    pub(crate) fn commit(&mut self, linked: Linked) -> Vec<(String, usize)> {
+        let Linked { bodies, body_symbols, traps, code, fault_sites, new_globals, struct_names, .. } = linked;
+        self.cells.push(code);
+        self.fault_sites.extend(fault_sites);
+        // Struct LLVM names: the next module looks them up by these.
+        self.struct_names.extend(struct_names);
+        for (name, storage) in new_globals {
+            // Replaced storage stays allocated: pointers into it may survive in the program.
+            if let Some(replaced) = self.globals.insert(name, storage) {
+                self.retired_globals.push(replaced);
+            }
+        }
+        self.body_symbols.extend(body_symbols);
+        for (name, address) in bodies {
+            self.set_slot(&name, address);
+        }
+        traps
+    }
+
+    /// Points a function's slot at `address` (a body or a trap), if the function has a slot.
+    pub(crate) fn set_slot(&self, name: &str, address: usize) {
+        if let Some(slot) = self.slots.get(name) {
+            slot.store(address, Ordering::SeqCst);
+        }
+    }
+
+    /// Writes a global's initial value into its storage.
+    pub(crate) fn initialise_global(
+        &mut self,
+        name: &str,
+        ty: &Ty,
+        init: &Constant,
+        structs: &HashMap<String, StructEntry>,
+    ) {
+        let mut bytes = vec![0u8; value::size_align(ty, structs).0];
+        let globals = &self.globals;
+        value::encode_constant(&mut bytes, 0, ty, init, structs, &|target| {
+            globals.get(target).map_or(0, |storage| storage.memory as usize)
+        });
+        if let Some(storage) = self.globals.get_mut(name) {
+            let target = storage.bytes_mut();
+            let length = bytes.len().min(target.len());
+            target[..length].copy_from_slice(&bytes[..length]);
+        }
+    }
+
+    /// A global's current value as the language spells it (`?` if it has no storage).
+    pub(crate) fn global_value_text(&self, name: &str, ty: &Ty, structs: &HashMap<String, StructEntry>) -> String {
+        match self.globals.get(name) {
+            Some(storage) => value::format_value(storage.bytes(), 0, ty, structs),
+            None => "?".into(),
+        }
+    }
+
+    /// The runtime-check site a fault reported.
+    pub(crate) fn fault_site(&self, index: u32) -> Option<&FaultSite> {
+        self.fault_sites.get(index as usize)
+    }
+
+    /// The LLVM name of every struct type (device code is lowered with the same names).
+    pub(crate) fn struct_names(&self) -> &HashMap<String, String> {
+        &self.struct_names
+    }
+
+    /// Keeps memory compiled code allocated for the session until the session ends.
+    pub(crate) fn keep_allocations(&mut self, allocations: Vec<usize>) {
+        self.memory.extend(allocations);
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        for pointer in self.memory.drain(..) {
+            // SAFETY: every pointer here came from calloc in `run::session_alloc`, and the
+            // code that could still use it is being dropped with the program.
+            unsafe { libc::free(pointer as *mut libc::c_void) };
+        }
+    }
+}
+
+/// The session's structs with the cell's own (new or redefined) ones laid over them.
+fn structs_with(env: &Env, cell: &TypedCell) -> HashMap<String, StructEntry> {
+    let mut structs = env.structs.clone();
+    for structure in &cell.structs {
+        structs.insert(structure.name.clone(), StructEntry { fields: structure.fields.clone() });
+    }
+    structs
+}

@@ -1,0 +1,386 @@
+//! The `:command` bodies: each runs one `Command` against the session's parts, so every front
+//! end has them. Listings recompile in scratch modules that are never linked, and expansions
+//! are undone, so inspecting changes nothing.
+
+use std::time::Instant;
+
+use super::history::DefinitionKey;
+use super::report::{function_note, struct_line};
+use super::{EvalMode, Session, SessionConfig, SessionError};
+use crate::check::{self, FunctionEntry, FunctionKind, TypedCell};
+use crate::codegen::{self, CellModule};
+use crate::command::{self, Command, TimeSetting};
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::expand;
+use crate::gpu::ptx::{self, DeviceSource};
+use crate::inspect::{self, Stage};
+use crate::reader;
+use crate::source::Span;
+use crate::timing::Phase;
+use crate::{Item, Language, Outcome, Stream};
+
+impl Session {
+    /// Runs one `:command` line.
+    pub(super) fn run_command(&mut self, line: &str) -> Outcome {
+        let mut outcome = Outcome::default();
+        let command = match command::parse(line) {
+            Ok(command) => command,
+            Err(diagnostic) => {
+                outcome.diagnostics.push(diagnostic);
+                return outcome;
+            }
+        };
+        let message = |text: String| Item::Message(text);
+        match command {
+            Command::Help => outcome.items.push(message(command::help())),
+            Command::Quit => outcome.quit = true,
+            Command::Reset => match self.reset() {
+                Ok(()) => outcome.items.push(message("session reset".into())),
+                Err(error) => {
+                    outcome.diagnostics.push(Diagnostic::error(Kind::Internal, format!("could not reset: {error}")))
+                }
+            },
+            Command::Opt(None) => outcome.items.push(message(format!("optimisation level {}", self.opt_level))),
+            Command::Opt(Some(level)) => {
+                self.opt_level = level.min(3);
+                outcome.items.push(message(format!("optimisation level {level}")));
+            }
+            Command::Defs => {
+                let lines = self.definition_lines();
+                outcome.items.push(message(if lines.is_empty() {
+                    "no definitions yet".into()
+                } else {
+                    lines.join("\n")
+                }));
+            }
+            Command::Load(path) => return self.load_file(path),
+            Command::Expand { text, single_level } => return self.expand_command(text, single_level),
+            Command::Inspect { stages, subject } => return self.inspect_command(stages, subject),
+            Command::Ptx(subject) => {
+                let default = || self.history.last_expansion.as_deref().and_then(ptx::default_ptx_subject);
+                match subject.map(str::to_string).or_else(default) {
+                    Some(name) => return self.inspect_command(&[Stage::Ptx], Some(&name)),
+                    None => outcome.diagnostics.push(
+                        Diagnostic::error(
+                            Kind::Syntax,
+                            "`:ptx` needs a kernel: the last cell defined or launched none",
+                        )
+                        .with_note("write `:ptx NAME`"),
+                    ),
+                }
+            }
+            Command::GpuArch(argument) => match self.gpu.gpu_arch_command(argument) {
+                Ok(text) => outcome.items.push(message(text)),
+                Err(diagnostic) => outcome.diagnostics.push(diagnostic),
+            },
+            Command::Time(TimeSetting::On) => {
+                self.history.show_timing = true;
+                outcome.items.push(message("timing on".into()));
+            }
+            Command::Time(TimeSetting::Off) => {
+                self.history.show_timing = false;
+                outcome.items.push(message("timing off".into()));
+            }
+            Command::Time(TimeSetting::Last) => match self.history.last_timing.clone() {
+                Some(timing) => outcome.items.push(Item::Timing(timing)),
+                None => outcome.items.push(message("no cell has run yet".into())),
+            },
+            Command::Bench(text) => return self.eval(&format!("(bench {text})")),
+            Command::Limits { name, value } => return self.limits_command(name, value),
+        }
+        outcome
+    }
+
+    /// Evaluates a file as one cell (`:load`); a `.rhai` file runs as Rhai in the session scope.
+    fn load_file(&mut self, path: &str) -> Outcome {
+        self.refresh_view_if_stale();
+        match std::fs::read_to_string(path) {
+            Ok(text) if path.ends_with(".rhai") => {
+                let source = self.history.add_source(path.to_string(), text.clone());
+                let mut outcome = Outcome::default();
+                let start = Instant::now();
+                let result = self.staging.stage.run_script(&text, source, 0, Span::new(source, 0, 0));
+                outcome.timing.add(Phase::Expand, start.elapsed());
+                let printed = self.staging.stage.take_printed();
+                if !printed.is_empty() {
+                    outcome.items.push(Item::Output { stream: Stream::Stdout, text: printed });
+                }
+                match result {
+                    Ok(()) => outcome.items.push(Item::Message(format!("loaded {path}"))),
+                    Err(diagnostic) => outcome.diagnostics.push(*diagnostic),
+                }
+                self.history.attach_sources(&mut outcome);
+                outcome
+            }
+            Ok(text) => self.eval_source(path.to_string(), text, EvalMode::Cell),
+            Err(error) => {
+                let mut outcome = Outcome::default();
+                outcome.diagnostics.push(Diagnostic::error(Kind::Io, format!("cannot read `{path}`: {error}")));
+                outcome
+            }
+        }
+    }
+
+    /// `:expand [N] [TEXT]`: the expansion of TEXT (default: the last cell), pretty-printed.
+    /// The session is left as it was: Rhai effects of the expansion are undone.
+    fn expand_command(&mut self, text: Option<&str>, single_level: bool) -> Outcome {
+        self.refresh_view_if_stale();
+        let mut outcome = Outcome::default();
+        if let (None, false, Some(forms)) = (text, single_level, &self.history.last_expansion) {
+            let listing: Vec<String> = forms.iter().map(|form| expand::pretty(form, 0)).collect();
+            outcome.items.push(Item::Message(listing.join("\n")));
+            return outcome;
+        }
+        let Some(text) = text.map(str::to_string).or_else(|| self.history.last_cell.clone()) else {
+            outcome.diagnostics.push(
+                Diagnostic::error(Kind::Syntax, "`:expand` needs a cell: no cell was evaluated yet")
+                    .with_note("write `:expand TEXT`"),
+            );
+            return outcome;
+        };
+        let source = self.history.add_source(format!("cell {}", self.history.cell_count), text.clone());
+        let forms = match reader::read(source, &text) {
+            Ok(forms) => forms,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        let saved = self.staging.stage.snapshot();
+        let expanded = self.staging.stage.expand(forms, &mut self.history.sources, single_level);
+        self.staging.stage.restore(saved);
+        match expanded {
+            Ok(expanded) => {
+                let listing: Vec<String> = expanded.forms.iter().map(|form| expand::pretty(form, 0)).collect();
+                outcome.items.push(Item::Message(listing.join("\n")));
+                outcome
+            }
+            Err(diagnostics) => self.fail(outcome, diagnostics),
+        }
+    }
+
+    /// `:stages`, `:types`, `:ir [opt]`, `:asm`: listings of a definition (or, without a name,
+    /// of the last cell), recompiled in a scratch module that is never linked.
+    fn inspect_command(&mut self, stages: &[Stage], subject: Option<&str>) -> Outcome {
+        self.refresh_view_if_stale();
+        let mut outcome = Outcome::default();
+        let defined = subject.and_then(|name| match self.env.functions.get(name) {
+            Some(FunctionEntry { kind: FunctionKind::Defined(def), .. }) => Some(def.clone()),
+            _ => None,
+        });
+        let (label, forms, source_text) = match (subject, defined) {
+            (Some(name), Some(def)) => (name.to_string(), vec![def.source.clone()], self.history.span_text(def.span)),
+            (Some(name), None) if reader::is_symbol(name) => {
+                let message = if self.env.functions.contains_key(name) {
+                    format!("`{name}` is declared without a body: there is nothing to list")
+                } else {
+                    format!("no function named `{name}`")
+                };
+                outcome.diagnostics.push(Diagnostic::error(Kind::UnknownName, message));
+                return outcome;
+            }
+            (Some(text), None) => {
+                // A cell's text (`:types (add 1 2)`): expanded here, never committed.
+                let source = self.history.add_source(format!("cell {}", self.history.cell_count), text.to_string());
+                let forms = match reader::read(source, text) {
+                    Ok(forms) => forms,
+                    Err(diagnostics) => return self.fail(outcome, diagnostics),
+                };
+                let saved = self.staging.stage.snapshot();
+                let expanded = self.staging.stage.expand(forms, &mut self.history.sources, false);
+                self.staging.stage.restore(saved);
+                match expanded {
+                    Ok(expanded) => ("cell".to_string(), expanded.forms, Some(text.to_string())),
+                    Err(diagnostics) => return self.fail(outcome, diagnostics),
+                }
+            }
+            (None, _) => match &self.history.last_expansion {
+                Some(forms) => ("last cell".to_string(), forms.clone(), self.history.last_cell.clone()),
+                None => {
+                    outcome.diagnostics.push(
+                        Diagnostic::error(Kind::Syntax, "there is no cell to list yet")
+                            .with_note("name a function, e.g. `:ir fib`"),
+                    );
+                    return outcome;
+                }
+            },
+        };
+        let prefix = format!("inspect#{}", self.history.cell_count);
+        let mut cell = match self.check(&self.env, &forms, &prefix) {
+            Ok(cell) => cell,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        // Only the subject itself: no recompiled dependents, no traps.
+        cell.recompiled.clear();
+        cell.invalidated.clear();
+        if let Some(name) = subject.filter(|_| label != "cell") {
+            cell.functions.retain(|function| function.name == name);
+            cell.top.clear();
+        } else if !cell.top.is_empty() {
+            cell.functions.clear();
+        }
+        let level = self.opt_level;
+        // Device code lists its GPU build: IR for NVPTX, and PTX instead of x86-64 assembly.
+        let device_subject = subject.filter(|name| {
+            label == *name
+                && (stages.contains(&Stage::Ptx)
+                    || check::defined(&self.env, name).is_some_and(|def| def.placement.device_only))
+        });
+        let device = match device_subject {
+            Some(name)
+                if stages
+                    .iter()
+                    .any(|stage| matches!(stage, Stage::Ir | Stage::OptimisedIr | Stage::Assembly | Stage::Ptx)) =>
+            {
+                let source =
+                    DeviceSource { env: &self.env, backend: &self.backend, struct_names: self.program.struct_names() };
+                match self.gpu.ptx_listing(&source, name) {
+                    Ok(listing) => Some(listing),
+                    Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),
+                }
+            }
+            _ => None,
+        };
+        let needs_code = device.is_none()
+            && stages.iter().any(|stage| matches!(stage, Stage::Ir | Stage::OptimisedIr | Stage::Assembly));
+        let code = if needs_code {
+            match self.scratch_listings(&cell, stages) {
+                Ok(code) => Some(code),
+                Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),
+            }
+        } else {
+            None
+        };
+        for stage in stages {
+            let (language, text) = match stage {
+                Stage::Source => (Language::CLisp, source_text.clone().unwrap_or_default()),
+                Stage::Expanded => {
+                    (Language::CLisp, forms.iter().map(|form| expand::pretty(form, 0)).collect::<Vec<_>>().join("\n"))
+                }
+                Stage::Typed => {
+                    let mut parts: Vec<String> = cell
+                        .functions
+                        .iter()
+                        .map(|function| expand::pretty(&inspect::typed_tree(function, &self.env), 0))
+                        .collect();
+                    for item in &cell.top {
+                        parts.extend(
+                            inspect::typed_statements(&item.function, &self.env)
+                                .iter()
+                                .map(|form| expand::pretty(form, 0)),
+                        );
+                    }
+                    (Language::CLisp, parts.join("\n"))
+                }
+                Stage::Ir if device.is_some() => {
+                    (Language::LlvmIr, device.as_ref().map(|device| device.ir.clone()).unwrap_or_default())
+                }
+                Stage::OptimisedIr if device.is_some() => {
+                    (Language::LlvmIr, device.as_ref().map(|device| device.optimised.clone()).unwrap_or_default())
+                }
+                Stage::Assembly | Stage::Ptx if device.is_some() => {
+                    (Language::Ptx, device.as_ref().map(|device| device.ptx.clone()).unwrap_or_default())
+                }
+                Stage::Ir => (Language::LlvmIr, code.as_ref().map(|code| code.0.clone()).unwrap_or_default()),
+                Stage::OptimisedIr => (Language::LlvmIr, code.as_ref().map(|code| code.1.clone()).unwrap_or_default()),
+                Stage::Assembly | Stage::Ptx => {
+                    (Language::Assembly, code.as_ref().map(|code| code.2.clone()).unwrap_or_default())
+                }
+            };
+            let arch = self.gpu.arch.clone();
+            let title = match stage {
+                Stage::Ir | Stage::OptimisedIr if device.is_some() => {
+                    format!("{label}: {} for {arch} (opt 3)", stage.title())
+                }
+                Stage::Assembly | Stage::Ptx if device.is_some() => format!("{label}: PTX ({arch})"),
+                Stage::Ir | Stage::OptimisedIr | Stage::Assembly => {
+                    format!("{label}: {} (opt {level})", stage.title())
+                }
+                _ => format!("{label}: {}", stage.title()),
+            };
+            outcome.items.push(Item::Listing { title, language, text });
+        }
+        outcome
+    }
+
+    /// IR before and after passes and assembly of a checked cell, from a module never linked.
+    fn scratch_listings(&self, cell: &TypedCell, stages: &[Stage]) -> Result<(String, String, String), Diagnostic> {
+        let names = self.program.scratch_names(cell);
+        let level = self.opt_level;
+        let target_data = self.backend.target_data(level)?;
+        let CellModule { module, .. } = codegen::lower(
+            &self.backend.context,
+            &target_data,
+            &self.backend.triple(),
+            cell,
+            "inspect",
+            &names.naming(),
+        )
+        .map_err(|error| Diagnostic::internal(format!("code generation failed: {error}")))?;
+        let ir = inspect::trim_ir(&module.print_to_string().to_string());
+        self.backend.optimise(&module, level)?;
+        let optimised = inspect::trim_ir(&module.print_to_string().to_string());
+        let assembly = if stages.contains(&Stage::Assembly) {
+            inspect::trim_assembly(&self.backend.emit_assembly(&module, level)?)
+        } else {
+            String::new()
+        };
+        Ok((ir, optimised, assembly))
+    }
+
+    /// `:limits [NAME VALUE]`.
+    fn limits_command(&mut self, name: Option<&str>, value: Option<&str>) -> Outcome {
+        let mut outcome = Outcome::default();
+        if let Some(name) = name {
+            let parsed = value.and_then(|value| value.replace('_', "").parse::<u64>().ok());
+            match parsed {
+                Some(number) if self.staging.stage.limits.set(name, number) => self.staging.stage.apply_limits(),
+                _ => {
+                    let names: Vec<&str> = self.staging.stage.limits.entries().iter().map(|(name, _)| *name).collect();
+                    outcome.diagnostics.push(
+                        Diagnostic::error(
+                            Kind::Syntax,
+                            format!(
+                                "`:limits` takes a limit name and a number, found `{} {}`",
+                                name,
+                                value.unwrap_or("")
+                            ),
+                        )
+                        .with_note(format!("the limits are: {}", names.join(", "))),
+                    );
+                    return outcome;
+                }
+            }
+        }
+        let lines: Vec<String> =
+            self.staging.stage.limits.entries().iter().map(|(name, value)| format!("{name:<17} {value}")).collect();
+        outcome.items.push(Item::Message(lines.join("\n")));
+        outcome
+    }
+
+    /// Starts over: a fresh session with the same configuration.
+    fn reset(&mut self) -> Result<(), SessionError> {
+        let count = self.history.cell_count;
+        let mut fresh = Session::new(SessionConfig { opt_level: self.opt_level, ..self.config.clone() })?;
+        fresh.history.cell_count = count;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Lines describing every definition, for `:defs`.
+    fn definition_lines(&self) -> Vec<String> {
+        let structs = &self.env.structs;
+        self.history
+            .definitions_in_order()
+            .into_iter()
+            .filter_map(|key| match key {
+                DefinitionKey::Struct(name) => structs.get(name).map(|entry| struct_line(name, entry)),
+                DefinitionKey::Global(name) => self.env.globals.get(name).map(|entry| {
+                    format!("{name} : {} = {}", entry.ty, self.program.global_value_text(name, &entry.ty, structs))
+                }),
+                DefinitionKey::Function(name) => self
+                    .env
+                    .functions
+                    .get(name)
+                    .map(|entry| format!("{name} : {}{}", entry.signature, function_note(entry, false))),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,569 @@
+//! Session: the facade `Session::eval(cell) -> Outcome`, and the pipeline a cell flows through:
+//! read → expand → check → codegen → optimise → emit → link → commit → run. Each step is a
+//! call into its own module; this one orders them and keeps what a successful cell leaves.
+//!
+//! Invariant: `env`, the Rhai scope, global values and slots change only in `commit`, after
+//! linking succeeded; a cell that fails before that leaves the session exactly as it was.
+//! Faults and interrupts come after `commit`, so they never cost a definition.
+
+mod command;
+mod history;
+mod report;
+mod view;
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::backend::Backend;
+use crate::bench::{self, Pipeline};
+use crate::check::{self, Env, FunctionDef, FunctionEntry, FunctionKind, GlobalEntry, StructEntry, TypedCell};
+use crate::codegen::{self, CellModule};
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::expand::{self, ExpandedCell, Stage};
+use crate::gpu::ptx::{DeviceSource, SessionGpu};
+use crate::jit::Jit;
+use crate::link::{Emitted, Linked, Program};
+use crate::reader::{self, Sexp, Span};
+use crate::run::{self, Runner};
+use crate::timing::{Phase, PhaseTimes};
+use crate::types::Ty;
+use crate::value;
+use crate::{Item, Outcome, Stream};
+
+use self::history::{DefinitionKey, History};
+use self::report::{assembly_error, explain_expansions, function_note, lowering_error, struct_line};
+
+/// The optimisation level a session starts with: the lowest cell latency (see the README's
+/// measurements); `:opt 3` for fast code.
+pub const DEFAULT_OPT_LEVEL: u8 = 1;
+
+/// How a session is set up.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// Capture what compiled code writes to stdout into `Item::Output` (transcripts, kernel);
+    /// otherwise it goes straight to the process's stdout (terminal, `quasi run`).
+    pub capture_output: bool,
+    /// The initial optimisation level, 0 to 3.
+    pub opt_level: u8,
+    /// Load the Rhai macro library of `prelude/` at start-up (and after `:reset`).
+    pub load_prelude: bool,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig { capture_output: false, opt_level: DEFAULT_OPT_LEVEL, load_prelude: true }
+    }
+}
+
+/// Lets another thread interrupt what a session is doing (Rhai expansion today; compiled
+/// loops check it in a later version).
+#[derive(Clone, Debug)]
+pub struct InterruptHandle(Arc<AtomicBool>);
+
+impl InterruptHandle {
+    /// Asks the running cell to stop as soon as it can.
+    pub fn interrupt(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A session could not be started (LLVM or the JIT failed to initialise).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// LLVM could not be set up for this machine.
+    #[error("LLVM: {0}")]
+    Llvm(String),
+    /// The executor thread could not be started.
+    #[error("could not start the executor thread: {0}")]
+    Thread(#[from] std::io::Error),
+    /// The Rhai prelude failed to load.
+    #[error("the prelude {0} failed to load: {1}")]
+    Prelude(String, String),
+}
+
+/// Staging: Rhai's engine and scope, and whether its view of the session lags behind.
+struct Staging {
+    stage: Stage,
+    /// Whether `stage.view` lags behind the environment (a commit happened since it was built).
+    view_stale: bool,
+}
+
+/// An interactive session: definitions, globals and compiled code that persist across cells.
+pub struct Session {
+    config: SessionConfig,
+    opt_level: u8,
+    // Field order matters for drop: the runner stops before the program's code is freed, and
+    // the GPU runtime goes last (compiled code may use it until the runner has stopped).
+    /// The executor thread compiled code runs on, behind the fault guard.
+    runner: Runner,
+    /// What linked: the JIT, every cell's code, slots, global storage and symbol names.
+    program: Program,
+    /// The LLVM context, target machines, passes and emission.
+    backend: Backend,
+    /// What the checker knows: functions, globals, structs.
+    env: Env,
+    staging: Staging,
+    /// Sources, the cell counter, the last cell and its expansion and timing, definition order.
+    history: History,
+    interrupt: Arc<AtomicBool>,
+    /// The GPU runtime, the target and the PTX built.
+    gpu: SessionGpu,
+}
+
+impl Session {
+    /// Starts a session: an ORC JIT, an executor thread, an empty environment.
+    pub fn new(config: SessionConfig) -> Result<Session, SessionError> {
+        let backend = Backend::new().map_err(SessionError::Llvm)?;
+        let mut jit = Jit::new().map_err(|error| SessionError::Llvm(error.to_string()))?;
+        jit.define_absolute(&run::runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
+        // The CUDA driver starts in the background now, so the first GPU cell rarely waits.
+        let gpu = SessionGpu::new();
+        jit.define_absolute(&gpu.runtime.runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
+        let interrupt = expand::new_interrupt_flag();
+        let mut session = Session {
+            opt_level: config.opt_level.min(3),
+            runner: Runner::new()?,
+            program: Program::new(jit),
+            backend,
+            env: Env::default(),
+            staging: Staging { stage: Stage::new(interrupt.clone()), view_stale: false },
+            history: History::default(),
+            interrupt,
+            gpu,
+            config,
+        };
+        if session.config.load_prelude {
+            session.load_prelude()?;
+        }
+        Ok(session)
+    }
+
+    fn load_prelude(&mut self) -> Result<(), SessionError> {
+        for (name, text) in quasi_prelude::FILES {
+            let source = self.history.add_source(format!("prelude/{name}"), text.to_string());
+            let span = Span::new(source, 0, 0);
+            if let Err(diagnostic) = self.staging.stage.run_script(text, source, 0, span) {
+                return Err(SessionError::Prelude(name.to_string(), diagnostic.message));
+            }
+        }
+        self.staging.stage.take_printed();
+        Ok(())
+    }
+
+    /// A handle that interrupts this session's running cell from another thread.
+    pub fn interrupt_handle(&self) -> InterruptHandle {
+        InterruptHandle(self.interrupt.clone())
+    }
+
+    /// The current optimisation level.
+    pub fn opt_level(&self) -> u8 {
+        self.opt_level
+    }
+
+    /// The number of cells evaluated so far (failed ones included).
+    pub fn cell_count(&self) -> u32 {
+        self.history.cell_count
+    }
+
+    /// Evaluates one cell: forms, or one `:command` line.
+    pub fn eval(&mut self, text: &str) -> Outcome {
+        self.history.cell_count += 1;
+        self.interrupt.store(false, Ordering::SeqCst);
+        let name = format!("cell {}", self.history.cell_count);
+        if text.trim_start().starts_with(':') {
+            return self.run_command(text);
+        }
+        self.history.last_cell = Some(text.to_string());
+        let mut outcome = self.eval_source(name, text.to_string(), EvalMode::Cell);
+        self.history.last_timing = Some(outcome.timing.clone());
+        if self.history.show_timing {
+            outcome.items.push(Item::Timing(outcome.timing.clone()));
+        }
+        outcome
+    }
+
+    /// Runs a whole file as `quasi run` does: the file is one cell, values are not shown,
+    /// and `main` is called if defined. Returns the outcome and the exit status.
+    pub fn run_file(&mut self, path: &str, text: String, args: &[String]) -> (Outcome, i32) {
+        self.history.cell_count += 1;
+        let mut outcome = self.eval_source(path.to_string(), text, EvalMode::Script);
+        if outcome.failed() {
+            let faulted = outcome.diagnostics.iter().any(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
+            return (outcome, if faulted { 2 } else { 1 });
+        }
+        let Some(main) = self.env.functions.get("main").cloned() else { return (outcome, 0) };
+        let call = match main.signature.params.len() {
+            0 => "(call main)".to_string(),
+            1 => format!("(call main {})", args.len() + 1),
+            _ => {
+                // argv: a session array of C strings, built in compiled code from literals.
+                let mut program = format!(
+                    "((declare quasi-argv (ptr (ptr int8))) (set quasi-argv (alloc (ptr int8) {}))",
+                    args.len() + 2
+                );
+                for (index, arg) in std::iter::once(&path.to_string()).chain(args).enumerate() {
+                    program.push_str(&format!(" (store (ptradd quasi-argv {index}) {:?})", arg));
+                }
+                program.push_str(&format!(
+                    " (store (ptradd quasi-argv {}) (inttoptr 0 (ptr int8))) (call main {} (bitcast quasi-argv {})))",
+                    args.len() + 1,
+                    args.len() + 1,
+                    main.signature.params[1]
+                ));
+                program
+            }
+        };
+        // The call of `main` is a cell of its own (its entry must not reuse the file's names).
+        self.history.cell_count += 1;
+        let main_outcome = self.eval_source(format!("{path} (main)"), call, EvalMode::Main);
+        let status = match main_outcome.items.iter().find_map(|item| match item {
+            Item::Value { text, .. } => text.parse::<i64>().ok(),
+            _ => None,
+        }) {
+            Some(value) => (value & 0xff) as i32,
+            None => 0,
+        };
+        let faulted = main_outcome.failed();
+        outcome.items.extend(main_outcome.items);
+        outcome.diagnostics.extend(main_outcome.diagnostics);
+        outcome.sources.extend(main_outcome.sources);
+        (outcome, if faulted { 2 } else { status })
+    }
+
+    /// Completion candidates for the word that ends at byte `cursor` of `text`: session names,
+    /// forms and opcodes, or `:commands` at the start of a line. Returns the byte offset where
+    /// the word starts and the sorted candidates.
+    pub fn completions(&self, text: &str, cursor: usize) -> (usize, Vec<String>) {
+        let cursor = cursor.min(text.len());
+        let before = &text[..cursor];
+        let start = before
+            .rfind(|character: char| character.is_whitespace() || "()[]\"`,;".contains(character))
+            .map_or(0, |index| index + 1);
+        let word = &before[start..];
+        let mut candidates: Vec<String> = if word.starts_with(':') && before[..start].trim().is_empty() {
+            crate::command::COMMANDS
+                .iter()
+                .map(|(name, _)| name.split_whitespace().next().unwrap_or(name).to_string())
+                .collect()
+        } else {
+            self.defined_names().into_iter().chain(check::FORM_NAMES.iter().map(|name| name.to_string())).collect()
+        };
+        candidates.retain(|candidate| candidate.starts_with(word));
+        candidates.sort();
+        candidates.dedup();
+        (start, candidates)
+    }
+
+    /// Names for completion: defined functions, globals and structs.
+    pub fn defined_names(&self) -> Vec<String> {
+        let mut names: Vec<String> =
+            self.env.functions.keys().chain(self.env.globals.keys()).chain(self.env.structs.keys()).cloned().collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn fail(&self, mut outcome: Outcome, diagnostics: Vec<Diagnostic>) -> Outcome {
+        outcome.diagnostics.extend(diagnostics);
+        self.history.attach_sources(&mut outcome);
+        outcome
+    }
+
+    fn resolve_extern(name: &str) -> Option<String> {
+        run::runtime_function(name).or_else(|| run::process_symbol(name).map(|_| name.to_string()))
+    }
+
+    /// One cell through the whole pipeline.
+    fn eval_source(&mut self, name: String, text: String, mode: EvalMode) -> Outcome {
+        let mut outcome = Outcome::default();
+        let forms = match self.read(name, text, &mut outcome.timing) {
+            Ok(forms) => forms,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        let saved_stage = self.staging.stage.snapshot();
+        let expanded = match self.expand(forms, &mut outcome.timing) {
+            Ok(expanded) => expanded,
+            Err(diagnostics) => return self.fail(outcome, diagnostics),
+        };
+        if !expanded.printed.is_empty() {
+            outcome.items.push(Item::Output { stream: Stream::Stdout, text: expanded.printed.clone() });
+        }
+        if mode == EvalMode::Cell {
+            self.history.last_expansion = Some(expanded.forms.clone());
+        }
+        // `(bench …)` and `(autotune …)` run after the cell's other code.
+        let (session_forms, code_forms): (Vec<Sexp>, Vec<Sexp>) =
+            expanded.forms.iter().cloned().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
+        let entry_prefix = format!("cell#{}", self.history.cell_count);
+        let checked = outcome.timing.time(Phase::Check, || self.check(&self.env, &code_forms, &entry_prefix));
+        let cell = match checked {
+            Ok(cell) => cell,
+            Err(diagnostics) => {
+                self.staging.stage.restore(saved_stage);
+                return self.fail(outcome, explain_expansions(diagnostics, &expanded.sites));
+            }
+        };
+        outcome.diagnostics.extend(explain_expansions(cell.warnings.clone(), &expanded.sites));
+        let linked = match self.compile(&cell, &entry_prefix, &mut outcome.timing) {
+            Ok(linked) => linked,
+            Err(diagnostics) => {
+                self.staging.stage.restore(saved_stage);
+                return self.fail(outcome, diagnostics);
+            }
+        };
+        let entries = linked.entries().to_vec();
+        let defined = self.commit(&cell, linked);
+        if mode == EvalMode::Cell {
+            outcome.items.extend(defined);
+        }
+        let run_start = Instant::now();
+        self.run_top_level(&cell, &entries, mode, &mut outcome);
+        if !session_forms.is_empty() && !outcome.failed() {
+            bench::run_session_forms(self, &session_forms, &mut outcome);
+        }
+        outcome.timing.add(Phase::Run, run_start.elapsed());
+        self.history.attach_sources(&mut outcome);
+        outcome
+    }
+
+    /// Read: the text becomes a source of the session and is read into forms.
+    fn read(&mut self, name: String, text: String, timing: &mut PhaseTimes) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
+        let source = self.history.add_source(name, text);
+        let text = self.history.text(source);
+        timing.time(Phase::Parse, || reader::read(source, text))
+    }
+
+    /// Expand: unquotes run in Rhai. Only a cell that runs Rhai can read the session view, so
+    /// most cells skip its rebuild.
+    fn expand(&mut self, forms: Vec<Sexp>, timing: &mut PhaseTimes) -> Result<ExpandedCell, Vec<Diagnostic>> {
+        if forms.iter().any(view::uses_staging) {
+            self.refresh_view_if_stale();
+        }
+        timing.time(Phase::Expand, || self.staging.stage.expand(forms, &mut self.history.sources, false))
+    }
+
+    /// Check: forms against an environment, into the typed cell.
+    fn check(&self, env: &Env, forms: &[Sexp], entry_prefix: &str) -> Result<TypedCell, Vec<Diagnostic>> {
+        check::check(env, forms, &Session::resolve_extern, entry_prefix)
+    }
+
+    /// Codegen → optimise → emit → link: the checked cell becomes linked code, not yet part of
+    /// the program.
+    fn compile(
+        &mut self,
+        cell: &TypedCell,
+        module_name: &str,
+        timing: &mut PhaseTimes,
+    ) -> Result<Linked, Vec<Diagnostic>> {
+        let level = self.opt_level;
+        let target_data = self.backend.target_data(level).map_err(|error| vec![error])?;
+        let names = self.program.name_cell(cell, &self.env);
+        // Errors left over from inspection commands belong to no cell.
+        self.backend.take_llvm_errors();
+        let backend = &self.backend;
+        let lowered = timing.time(Phase::Codegen, || {
+            codegen::lower(&backend.context, &target_data, &backend.triple(), cell, module_name, &names.naming())
+        });
+        let CellModule { module, entries, fault_sites, traps } =
+            lowered.map_err(|error| vec![lowering_error(error, cell)])?;
+        if level > 0 {
+            timing.time(Phase::Optimise, || backend.optimise(&module, level)).map_err(|error| vec![error])?;
+        }
+        let link_start = Instant::now();
+        let object = backend.emit_object(&module, level).map_err(|error| vec![error])?;
+        // Inline assembly the assembler rejects is reported through the context, not as an error.
+        let llvm_errors = backend.take_llvm_errors();
+        if !llvm_errors.is_empty() {
+            return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
+        }
+        drop(module);
+        let emitted = Emitted { entries, fault_sites, traps };
+        let linked =
+            self.program.link(cell, names, object.as_slice(), module_name, emitted).map_err(|error| vec![error])?;
+        timing.add(Phase::Link, link_start.elapsed());
+        Ok(linked)
+    }
+
+    /// Commit: makes a linked cell part of the session — the program takes its code, names and
+    /// slots; the environment its definitions. Returns what it defined. Nothing here can fail.
+    fn commit(&mut self, cell: &TypedCell, linked: Linked) -> Vec<Item> {
+        let traps = self.program.commit(linked);
+        let trap = |name: &str| traps.iter().find(|(trapped, _)| trapped == name).map(|(_, address)| *address);
+        let mut items = Vec::new();
+        for structure in &cell.structs {
+            let entry = StructEntry { fields: structure.fields.clone() };
+            let redefined = self.env.structs.contains_key(&structure.name);
+            items.push(Item::Defined {
+                name: format!("struct {}", structure.name),
+                description: struct_line(&structure.name, &entry)
+                    .trim_start_matches(&format!("struct {} ", structure.name))
+                    .to_string()
+                    + if redefined { "  (redefined)" } else { "" },
+            });
+            self.env.structs.insert(structure.name.clone(), entry);
+            self.history.note_definition(DefinitionKey::Struct(structure.name.clone()));
+        }
+        for global in &cell.globals {
+            let redefined = self.env.globals.contains_key(&global.name);
+            let entry = GlobalEntry::from_def(global, self.env.globals.get(&global.name));
+            self.env.globals.insert(global.name.clone(), entry);
+            if let Some(init) = &global.init {
+                self.program.initialise_global(&global.name, &global.ty, init, &self.env.structs);
+            }
+            let value = self.program.global_value_text(&global.name, &global.ty, &self.env.structs);
+            items.push(Item::Defined {
+                name: global.name.clone(),
+                description: format!(
+                    "{} = {value}{}",
+                    global.ty,
+                    if redefined && global.init.is_some() { "  (redefined)" } else { "" }
+                ),
+            });
+            self.history.note_definition(DefinitionKey::Global(global.name.clone()));
+        }
+        for decl in &cell.externs {
+            let existing = self.env.functions.get(&decl.name);
+            if matches!(existing, Some(FunctionEntry { kind: FunctionKind::Defined(_), .. })) {
+                continue;
+            }
+            let kind = match Session::resolve_extern(&decl.name) {
+                _ if decl.name.starts_with("llvm.") || check::is_libdevice(&decl.name) => {
+                    FunctionKind::External(decl.name.clone())
+                }
+                Some(link) => FunctionKind::External(link),
+                None => FunctionKind::Unresolved,
+            };
+            if let (FunctionKind::Unresolved, Some(address)) = (&kind, trap(&decl.name)) {
+                self.program.set_slot(&decl.name, address);
+            }
+            let entry =
+                FunctionEntry { signature: decl.signature.clone(), param_names: Vec::new(), kind, invalidated: None };
+            items.push(Item::Defined {
+                name: decl.name.clone(),
+                description: format!("{}{}", entry.signature, function_note(&entry, false)),
+            });
+            self.env.functions.insert(decl.name.clone(), entry);
+            self.history.note_definition(DefinitionKey::Function(decl.name.clone()));
+        }
+        for function in cell.functions.iter().chain(&cell.recompiled) {
+            let recompiled = cell.recompiled.iter().any(|other| other.name == function.name);
+            let previous = self.env.functions.get(&function.name);
+            let redefined = matches!(previous, Some(FunctionEntry { kind: FunctionKind::Defined(_), .. }));
+            let param_names =
+                function.locals.iter().take(function.signature.params.len()).map(|local| local.name.clone()).collect();
+            let entry = FunctionEntry {
+                signature: function.signature.clone(),
+                param_names,
+                kind: FunctionKind::Defined(Rc::new(function.clone())),
+                invalidated: None,
+            };
+            if !recompiled {
+                items.push(Item::Defined {
+                    name: function.name.clone(),
+                    description: format!("{}{}", entry.signature, function_note(&entry, redefined)),
+                });
+            }
+            self.env.functions.insert(function.name.clone(), entry);
+            self.history.note_definition(DefinitionKey::Function(function.name.clone()));
+        }
+        for invalidation in &cell.invalidated {
+            if let Some(entry) = self.env.functions.get_mut(&invalidation.name) {
+                entry.invalidated = Some(invalidation.message.clone());
+            }
+            // Old code calling an invalidated function must not run it with the wrong types.
+            if let Some(address) = trap(&invalidation.name) {
+                self.program.set_slot(&invalidation.name, address);
+            }
+        }
+        self.staging.view_stale = true;
+        items
+    }
+
+    /// Run: the cell's top-level code, item by item, until one faults; values are shown as the
+    /// language spells them.
+    fn run_top_level(&mut self, cell: &TypedCell, entries: &[usize], mode: EvalMode, outcome: &mut Outcome) {
+        let top: Vec<&FunctionDef> = cell.top.iter().map(|item| &item.function).collect();
+        self.prepare_launches(&top, &mut outcome.timing);
+        for (item, address) in cell.top.iter().zip(entries) {
+            let size = item.value.as_ref().map_or(0, |ty| value::size_align(ty, &self.env.structs).0);
+            let report = self.runner.call(*address, size, self.config.capture_output);
+            outcome.timing.device.extend(self.gpu.runtime.take_rows());
+            self.program.keep_allocations(report.allocations);
+            for (stream, bytes) in [(Stream::Stdout, &report.output), (Stream::Stderr, &report.errors)] {
+                if !bytes.is_empty() {
+                    outcome.items.push(Item::Output { stream, text: String::from_utf8_lossy(bytes).into_owned() });
+                }
+            }
+            if let Some(fault) = report.fault {
+                outcome.diagnostics.push(self.fault_diagnostic(&fault, item.function.span));
+                break;
+            }
+            if let (Some(ty), false) = (&item.value, mode == EvalMode::Script) {
+                let text = value::format_value_with(&report.result, 0, ty, &self.env.structs, &|handle, element| {
+                    self.gpu.describe_buffer(handle, element)
+                });
+                outcome.items.push(Item::Value { text, ty: ty.to_string() });
+            }
+        }
+    }
+
+    /// Builds current PTX for every function host code can launch, before code runs.
+    fn prepare_launches(&mut self, top: &[&FunctionDef], timing: &mut PhaseTimes) {
+        let source = DeviceSource { env: &self.env, backend: &self.backend, struct_names: self.program.struct_names() };
+        self.gpu.prepare_launches(&source, top, timing);
+    }
+}
+
+impl Pipeline for Session {
+    fn compile_quietly(
+        &mut self,
+        forms: &[Sexp],
+        with_clock: bool,
+    ) -> Result<(Vec<Option<Ty>>, Vec<usize>), Vec<Diagnostic>> {
+        self.history.cell_count += 1;
+        let prefix = format!("cell#{}", self.history.cell_count);
+        let cell = if with_clock {
+            let mut env = self.env.clone();
+            env.functions.insert(run::CLOCK.to_string(), bench::clock_entry());
+            self.check(&env, forms, &prefix)
+        } else {
+            self.check(&self.env, forms, &prefix)
+        }?;
+        let linked = self.compile(&cell, &prefix, &mut PhaseTimes::default())?;
+        let entries = linked.entries().to_vec();
+        self.commit(&cell, linked);
+        Ok((cell.top.iter().map(|item| item.value.clone()).collect(), entries))
+    }
+
+    fn call_for_value(&mut self, entry: usize, size: usize, span: Span) -> Result<Vec<u8>, Vec<Diagnostic>> {
+        self.prepare_launches(&[], &mut PhaseTimes::default());
+        let report = self.runner.call(entry, size, self.config.capture_output);
+        self.gpu.runtime.take_rows();
+        self.program.keep_allocations(report.allocations);
+        match report.fault {
+            Some(fault) => Err(vec![self.fault_diagnostic(&fault, span)]),
+            None => Ok(report.result),
+        }
+    }
+
+    fn expand_quietly(&mut self, form: &Sexp) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
+        self.refresh_view_if_stale();
+        self.staging.stage.expand(vec![form.clone()], &mut self.history.sources, false).map(|expanded| expanded.forms)
+    }
+
+    fn env(&self) -> &Env {
+        &self.env
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EvalMode {
+    /// An interactive cell: definitions and values are shown.
+    Cell,
+    /// `quasi run`: only the program's own output.
+    Script,
+    /// The call of `main` after a script: its value is the exit status.
+    Main,
+}

@@ -1,0 +1,170 @@
+//! Reports: how the session words what happened — runtime faults at their fault site, errors in
+//! generated code traced to the unquote that generated it, and the one-line descriptions of
+//! definitions that cells and `:defs` print.
+
+use super::Session;
+use crate::check::{FunctionEntry, FunctionKind, StructEntry, TypedCell};
+use crate::codegen;
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::expand::ExpansionSite;
+use crate::run::{self, Fault};
+use crate::source::Span;
+
+impl Session {
+    /// The diagnostic for a fault while `item_span`'s code ran.
+    pub(super) fn fault_diagnostic(&self, fault: &Fault, item_span: Span) -> Diagnostic {
+        let note = "the session is intact; all definitions and globals are kept";
+        match fault {
+            Fault::Check { code, site } => {
+                let site = self.program.fault_site(*site);
+                let (kind, message, span) = match (code, site) {
+                    (&codegen::FAULT_DIVIDE_BY_ZERO, Some(site)) => (
+                        Kind::RuntimeFault,
+                        format!("integer division by zero in function `{}`", display_function(&site.function)),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (
+                        Kind::RuntimeFault,
+                        format!("integer overflow in division in function `{}`", display_function(&site.function)),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_UNRESOLVED, Some(site)) => (
+                        Kind::UnknownName,
+                        format!(
+                            "`{}` was called, but nothing defines it: no session function, library or process symbol",
+                            site.function
+                        ),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_INVALIDATED, Some(site)) => (
+                        Kind::Type,
+                        format!(
+                            "`{}` was invalidated by the redefinition of {}; redefine `{}`",
+                            site.function, site.detail, site.function
+                        ),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_GPU, Some(site)) => (
+                        Kind::Gpu,
+                        self.gpu.runtime.take_error().unwrap_or_else(|| "the GPU runtime failed".into()),
+                        site.span,
+                    ),
+                    (&codegen::FAULT_DEVICE_ONLY, Some(site)) => (
+                        Kind::Gpu,
+                        format!("`{}` is device code now: host code compiled earlier cannot call it", site.function),
+                        site.span,
+                    ),
+                    _ => (Kind::RuntimeFault, "a runtime check failed".to_string(), item_span),
+                };
+                let mut diagnostic = Diagnostic::error(kind, message).with_label(span, "");
+                if kind != Kind::RuntimeFault && span != item_span {
+                    diagnostic = diagnostic.with_secondary(item_span, "while running this");
+                }
+                if kind == Kind::Gpu && diagnostic.message.starts_with("no CUDA device") {
+                    diagnostic =
+                        diagnostic.with_note("kernels still compile without a device, and `:ptx NAME` shows their PTX");
+                }
+                diagnostic.with_note(note)
+            }
+            Fault::Signal { signal, address } => {
+                let what = match *signal {
+                    libc::SIGSEGV if run::is_stack_overflow(*address) => {
+                        "stack overflow in compiled code (its stack is 64 MiB; is the recursion unbounded?)".to_string()
+                    }
+                    libc::SIGSEGV => format!("segmentation fault at address {address:#x}"),
+                    libc::SIGBUS => format!("bus error at address {address:#x}"),
+                    libc::SIGFPE => "arithmetic exception".to_string(),
+                    libc::SIGILL => "illegal instruction".to_string(),
+                    _ => "the executor thread stopped".to_string(),
+                };
+                Diagnostic::error(Kind::RuntimeFault, what).with_label(item_span, "").with_note(note)
+            }
+        }
+    }
+}
+
+/// Says which unquote generated the code a diagnostic points at, and what it expanded to.
+pub(super) fn explain_expansions(mut diagnostics: Vec<Diagnostic>, sites: &[ExpansionSite]) -> Vec<Diagnostic> {
+    if sites.is_empty() {
+        return diagnostics;
+    }
+    for diagnostic in &mut diagnostics {
+        let mut notes = Vec::new();
+        for label in &mut diagnostic.labels {
+            let site = sites.iter().find(|site| {
+                site.span.source == label.span.source
+                    && site.span.start <= label.span.start
+                    && label.span.end <= site.span.end
+            });
+            if let Some(site) = site {
+                if label.message.is_empty() {
+                    label.message = format!("in expansion of {}", site.written);
+                }
+                let note = format!("expanded to {}", site.expanded);
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
+            }
+        }
+        diagnostic.notes.splice(0..0, notes);
+    }
+    diagnostics
+}
+
+pub(super) fn assembly_error(message: String, cell: &TypedCell) -> Diagnostic {
+    let mut diagnostic = Diagnostic::error(Kind::Syntax, format!("LLVM rejected inline assembly: {}", message.trim()))
+        .with_note("the session is unchanged");
+    if let Some(span) = cell.asm_spans.first() {
+        diagnostic = diagnostic.with_label(*span, "");
+    }
+    diagnostic
+}
+
+pub(super) fn lowering_error(error: codegen::CodegenError, cell: &TypedCell) -> Diagnostic {
+    let mut diagnostic = Diagnostic::internal(format!("code generation failed: {error}"));
+    if let Some(function) = cell.functions.first() {
+        diagnostic = diagnostic.with_label(function.span, "");
+    }
+    diagnostic
+}
+
+fn display_function(name: &str) -> String {
+    if name.starts_with("cell#") {
+        "top-level code".into()
+    } else {
+        name.to_string()
+    }
+}
+
+pub(super) fn struct_line(name: &str, entry: &StructEntry) -> String {
+    match &entry.fields {
+        None => format!("struct {name} (opaque)"),
+        Some(fields) => {
+            let fields: Vec<String> = fields.iter().map(|(field, ty)| format!("{field} : {ty}")).collect();
+            format!("struct {name} {{ {} }}", fields.join(", "))
+        }
+    }
+}
+
+pub(super) fn function_note(entry: &FunctionEntry, redefined: bool) -> String {
+    let mut notes = Vec::new();
+    match &entry.kind {
+        FunctionKind::Defined(def) if def.inline => notes.push("inline"),
+        FunctionKind::Defined(def) if def.kernel => notes.push("kernel"),
+        FunctionKind::Defined(def) if def.placement.device_only => notes.push("device"),
+        FunctionKind::External(_) => notes.push("extern"),
+        FunctionKind::Unresolved => notes.push("extern, unresolved"),
+        FunctionKind::Defined(_) => {}
+    }
+    if redefined {
+        notes.push("redefined");
+    }
+    if entry.invalidated.is_some() {
+        notes.push("invalidated");
+    }
+    if notes.is_empty() {
+        String::new()
+    } else {
+        format!("  ({})", notes.join(", "))
+    }
+}
