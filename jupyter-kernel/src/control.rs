@@ -8,8 +8,10 @@ use jupyter_zmq_client::Connection;
 use tokio::sync::mpsc;
 use zeromq::RouterSocket;
 
+use crate::channel::{kernel_info, note_read_error, reply, shut_down};
 use crate::engine::Engine;
-use crate::kernel::{kernel_info, note_read_error, reply, shut_down, Interrupter, Publisher};
+use crate::interrupt::Interrupter;
+use crate::iopub::Publisher;
 use crate::logging::debug;
 use crate::wire;
 

@@ -4,12 +4,15 @@
 //! Only this crate knows ZeroMQ, Jupyter messages and MIME types; the language and the
 //! session are `quasi-lang`'s, the text of every output `quasi-repl`'s.
 
+mod channel;
 mod control;
 mod display;
 mod engine;
 mod history;
 mod html;
 mod install;
+mod interrupt;
+mod iopub;
 mod kernel;
 mod logging;
 mod parent;

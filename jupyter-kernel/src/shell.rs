@@ -15,11 +15,13 @@ use quasi_repl::{render, Style};
 use tokio::sync::mpsc;
 use zeromq::{RouterRecvHalf, RouterSendHalf};
 
+use crate::channel::{kernel_info, note_read_error, reply, shut_down};
 use crate::display::{self, Output};
 use crate::engine::{Engine, EngineGone};
 use crate::history::{History, Query};
 use crate::html;
-use crate::kernel::{kernel_info, note_read_error, reply, shut_down, Interrupter, Publisher};
+use crate::interrupt::Interrupter;
+use crate::iopub::Publisher;
 use crate::logging::{debug, warning};
 use crate::wire::{self, Request};
 
