@@ -7,6 +7,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
 use crate::diagnostics::{Diagnostic, Kind};
+use crate::intrinsics::{
+    check_intrinsic, device_only_intrinsic, host_intrinsic, intrinsic_name, is_libdevice, IntrinsicError,
+    IntrinsicFacts,
+};
 use crate::reader::{Sexp, SexpKind, Span};
 use crate::types::{parse_addrspace, parse_type, scalar_type_name, Signature, Ty, INT, INT64};
 
@@ -694,7 +698,7 @@ struct CellChecker<'a> {
     /// Inline functions called by code checked in this cell.
     inline_used: BTreeSet<String>,
     /// What LLVM said about each intrinsic declaration checked in this cell, by name.
-    intrinsics: HashMap<String, Result<crate::codegen::IntrinsicFacts, crate::codegen::IntrinsicError>>,
+    intrinsics: HashMap<String, Result<IntrinsicFacts, IntrinsicError>>,
 }
 
 fn syntax(span: Span, message: impl Into<String>) -> Diagnostic {
@@ -840,11 +844,7 @@ impl<'a> CellChecker<'a> {
     }
 
     /// What LLVM says about an intrinsic declaration, asked once per cell and signature.
-    fn intrinsic_facts(
-        &mut self,
-        link: &str,
-        signature: &Signature,
-    ) -> Result<crate::codegen::IntrinsicFacts, crate::codegen::IntrinsicError> {
+    fn intrinsic_facts(&mut self, link: &str, signature: &Signature) -> Result<IntrinsicFacts, IntrinsicError> {
         let key = format!("{link} {signature}");
         if let Some(known) = self.intrinsics.get(&key) {
             return known.clone();
@@ -858,7 +858,7 @@ impl<'a> CellChecker<'a> {
                 .and_then(|entry| entry.fields.as_ref())
                 .map(|fields| fields.iter().map(|(_, ty)| ty.clone()).collect())
         };
-        let facts = crate::codegen::check_intrinsic(link, signature, &fields);
+        let facts = check_intrinsic(link, signature, &fields);
         self.intrinsics.insert(key, facts.clone());
         facts
     }
@@ -2264,20 +2264,14 @@ fn holds_by_value(ty: &Ty, name: &str) -> bool {
 }
 
 /// The diagnostic for an intrinsic declaration LLVM rejects.
-fn intrinsic_error(
-    name: &str,
-    link: &str,
-    signature: &Signature,
-    error: crate::codegen::IntrinsicError,
-    span: Span,
-) -> Diagnostic {
+fn intrinsic_error(name: &str, link: &str, signature: &Signature, error: IntrinsicError, span: Span) -> Diagnostic {
     match error {
-        crate::codegen::IntrinsicError::Unknown => {
+        IntrinsicError::Unknown => {
             Diagnostic::error(Kind::UnknownName, format!("LLVM has no intrinsic named `{name}`"))
                 .with_label(span, "")
                 .with_note("names starting with `llvm.` are LLVM intrinsics")
         }
-        crate::codegen::IntrinsicError::Signature { message, expected_name } => {
+        IntrinsicError::Signature { message, expected_name } => {
             let mut error = type_error(span, format!("the intrinsic `{name}` has no signature `{signature}`"))
                 .with_note(format!("LLVM: {message}"));
             if let Some(expected) = expected_name.filter(|expected| expected != link) {
@@ -2286,156 +2280,6 @@ fn intrinsic_error(
             error
         }
     }
-}
-
-/// The intrinsic families host code may call. LLVM aborts the process when instruction
-/// selection meets an intrinsic it cannot lower (coroutines, exception handling, target
-/// features the CPU lacks), so calls are limited to families that always lower on x86-64.
-const HOST_INTRINSICS: &[&str] = &[
-    // Floating point.
-    "sqrt",
-    "powi",
-    "sin",
-    "cos",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "atan2",
-    "sinh",
-    "cosh",
-    "tanh",
-    "pow",
-    "exp",
-    "exp2",
-    "exp10",
-    "log",
-    "log10",
-    "log2",
-    "fma",
-    "fmuladd",
-    "fabs",
-    "minnum",
-    "maxnum",
-    "minimum",
-    "maximum",
-    "copysign",
-    "floor",
-    "ceil",
-    "trunc",
-    "rint",
-    "nearbyint",
-    "round",
-    "roundeven",
-    "lround",
-    "llround",
-    "lrint",
-    "llrint",
-    "ldexp",
-    "is.fpclass",
-    "canonicalize",
-    "fptosi.sat",
-    "fptoui.sat",
-    // Integers and bits.
-    "bitreverse",
-    "bswap",
-    "ctpop",
-    "ctlz",
-    "cttz",
-    "fshl",
-    "fshr",
-    "abs",
-    "smax",
-    "smin",
-    "umax",
-    "umin",
-    "scmp",
-    "ucmp",
-    "sadd.with.overflow",
-    "uadd.with.overflow",
-    "ssub.with.overflow",
-    "usub.with.overflow",
-    "smul.with.overflow",
-    "umul.with.overflow",
-    "sadd.sat",
-    "uadd.sat",
-    "ssub.sat",
-    "usub.sat",
-    "sshl.sat",
-    "ushl.sat",
-    // Memory and the machine.
-    "memcpy",
-    "memcpy.inline",
-    "memmove",
-    "memset",
-    "memset.inline",
-    "prefetch",
-    "ptrmask",
-    "stacksave",
-    "stackrestore",
-    "trap",
-    "debugtrap",
-    "ubsantrap",
-    "assume",
-    "expect",
-    "expect.with.probability",
-    "readcyclecounter",
-    "donothing",
-    "sideeffect",
-];
-
-/// Whether host code may call the intrinsic `name` (see `HOST_INTRINSICS`).
-fn host_intrinsic(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix("llvm.") else { return false };
-    HOST_INTRINSICS
-        .iter()
-        .any(|family| rest == *family || rest.strip_prefix(family).is_some_and(|tail| tail.starts_with('.')))
-}
-
-/// Intrinsics of targets other than the host's: LLVM cannot compile them for the CPU.
-fn device_only_intrinsic(name: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "nvvm",
-        "amdgcn",
-        "r600",
-        "aarch64",
-        "arm",
-        "ppc",
-        "mips",
-        "riscv",
-        "wasm",
-        "hexagon",
-        "s390",
-        "bpf",
-        "loongarch",
-        "spv",
-        "dx",
-        "ve",
-        "xcore",
-        "nvptx",
-    ];
-    name.strip_prefix("llvm.").and_then(|rest| rest.split('.').next()).is_some_and(|target| PREFIXES.contains(&target))
-}
-
-/// The LLVM name of an intrinsic: typed-pointer manglings become opaque (`p0i8` → `p0`).
-fn intrinsic_name(name: &str) -> String {
-    name.split('.')
-        .map(|part| {
-            let bytes = part.as_bytes();
-            if bytes.len() > 2 && bytes[0] == b'p' && bytes[1].is_ascii_digit() {
-                let digits = part[1..].chars().take_while(char::is_ascii_digit).count();
-                format!("p{}", &part[1..1 + digits])
-            } else {
-                part.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
-/// libdevice's math functions (`__nv_sinf`…): declared like C functions, linked into device code.
-pub(crate) fn is_libdevice(name: &str) -> bool {
-    name.starts_with("__nv_")
 }
 
 /// Statement forms (as opposed to expressions) at the top of a cell or in a body.
@@ -4502,27 +4346,6 @@ mod tests {
         template("${0", 1, expect![["`${` is never closed"]]);
         template("${:uid}", 1, expect![["`$` must be followed by an operand number, `{`, or `$`"]]);
         template("${0:kk}", 1, expect![["`${0:kk}` has a bad modifier"]]);
-    }
-
-    #[test]
-    fn intrinsic_names_lose_typed_pointer_manglings() {
-        assert_eq!(intrinsic_name("llvm.memcpy.p0i8.p0i8.i64"), "llvm.memcpy.p0.p0.i64");
-        assert_eq!(intrinsic_name("llvm.memset.p1i8.i32"), "llvm.memset.p1.i32");
-        assert_eq!(intrinsic_name("llvm.sqrt.f32"), "llvm.sqrt.f32");
-        assert_eq!(intrinsic_name("llvm.ptrmask.p0.i64"), "llvm.ptrmask.p0.i64");
-    }
-
-    #[test]
-    fn host_intrinsics_are_families() {
-        assert!(host_intrinsic("llvm.memcpy.p0.p0.i64"));
-        assert!(host_intrinsic("llvm.memcpy.inline.p0.p0.i64"));
-        assert!(host_intrinsic("llvm.sadd.with.overflow.i32"));
-        assert!(host_intrinsic("llvm.trap"));
-        assert!(host_intrinsic("llvm.exp2.f64"));
-        assert!(!host_intrinsic("llvm.coro.size.i32"));
-        assert!(!host_intrinsic("llvm.sadd.i32"));
-        assert!(!host_intrinsic("llvm.x86.rdtsc"));
-        assert!(!host_intrinsic("llvm.trapx"));
     }
 
     #[test]

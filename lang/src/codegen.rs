@@ -118,104 +118,6 @@ pub(crate) const FAULT_GPU: u64 = 5;
 /// Old host code called a function that is now device code.
 pub(crate) const FAULT_DEVICE_ONLY: u64 = 6;
 
-/// What LLVM's intrinsic table says about a declaration the checker accepted.
-#[derive(Clone, Debug)]
-pub(crate) struct IntrinsicFacts {
-    /// Parameters LLVM requires to be constants (`immarg`): their arguments must be literals.
-    pub immediate: Vec<usize>,
-}
-
-/// Why LLVM rejects a declaration of an intrinsic.
-#[derive(Clone, Debug)]
-pub(crate) enum IntrinsicError {
-    /// No intrinsic has this name.
-    Unknown,
-    /// The intrinsic exists but not with this signature: LLVM's verifier message, and the name
-    /// it expects for these types when that is what is wrong.
-    Signature { message: String, expected_name: Option<String> },
-}
-
-/// Checks a declaration of the intrinsic `name` (already in its opaque-pointer spelling) against
-/// LLVM's own table, in a scratch context: a module that calls it with constant arguments
-/// must pass the verifier. `struct_fields` gives the field types of a struct by name (`None`:
-/// opaque). Intrinsics return structs as literal structs, which is how codegen calls them.
-pub(crate) fn check_intrinsic(
-    name: &str,
-    signature: &Signature,
-    struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>,
-) -> std::result::Result<IntrinsicFacts, IntrinsicError> {
-    if Intrinsic::find(name).is_none() {
-        return Err(IntrinsicError::Unknown);
-    }
-    let context = Context::create();
-    let module = context.create_module("intrinsic-check");
-    let unsupported = |what: String| IntrinsicError::Signature { message: what, expected_name: None };
-    let mut param_types: Vec<BasicTypeEnum> = Vec::new();
-    for param in &signature.params {
-        param_types.push(
-            scratch_type(&context, param, struct_fields)
-                .ok_or_else(|| unsupported(format!("`{param}` cannot be passed to an intrinsic")))?,
-        );
-    }
-    let params: Vec<BasicMetadataTypeEnum> = param_types.iter().map(|ty| (*ty).into()).collect();
-    let function_type = match &signature.ret {
-        Ty::Void => context.void_type().fn_type(&params, signature.variadic),
-        ret => scratch_type(&context, ret, struct_fields)
-            .ok_or_else(|| unsupported(format!("an intrinsic cannot return `{ret}`")))?
-            .fn_type(&params, signature.variadic),
-    };
-    let intrinsic = module.add_function(name, function_type, Some(Linkage::External));
-    let caller = module.add_function("caller", context.void_type().fn_type(&[], false), None);
-    let builder = context.create_builder();
-    builder.position_at_end(context.append_basic_block(caller, "entry"));
-    let args: Vec<BasicMetadataValueEnum> = param_types.iter().map(|ty| zero_of(*ty).into()).collect();
-    let built = builder.build_call(intrinsic, &args, "").and_then(|_| builder.build_return(None));
-    if let Err(error) = built {
-        return Err(unsupported(error.to_string()));
-    }
-    if let Err(message) = module.verify() {
-        let message = message.to_string();
-        let first_line = message.lines().next().unwrap_or("");
-        let first = first_line.split("! Should be:").next().unwrap_or(first_line).trim_end_matches('!').to_string();
-        let expected_name =
-            message.split("Should be: ").nth(1).and_then(|rest| rest.split_whitespace().next()).map(str::to_string);
-        return Err(IntrinsicError::Signature { message: first, expected_name });
-    }
-    let immarg = Attribute::get_named_enum_kind_id("immarg");
-    let immediate = (0..signature.params.len())
-        .filter(|index| intrinsic.get_enum_attribute(AttributeLoc::Param(*index as u32), immarg).is_some())
-        .collect();
-    Ok(IntrinsicFacts { immediate })
-}
-
-/// The LLVM type of `ty` in a scratch context, structs as literal structs.
-fn scratch_type<'ctx>(
-    context: &'ctx Context,
-    ty: &Ty,
-    struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>,
-) -> Option<BasicTypeEnum<'ctx>> {
-    Some(match ty {
-        Ty::Bool => context.bool_type().into(),
-        Ty::Int(8) => context.i8_type().into(),
-        Ty::Int(16) => context.i16_type().into(),
-        Ty::Int(32) => context.i32_type().into(),
-        Ty::Int(_) => context.i64_type().into(),
-        Ty::Float => context.f32_type().into(),
-        Ty::Double => context.f64_type().into(),
-        Ty::Ptr(_, space) => context.ptr_type(AddressSpace::from(u16::try_from(*space).ok()?)).into(),
-        Ty::GpuBuf(_) => context.i64_type().into(),
-        Ty::Arr(length, element) => {
-            scratch_type(context, element, struct_fields)?.array_type(u32::try_from(*length).ok()?).into()
-        }
-        Ty::Struct(name) => {
-            let fields: Option<Vec<BasicTypeEnum>> =
-                struct_fields(name)?.iter().map(|field| scratch_type(context, field, struct_fields)).collect();
-            context.struct_type(&fields?, false).into()
-        }
-        Ty::Void => return None,
-    })
-}
-
 /// The zero (null) constant of an LLVM type.
 fn zero_of(ty: BasicTypeEnum<'_>) -> BasicValueEnum<'_> {
     match ty {
@@ -1791,7 +1693,7 @@ pub(crate) fn lower_device<'ctx>(
         .get_functions()
         .filter(|function| function.count_basic_blocks() == 0)
         .map(|function| function.get_name().to_string_lossy().into_owned())
-        .filter(|name| crate::check::is_libdevice(name))
+        .filter(|name| crate::intrinsics::is_libdevice(name))
         .collect();
     Ok(DeviceModule { module: lowering.module, entry, shared_bytes, libdevice })
 }

@@ -15,6 +15,7 @@ mod diagnostics;
 mod expand;
 mod gpu;
 mod inspect;
+mod intrinsics;
 mod jit;
 mod reader;
 mod run;

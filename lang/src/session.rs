@@ -1162,7 +1162,7 @@ impl Session {
                 continue;
             }
             let kind = match Session::resolve_extern(&decl.name) {
-                _ if decl.name.starts_with("llvm.") || check::is_libdevice(&decl.name) => {
+                _ if decl.name.starts_with("llvm.") || crate::intrinsics::is_libdevice(&decl.name) => {
                     FunctionKind::External(decl.name.clone())
                 }
                 Some(link) => FunctionKind::External(link),
