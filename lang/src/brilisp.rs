@@ -8,9 +8,10 @@
 
 use std::collections::HashMap;
 
-use crate::check::{typed_literal, BodyChecker, Expr, ExprKind, Place, Stmt};
+use crate::check::{typed_literal, BodyChecker};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
+use crate::tree::{Expr, ExprKind, Place, Stmt};
 use crate::types::Ty;
 
 /// A checked Brilisp body.

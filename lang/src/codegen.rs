@@ -18,8 +18,8 @@ use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionTy
 use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
-use crate::check::{BinOp, Callee, CastOp, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt, TypedCell};
 use crate::reader::Span;
+use crate::tree::{BinOp, Callee, CastOp, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt, TypedCell};
 use crate::types::{Signature, Ty};
 
 /// A failure of the code generator itself (never of the user's program).
@@ -887,9 +887,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let source = self.as_word(source)?;
                 let count = self.index(state, count)?;
                 let code = match direction {
-                    crate::check::CopyDirection::HostToDevice => 0,
-                    crate::check::CopyDirection::DeviceToHost => 1,
-                    crate::check::CopyDirection::DeviceToDevice => 2,
+                    crate::tree::CopyDirection::HostToDevice => 0,
+                    crate::tree::CopyDirection::DeviceToHost => 1,
+                    crate::tree::CopyDirection::DeviceToDevice => 2,
                 };
                 let direction = self.context.i64_type().const_int(code, false);
                 let status = self.call_gpu(
@@ -1135,7 +1135,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// `(launch …)`: the arguments are evaluated, then described to the runtime, which moves
     /// memory, launches and waits. Arguments are evaluated first, then the element counts (an
     /// annotation's SIZE reads the arguments).
-    fn launch(&mut self, state: &mut FunctionState<'ctx>, launch: &crate::check::Launch, span: Span) -> Result<()> {
+    fn launch(&mut self, state: &mut FunctionState<'ctx>, launch: &crate::tree::Launch, span: Span) -> Result<()> {
         let word = self.context.i64_type();
         let mut dimensions = Vec::new();
         for dimension in launch.grid.iter().chain(&launch.block) {
@@ -1164,16 +1164,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         let descriptor = self.temporary_of(state, word.array_type(words).into())?;
         for (index, ((arg, value), count)) in launch.args.iter().zip(values).zip(counts).enumerate() {
             let kind = match arg.kind {
-                crate::check::LaunchArgKind::Scalar => 0,
-                crate::check::LaunchArgKind::DevicePointer => 1,
-                crate::check::LaunchArgKind::Buffer => 2,
-                crate::check::LaunchArgKind::Host => 3,
+                crate::tree::LaunchArgKind::Scalar => 0,
+                crate::tree::LaunchArgKind::DevicePointer => 1,
+                crate::tree::LaunchArgKind::Buffer => 2,
+                crate::tree::LaunchArgKind::Host => 3,
             };
             let direction = match arg.direction {
                 None => 0,
-                Some(crate::check::Direction::In) => 1,
-                Some(crate::check::Direction::Out) => 2,
-                Some(crate::check::Direction::InOut) => 3,
+                Some(crate::tree::Direction::In) => 1,
+                Some(crate::tree::Direction::Out) => 2,
+                Some(crate::tree::Direction::InOut) => 3,
             };
             let fields = [
                 word.const_int(kind, false),
@@ -1208,7 +1208,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// `(tid.x)` and friends: NVPTX's special registers.
-    fn gpu_index(&mut self, register: crate::check::GpuRegister, dimension: u8) -> Result<BasicValueEnum<'ctx>> {
+    fn gpu_index(&mut self, register: crate::tree::GpuRegister, dimension: u8) -> Result<BasicValueEnum<'ctx>> {
         let axis = ["x", "y", "z"][usize::from(dimension.min(2))];
         let name = format!("llvm.nvvm.read.ptx.sreg.{}.{axis}", register.ptx());
         self.device_intrinsic(&name, &[])?.ok_or_else(no_value)
@@ -1574,8 +1574,8 @@ pub(crate) struct DeviceUnit<'u> {
     /// The launched function first, then every session function it calls, transitively.
     pub members: &'u [Rc<FunctionDef>],
     /// The session's globals: device code gets its own copies.
-    pub globals: &'u HashMap<String, crate::check::GlobalEntry>,
-    pub structs: &'u HashMap<String, crate::check::StructEntry>,
+    pub globals: &'u HashMap<String, crate::tree::GlobalEntry>,
+    pub structs: &'u HashMap<String, crate::types::StructEntry>,
 }
 
 /// Device code's extra state: its member functions and its copies of globals.

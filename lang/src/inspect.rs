@@ -2,8 +2,9 @@
 //! before and after passes, x86-64 assembly or PTX — made by recompiling it in a scratch module that
 //! is never linked, so inspecting changes nothing.
 
-use crate::check::{BinOp, CastOp, Env, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt};
+use crate::check::Env;
 use crate::reader::{Sexp, SexpKind, SourceId, Span};
+use crate::tree::{BinOp, CastOp, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, LaunchArgKind, Place, Stmt};
 use crate::types::Ty;
 
 /// The stages a listing command can show.
@@ -226,7 +227,7 @@ impl TypedPrinter<'_> {
                 ];
                 for arg in &launch.args {
                     operands.push(match (arg.kind, arg.direction, &arg.count) {
-                        (crate::check::LaunchArgKind::Host, Some(direction), Some(count)) => {
+                        (LaunchArgKind::Host, Some(direction), Some(count)) => {
                             list(vec![symbol(direction.word()), self.expr(&arg.value), self.expr(count)])
                         }
                         _ => self.expr(&arg.value),

@@ -21,6 +21,7 @@ mod reader;
 mod run;
 mod session;
 mod timing;
+mod tree;
 mod types;
 mod value;
 

@@ -16,7 +16,7 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
 use inkwell::OptimizationLevel;
 
-use crate::check::{self, Constant, Env, FunctionEntry, FunctionKind, GlobalEntry, StructEntry, TypedCell};
+use crate::check::{self, Env, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule, FaultSite, Naming};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{self, ExpansionSite, PendingPosition, SessionView, Stage};
@@ -24,7 +24,8 @@ use crate::jit::{CellCode, Jit, LlvmDiagnostics};
 use crate::reader::{self, SourceFile, SourceId, Span};
 use crate::run::{self, Fault, Runner};
 use crate::timing::{Phase, PhaseTimes};
-use crate::types::Ty;
+use crate::tree::{Constant, FunctionDef, GlobalEntry, TypedCell};
+use crate::types::{StructEntry, Ty};
 use crate::value;
 use crate::{inspect, Item, Language, Outcome, Stream};
 
@@ -794,7 +795,7 @@ impl Session {
         if mode == EvalMode::Cell {
             outcome.items.extend(defined);
         }
-        let top: Vec<&check::FunctionDef> = cell.top.iter().map(|item| &item.function).collect();
+        let top: Vec<&FunctionDef> = cell.top.iter().map(|item| &item.function).collect();
         self.prepare_launches(&top, &mut outcome.timing);
         let run_start = Instant::now();
         for (item, address) in cell.top.iter().zip(&entries) {

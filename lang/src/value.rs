@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
-use crate::check::StructEntry;
-use crate::types::Ty;
+use crate::tree::{Constant, MAX_NESTING};
+use crate::types::{StructEntry, Ty};
 
 /// Size and alignment in bytes under the x86-64 C ABI (what LLVM's data layout gives), with
 /// each struct's fields from `fields_of`. Saturating, and bounded in depth, so it is safe on
@@ -19,7 +19,7 @@ fn layout_at(ty: &Ty, fields_of: &dyn Fn(&str) -> Option<Vec<(String, Ty)>>, dep
         Ty::Int(32) | Ty::Float => (4, 4),
         Ty::Int(_) | Ty::Double | Ty::Ptr(..) | Ty::GpuBuf(_) => (8, 8),
         Ty::Void => (0, 1),
-        _ if depth > crate::check::MAX_NESTING => (u64::MAX, 1),
+        _ if depth > MAX_NESTING => (u64::MAX, 1),
         Ty::Arr(length, element) => {
             let (size, align) = layout_at(element, fields_of, depth + 1);
             (size.saturating_mul(*length), align)
@@ -92,11 +92,10 @@ pub(crate) fn encode_constant(
     bytes: &mut [u8],
     offset: usize,
     ty: &Ty,
-    constant: &crate::check::Constant,
+    constant: &Constant,
     structs: &HashMap<String, StructEntry>,
     address_of: &dyn Fn(&str) -> usize,
 ) {
-    use crate::check::Constant;
     let mut put = |data: &[u8]| {
         if let Some(target) = bytes.get_mut(offset..offset + data.len()) {
             target.copy_from_slice(data);

@@ -18,11 +18,12 @@ use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Tar
 use inkwell::OptimizationLevel;
 
 use super::{CompiledPtx, Gpu};
-use crate::check::{self, FunctionDef, MAX_SHARED_BYTES};
+use crate::check::{self, MAX_SHARED_BYTES};
 use crate::codegen::{self, DeviceUnit};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::session::Session;
 use crate::timing::{DeviceTiming, PhaseTimes};
+use crate::tree::{self, FunctionDef};
 use crate::types::Ty;
 
 /// The GPU target when the session starts; `:gpu-arch` changes it.
@@ -119,12 +120,12 @@ impl Session {
     /// runtime; `top` is the cell's top-level code. Builds add `ptx` rows to `timing`.
     pub(crate) fn prepare_launches(&mut self, top: &[&FunctionDef], timing: &mut PhaseTimes) {
         let mut targets: BTreeSet<String> =
-            top.iter().flat_map(|function| check::launch_targets(&function.body)).map(|(name, _)| name).collect();
+            top.iter().flat_map(|function| tree::launch_targets(&function.body)).map(|(name, _)| name).collect();
         for (name, entry) in &self.env.functions {
             let check::FunctionKind::Defined(def) = &entry.kind else { continue };
             let fresh = self.gpu.launches.get(name).is_some_and(|(seen, _)| Rc::ptr_eq(seen, def));
             if !fresh {
-                let launched = check::launch_targets(&def.body).into_iter().map(|(name, _)| name).collect();
+                let launched = tree::launch_targets(&def.body).into_iter().map(|(name, _)| name).collect();
                 self.gpu.launches.insert(name.clone(), (def.clone(), launched));
             }
         }
