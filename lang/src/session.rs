@@ -507,11 +507,11 @@ impl Session {
                     let mut parts: Vec<String> = cell
                         .functions
                         .iter()
-                        .map(|function| expand::pretty(&inspect::typed_tree(function, &self.env), 0))
+                        .map(|function| expand::pretty(&inspect::typed_tree(function, &self.env.structs), 0))
                         .collect();
                     for item in &cell.top {
                         parts.extend(
-                            inspect::typed_statements(&item.function, &self.env)
+                            inspect::typed_statements(&item.function, &self.env.structs)
                                 .iter()
                                 .map(|form| expand::pretty(form, 0)),
                         );
