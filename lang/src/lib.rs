@@ -7,7 +7,6 @@
 #![deny(missing_docs)]
 
 mod bench;
-mod brilisp;
 mod check;
 mod codegen;
 pub mod command;

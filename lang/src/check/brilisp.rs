@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::check::{typed_literal, BodyChecker};
+use super::{cast_note, cast_op, syntax, type_error, typed_literal, BodyChecker};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
 use crate::tree::{Expr, ExprKind, Place, Stmt};
@@ -21,14 +21,6 @@ pub(crate) struct BrilispBody {
     pub labels: Vec<String>,
     /// Whether some reachable path runs off the end without `ret`.
     pub falls_through: bool,
-}
-
-fn syntax(span: Span, message: impl Into<String>) -> Diagnostic {
-    Diagnostic::error(Kind::Syntax, message).with_label(span, "")
-}
-
-fn type_error(span: Span, message: impl Into<String>) -> Diagnostic {
-    Diagnostic::error(Kind::Type, message).with_label(span, "")
 }
 
 /// Checks a Brilisp body.
@@ -221,7 +213,7 @@ fn check_set(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp]) -> 
     if value.ty != ty {
         checker.error(
             type_error(value_form.span, format!("`{name}` is set as `{ty}`, but the value is `{}`", value.ty))
-                .with_note(crate::check::cast_note(&value.ty, &ty)),
+                .with_note(cast_note(&value.ty, &ty)),
         );
         return None;
     }
@@ -264,7 +256,7 @@ fn check_value(checker: &mut BodyChecker<'_, '_>, form: &Sexp, ty: &Ty) -> Optio
             }
             Some(call)
         }
-        Some(name) if crate::check::cast_op(name).is_some() => {
+        Some(name) if cast_op(name).is_some() => {
             // The last operand of a cast is its type, which may be a list.
             operands_are_atoms(checker, operands.split_last().map_or(&[][..], |(_, rest)| rest))?;
             checker.check_expr(form)

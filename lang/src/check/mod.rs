@@ -3,6 +3,8 @@
 //! Every error in the cell is collected (at most `MAX_ERRORS`) and reported in source order.
 //! Nothing here touches LLVM: the typed tree is plain data.
 
+mod brilisp;
+
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
@@ -1148,7 +1150,7 @@ impl<'a> CellChecker<'a> {
             body_checker.declare_local(name, ty.clone(), *span);
         }
         let (body, labels, falls_through) = if brilisp {
-            let checked = crate::brilisp::check_body(&mut body_checker, &items[2..]);
+            let checked = brilisp::check_body(&mut body_checker, &items[2..]);
             (checked.body, checked.labels, checked.falls_through)
         } else {
             let body = body_checker.check_block_items(&items[2..]);
