@@ -4,7 +4,7 @@
 //! A Brilisp variable is a name and a type: `(set (x int) …)` after `(set (x float) …)` makes a
 //! second variable, and later uses of `x` (in the text) mean the newest one, as llama.lisp's
 //! `llvm.py` does. Operands are variable names or literals; anything else must be computed
-//! into a variable first. Types are checked as in C-Lisp (LANGUAGE.md §3.5).
+//! into a variable first. Types are checked as in C-Lisp (docs/language.md §3.5).
 
 use std::collections::HashMap;
 
