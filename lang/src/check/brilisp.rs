@@ -8,7 +8,9 @@
 
 use std::collections::HashMap;
 
-use super::{cast_note, cast_op, syntax, type_error, typed_literal, BodyChecker};
+use super::body::BodyChecker;
+use super::expr::cast_op;
+use super::{cast_note, syntax, type_error, typed_literal};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
 use crate::tree::{Expr, ExprKind, Place, Stmt};
