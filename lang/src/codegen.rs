@@ -506,7 +506,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.builder.position_at_end(join);
             }
             Stmt::While(cond, body) => self.emit_loop(state, None, cond, None, body)?,
-            Stmt::For(init, cond, step, body) => self.emit_loop(state, init.as_ref(), cond, step.as_ref(), body)?,
+            Stmt::For(init, cond, step, body) => self.emit_loop(state, init.as_deref(), cond, step.as_deref(), body)?,
             Stmt::Ret(value) => {
                 match (value, state.sret) {
                     (Some(value), Some(sret)) => {

@@ -118,7 +118,8 @@ impl TypedPrinter<'_> {
             }
             Stmt::While(cond, body) => self.stmts(vec![symbol("while"), self.expr(cond)], body),
             Stmt::For(init, cond, step, body) => {
-                let part = |expr: &Option<Expr>| expr.as_ref().map_or_else(|| list(Vec::new()), |expr| self.expr(expr));
+                let part =
+                    |expr: &Option<Box<Expr>>| expr.as_deref().map_or_else(|| list(Vec::new()), |expr| self.expr(expr));
                 self.stmts(vec![symbol("for"), list(vec![part(init), self.expr(cond), part(step)])], body)
             }
             Stmt::Ret(value) => {

@@ -307,7 +307,8 @@ pub(crate) enum Stmt {
     Declare(usize),
     If(Expr, Box<Stmt>, Option<Box<Stmt>>),
     While(Expr, Vec<Stmt>),
-    For(Option<Expr>, Expr, Option<Expr>, Vec<Stmt>),
+    /// `(for (INIT COND STEP) BODY…)`; INIT and STEP are boxed to keep `Stmt` small.
+    For(Option<Box<Expr>>, Expr, Option<Box<Expr>>, Vec<Stmt>),
     Ret(Option<Expr>),
     Break,
     Continue,
@@ -507,7 +508,7 @@ pub(crate) fn visit_exprs(body: &[Stmt], visit: &mut dyn FnMut(&Expr)) {
                 visit_exprs(body, visit);
             }
             Stmt::For(init, cond, step, body) => {
-                for expr in [init.as_ref(), Some(cond), step.as_ref()].into_iter().flatten() {
+                for expr in [init.as_deref(), Some(cond), step.as_deref()].into_iter().flatten() {
                     visit_expr(expr, visit);
                 }
                 visit_exprs(body, visit);

@@ -5,14 +5,17 @@ use std::collections::HashMap;
 use crate::tree::{Constant, MAX_NESTING};
 use crate::types::{StructEntry, Ty};
 
+/// The fields of a struct by name (`None`: opaque or unknown).
+pub(crate) type FieldsOf<'a> = dyn Fn(&str) -> Option<Vec<(String, Ty)>> + 'a;
+
 /// Size and alignment in bytes under the x86-64 C ABI (what LLVM's data layout gives), with
 /// each struct's fields from `fields_of`. Saturating, and bounded in depth, so it is safe on
 /// absurdly large types and on the struct cycles the checker reports.
-pub(crate) fn layout(ty: &Ty, fields_of: &dyn Fn(&str) -> Option<Vec<(String, Ty)>>) -> (u64, u64) {
+pub(crate) fn layout(ty: &Ty, fields_of: &FieldsOf<'_>) -> (u64, u64) {
     layout_at(ty, fields_of, 0)
 }
 
-fn layout_at(ty: &Ty, fields_of: &dyn Fn(&str) -> Option<Vec<(String, Ty)>>, depth: usize) -> (u64, u64) {
+fn layout_at(ty: &Ty, fields_of: &FieldsOf<'_>, depth: usize) -> (u64, u64) {
     match ty {
         Ty::Bool | Ty::Int(8) => (1, 1),
         Ty::Int(16) => (2, 2),

@@ -296,7 +296,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         self.loop_depth += 1;
         let body = self.with_scope(|this| this.check_block_items(&items[2..]));
         self.loop_depth -= 1;
-        Some(Stmt::For(init?, cond?, step?, body))
+        Some(Stmt::For(init?.map(Box::new), cond?, step?.map(Box::new), body))
     }
 
     pub fn check_ret(&mut self, form: &Sexp, items: &[Sexp]) -> Option<Stmt> {
