@@ -1,4 +1,7 @@
 //! The session environment the checker reads: the committed functions, globals and structs.
+//!
+//! `GlobalEntry` lives in `tree` and `StructEntry` in `types`, because `codegen` and `value`
+//! read them too and must not import `check`.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -6,6 +9,7 @@ use std::rc::Rc;
 use crate::tree::{FunctionDef, GlobalEntry};
 use crate::types::{Signature, StructEntry};
 
+/// A session function as the checker sees it: its type, and what provides its code.
 #[derive(Clone, Debug)]
 pub(crate) struct FunctionEntry {
     pub signature: Signature,
@@ -15,8 +19,10 @@ pub(crate) struct FunctionEntry {
     pub invalidated: Option<String>,
 }
 
+/// What provides a session function's code.
 #[derive(Clone, Debug)]
 pub(crate) enum FunctionKind {
+    /// A definition with a body, as last checked.
     Defined(Rc<FunctionDef>),
     /// A declaration resolved to a process or runtime symbol of this name.
     External(String),
