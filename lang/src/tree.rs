@@ -89,6 +89,8 @@ pub(crate) enum CastOp {
 }
 
 /// A variable that can be assigned and addressed.
+///
+/// Invariant: `Local` indexes the `locals` of the function whose body holds it.
 #[derive(Clone, Debug)]
 pub(crate) enum Place {
     Local(usize),
@@ -426,9 +428,10 @@ pub(crate) struct Invalidation {
 
 /// A checked cell: only `check` builds it, and `codegen` takes nothing else.
 ///
-/// Invariant: every expression has its type, every name is resolved, and no statement or
-/// expression nests deeper than `MAX_NESTING`; codegen relies on this and has no error path for
-/// a wrong program.
+/// Invariant: every expression has its type and its operands the types its operation takes,
+/// every variable and callee names something the cell or the session declares, and no statement
+/// or expression nests deeper than `MAX_NESTING`; codegen relies on this and has no error path
+/// for a wrong program.
 #[derive(Debug)]
 pub(crate) struct TypedCell {
     pub structs: Vec<StructDef>,
