@@ -18,8 +18,8 @@ use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionTy
 use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
-use crate::check::{BinOp, Callee, CastOp, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt, TypedCell};
 use crate::reader::Span;
+use crate::tree::{BinOp, Callee, CastOp, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt, TypedCell};
 use crate::types::{Signature, Ty};
 
 /// A failure of the code generator itself (never of the user's program).
@@ -117,104 +117,6 @@ pub(crate) const FAULT_INVALIDATED: u64 = 4;
 pub(crate) const FAULT_GPU: u64 = 5;
 /// Old host code called a function that is now device code.
 pub(crate) const FAULT_DEVICE_ONLY: u64 = 6;
-
-/// What LLVM's intrinsic table says about a declaration the checker accepted.
-#[derive(Clone, Debug)]
-pub(crate) struct IntrinsicFacts {
-    /// Parameters LLVM requires to be constants (`immarg`): their arguments must be literals.
-    pub immediate: Vec<usize>,
-}
-
-/// Why LLVM rejects a declaration of an intrinsic.
-#[derive(Clone, Debug)]
-pub(crate) enum IntrinsicError {
-    /// No intrinsic has this name.
-    Unknown,
-    /// The intrinsic exists but not with this signature: LLVM's verifier message, and the name
-    /// it expects for these types when that is what is wrong.
-    Signature { message: String, expected_name: Option<String> },
-}
-
-/// Checks a declaration of the intrinsic `name` (already in its opaque-pointer spelling) against
-/// LLVM's own table, in a scratch context: a module that calls it with constant arguments
-/// must pass the verifier. `struct_fields` gives the field types of a struct by name (`None`:
-/// opaque). Intrinsics return structs as literal structs, which is how codegen calls them.
-pub(crate) fn check_intrinsic(
-    name: &str,
-    signature: &Signature,
-    struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>,
-) -> std::result::Result<IntrinsicFacts, IntrinsicError> {
-    if Intrinsic::find(name).is_none() {
-        return Err(IntrinsicError::Unknown);
-    }
-    let context = Context::create();
-    let module = context.create_module("intrinsic-check");
-    let unsupported = |what: String| IntrinsicError::Signature { message: what, expected_name: None };
-    let mut param_types: Vec<BasicTypeEnum> = Vec::new();
-    for param in &signature.params {
-        param_types.push(
-            scratch_type(&context, param, struct_fields)
-                .ok_or_else(|| unsupported(format!("`{param}` cannot be passed to an intrinsic")))?,
-        );
-    }
-    let params: Vec<BasicMetadataTypeEnum> = param_types.iter().map(|ty| (*ty).into()).collect();
-    let function_type = match &signature.ret {
-        Ty::Void => context.void_type().fn_type(&params, signature.variadic),
-        ret => scratch_type(&context, ret, struct_fields)
-            .ok_or_else(|| unsupported(format!("an intrinsic cannot return `{ret}`")))?
-            .fn_type(&params, signature.variadic),
-    };
-    let intrinsic = module.add_function(name, function_type, Some(Linkage::External));
-    let caller = module.add_function("caller", context.void_type().fn_type(&[], false), None);
-    let builder = context.create_builder();
-    builder.position_at_end(context.append_basic_block(caller, "entry"));
-    let args: Vec<BasicMetadataValueEnum> = param_types.iter().map(|ty| zero_of(*ty).into()).collect();
-    let built = builder.build_call(intrinsic, &args, "").and_then(|_| builder.build_return(None));
-    if let Err(error) = built {
-        return Err(unsupported(error.to_string()));
-    }
-    if let Err(message) = module.verify() {
-        let message = message.to_string();
-        let first_line = message.lines().next().unwrap_or("");
-        let first = first_line.split("! Should be:").next().unwrap_or(first_line).trim_end_matches('!').to_string();
-        let expected_name =
-            message.split("Should be: ").nth(1).and_then(|rest| rest.split_whitespace().next()).map(str::to_string);
-        return Err(IntrinsicError::Signature { message: first, expected_name });
-    }
-    let immarg = Attribute::get_named_enum_kind_id("immarg");
-    let immediate = (0..signature.params.len())
-        .filter(|index| intrinsic.get_enum_attribute(AttributeLoc::Param(*index as u32), immarg).is_some())
-        .collect();
-    Ok(IntrinsicFacts { immediate })
-}
-
-/// The LLVM type of `ty` in a scratch context, structs as literal structs.
-fn scratch_type<'ctx>(
-    context: &'ctx Context,
-    ty: &Ty,
-    struct_fields: &dyn Fn(&str) -> Option<Vec<Ty>>,
-) -> Option<BasicTypeEnum<'ctx>> {
-    Some(match ty {
-        Ty::Bool => context.bool_type().into(),
-        Ty::Int(8) => context.i8_type().into(),
-        Ty::Int(16) => context.i16_type().into(),
-        Ty::Int(32) => context.i32_type().into(),
-        Ty::Int(_) => context.i64_type().into(),
-        Ty::Float => context.f32_type().into(),
-        Ty::Double => context.f64_type().into(),
-        Ty::Ptr(_, space) => context.ptr_type(AddressSpace::from(u16::try_from(*space).ok()?)).into(),
-        Ty::GpuBuf(_) => context.i64_type().into(),
-        Ty::Arr(length, element) => {
-            scratch_type(context, element, struct_fields)?.array_type(u32::try_from(*length).ok()?).into()
-        }
-        Ty::Struct(name) => {
-            let fields: Option<Vec<BasicTypeEnum>> =
-                struct_fields(name)?.iter().map(|field| scratch_type(context, field, struct_fields)).collect();
-            context.struct_type(&fields?, false).into()
-        }
-        Ty::Void => return None,
-    })
-}
 
 /// The zero (null) constant of an LLVM type.
 fn zero_of(ty: BasicTypeEnum<'_>) -> BasicValueEnum<'_> {
@@ -604,7 +506,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.builder.position_at_end(join);
             }
             Stmt::While(cond, body) => self.emit_loop(state, None, cond, None, body)?,
-            Stmt::For(init, cond, step, body) => self.emit_loop(state, init.as_ref(), cond, step.as_ref(), body)?,
+            Stmt::For(init, cond, step, body) => self.emit_loop(state, init.as_deref(), cond, step.as_deref(), body)?,
             Stmt::Ret(value) => {
                 match (value, state.sret) {
                     (Some(value), Some(sret)) => {
@@ -985,9 +887,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let source = self.as_word(source)?;
                 let count = self.index(state, count)?;
                 let code = match direction {
-                    crate::check::CopyDirection::HostToDevice => 0,
-                    crate::check::CopyDirection::DeviceToHost => 1,
-                    crate::check::CopyDirection::DeviceToDevice => 2,
+                    crate::tree::CopyDirection::HostToDevice => 0,
+                    crate::tree::CopyDirection::DeviceToHost => 1,
+                    crate::tree::CopyDirection::DeviceToDevice => 2,
                 };
                 let direction = self.context.i64_type().const_int(code, false);
                 let status = self.call_gpu(
@@ -1233,7 +1135,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// `(launch …)`: the arguments are evaluated, then described to the runtime, which moves
     /// memory, launches and waits. Arguments are evaluated first, then the element counts (an
     /// annotation's SIZE reads the arguments).
-    fn launch(&mut self, state: &mut FunctionState<'ctx>, launch: &crate::check::Launch, span: Span) -> Result<()> {
+    fn launch(&mut self, state: &mut FunctionState<'ctx>, launch: &crate::tree::Launch, span: Span) -> Result<()> {
         let word = self.context.i64_type();
         let mut dimensions = Vec::new();
         for dimension in launch.grid.iter().chain(&launch.block) {
@@ -1262,16 +1164,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         let descriptor = self.temporary_of(state, word.array_type(words).into())?;
         for (index, ((arg, value), count)) in launch.args.iter().zip(values).zip(counts).enumerate() {
             let kind = match arg.kind {
-                crate::check::LaunchArgKind::Scalar => 0,
-                crate::check::LaunchArgKind::DevicePointer => 1,
-                crate::check::LaunchArgKind::Buffer => 2,
-                crate::check::LaunchArgKind::Host => 3,
+                crate::tree::LaunchArgKind::Scalar => 0,
+                crate::tree::LaunchArgKind::DevicePointer => 1,
+                crate::tree::LaunchArgKind::Buffer => 2,
+                crate::tree::LaunchArgKind::Host => 3,
             };
             let direction = match arg.direction {
                 None => 0,
-                Some(crate::check::Direction::In) => 1,
-                Some(crate::check::Direction::Out) => 2,
-                Some(crate::check::Direction::InOut) => 3,
+                Some(crate::tree::Direction::In) => 1,
+                Some(crate::tree::Direction::Out) => 2,
+                Some(crate::tree::Direction::InOut) => 3,
             };
             let fields = [
                 word.const_int(kind, false),
@@ -1306,7 +1208,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// `(tid.x)` and friends: NVPTX's special registers.
-    fn gpu_index(&mut self, register: crate::check::GpuRegister, dimension: u8) -> Result<BasicValueEnum<'ctx>> {
+    fn gpu_index(&mut self, register: crate::tree::GpuRegister, dimension: u8) -> Result<BasicValueEnum<'ctx>> {
         let axis = ["x", "y", "z"][usize::from(dimension.min(2))];
         let name = format!("llvm.nvvm.read.ptx.sreg.{}.{axis}", register.ptx());
         self.device_intrinsic(&name, &[])?.ok_or_else(no_value)
@@ -1672,8 +1574,8 @@ pub(crate) struct DeviceUnit<'u> {
     /// The launched function first, then every session function it calls, transitively.
     pub members: &'u [Rc<FunctionDef>],
     /// The session's globals: device code gets its own copies.
-    pub globals: &'u HashMap<String, crate::check::GlobalEntry>,
-    pub structs: &'u HashMap<String, crate::check::StructEntry>,
+    pub globals: &'u HashMap<String, crate::tree::GlobalEntry>,
+    pub structs: &'u HashMap<String, crate::types::StructEntry>,
 }
 
 /// Device code's extra state: its member functions and its copies of globals.
@@ -1791,7 +1693,7 @@ pub(crate) fn lower_device<'ctx>(
         .get_functions()
         .filter(|function| function.count_basic_blocks() == 0)
         .map(|function| function.get_name().to_string_lossy().into_owned())
-        .filter(|name| crate::check::is_libdevice(name))
+        .filter(|name| crate::intrinsics::is_libdevice(name))
         .collect();
     Ok(DeviceModule { module: lowering.module, entry, shared_bytes, libdevice })
 }

@@ -2,9 +2,11 @@
 //! before and after passes, x86-64 assembly or PTX — made by recompiling it in a scratch module that
 //! is never linked, so inspecting changes nothing.
 
-use crate::check::{BinOp, CastOp, Env, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, Place, Stmt};
+use std::collections::HashMap;
+
 use crate::reader::{Sexp, SexpKind, SourceId, Span};
-use crate::types::Ty;
+use crate::tree::{BinOp, CastOp, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, LaunchArgKind, Place, Stmt};
+use crate::types::{StructEntry, Ty};
 
 /// The stages a listing command can show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,8 +55,8 @@ fn annotated(head: &str, ty: &Ty) -> Sexp {
 
 /// A function's typed tree as forms whose heads and leaves carry their types, e.g.
 /// `(set:int y (add:int x:int 1:int))`, laid out by the same pretty printer as `:expand`.
-pub(crate) fn typed_tree(function: &FunctionDef, env: &Env) -> Sexp {
-    let printer = TypedPrinter { function, env };
+pub(crate) fn typed_tree(function: &FunctionDef, structs: &HashMap<String, StructEntry>) -> Sexp {
+    let printer = TypedPrinter { function, structs };
     let mut prototype = vec![list(vec![symbol(function.name.clone()), symbol(function.signature.ret.to_string())])];
     for (local, ty) in function.locals.iter().zip(&function.signature.params) {
         prototype.push(list(vec![symbol(local.name.clone()), symbol(ty.to_string())]));
@@ -72,14 +74,14 @@ pub(crate) fn typed_tree(function: &FunctionDef, env: &Env) -> Sexp {
 }
 
 /// Top-level code: its statements, without a prototype.
-pub(crate) fn typed_statements(function: &FunctionDef, env: &Env) -> Vec<Sexp> {
-    let printer = TypedPrinter { function, env };
+pub(crate) fn typed_statements(function: &FunctionDef, structs: &HashMap<String, StructEntry>) -> Vec<Sexp> {
+    let printer = TypedPrinter { function, structs };
     function.body.iter().map(|stmt| printer.stmt(stmt)).collect()
 }
 
 struct TypedPrinter<'a> {
     function: &'a FunctionDef,
-    env: &'a Env,
+    structs: &'a HashMap<String, StructEntry>,
 }
 
 impl TypedPrinter<'_> {
@@ -116,7 +118,8 @@ impl TypedPrinter<'_> {
             }
             Stmt::While(cond, body) => self.stmts(vec![symbol("while"), self.expr(cond)], body),
             Stmt::For(init, cond, step, body) => {
-                let part = |expr: &Option<Expr>| expr.as_ref().map_or_else(|| list(Vec::new()), |expr| self.expr(expr));
+                let part =
+                    |expr: &Option<Box<Expr>>| expr.as_deref().map_or_else(|| list(Vec::new()), |expr| self.expr(expr));
                 self.stmts(vec![symbol("for"), list(vec![part(init), self.expr(cond), part(step)])], body)
             }
             Stmt::Ret(value) => {
@@ -166,7 +169,6 @@ impl TypedPrinter<'_> {
             ExprKind::FieldPtr(pointer, field) => {
                 let field_name = match pointer.ty.pointee() {
                     Some(Ty::Struct(name)) => self
-                        .env
                         .structs
                         .get(&**name)
                         .and_then(|entry| entry.fields.as_ref())
@@ -226,7 +228,7 @@ impl TypedPrinter<'_> {
                 ];
                 for arg in &launch.args {
                     operands.push(match (arg.kind, arg.direction, &arg.count) {
-                        (crate::check::LaunchArgKind::Host, Some(direction), Some(count)) => {
+                        (LaunchArgKind::Host, Some(direction), Some(count)) => {
                             list(vec![symbol(direction.word()), self.expr(&arg.value), self.expr(count)])
                         }
                         _ => self.expr(&arg.value),

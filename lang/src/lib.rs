@@ -8,7 +8,6 @@
 
 mod backend;
 mod bench;
-mod brilisp;
 mod check;
 mod codegen;
 mod command;
@@ -16,6 +15,7 @@ mod diagnostics;
 mod expand;
 mod gpu;
 mod inspect;
+mod intrinsics;
 mod jit;
 mod link;
 mod reader;
@@ -23,6 +23,7 @@ mod run;
 mod session;
 mod source;
 mod timing;
+mod tree;
 mod types;
 mod value;
 

@@ -10,11 +10,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::check::{Constant, Env, StructEntry, TypedCell};
+use crate::check::Env;
 use crate::codegen::{self, FaultSite, Naming};
 use crate::diagnostics::Diagnostic;
 use crate::jit::{CellCode, Jit};
 use crate::run;
+use crate::tree::{Constant, TypedCell};
+use crate::types::StructEntry;
 use crate::types::Ty;
 use crate::value;
 

@@ -232,3 +232,10 @@ pub(crate) fn parse_addrspace(form: &Sexp) -> Result<u32, Diagnostic> {
     }
     Err(Diagnostic::error(Kind::Type, "expected `(addrspace N)` with N from 0 to 255").with_label(form.span, ""))
 }
+
+/// A struct as the session knows it; its layout follows from the fields (`value::layout`).
+#[derive(Clone, Debug)]
+pub(crate) struct StructEntry {
+    /// `None` for an opaque struct.
+    pub fields: Option<Vec<(String, Ty)>>,
+}

@@ -2,24 +2,27 @@
 
 use std::collections::HashMap;
 
-use crate::check::StructEntry;
-use crate::types::Ty;
+use crate::tree::{Constant, MAX_NESTING};
+use crate::types::{StructEntry, Ty};
+
+/// The fields of a struct by name (`None`: opaque or unknown).
+pub(crate) type FieldsOf<'a> = dyn Fn(&str) -> Option<Vec<(String, Ty)>> + 'a;
 
 /// Size and alignment in bytes under the x86-64 C ABI (what LLVM's data layout gives), with
 /// each struct's fields from `fields_of`. Saturating, and bounded in depth, so it is safe on
 /// absurdly large types and on the struct cycles the checker reports.
-pub(crate) fn layout(ty: &Ty, fields_of: &dyn Fn(&str) -> Option<Vec<(String, Ty)>>) -> (u64, u64) {
+pub(crate) fn layout(ty: &Ty, fields_of: &FieldsOf<'_>) -> (u64, u64) {
     layout_at(ty, fields_of, 0)
 }
 
-fn layout_at(ty: &Ty, fields_of: &dyn Fn(&str) -> Option<Vec<(String, Ty)>>, depth: usize) -> (u64, u64) {
+fn layout_at(ty: &Ty, fields_of: &FieldsOf<'_>, depth: usize) -> (u64, u64) {
     match ty {
         Ty::Bool | Ty::Int(8) => (1, 1),
         Ty::Int(16) => (2, 2),
         Ty::Int(32) | Ty::Float => (4, 4),
         Ty::Int(_) | Ty::Double | Ty::Ptr(..) | Ty::GpuBuf(_) => (8, 8),
         Ty::Void => (0, 1),
-        _ if depth > crate::check::MAX_NESTING => (u64::MAX, 1),
+        _ if depth > MAX_NESTING => (u64::MAX, 1),
         Ty::Arr(length, element) => {
             let (size, align) = layout_at(element, fields_of, depth + 1);
             (size.saturating_mul(*length), align)
@@ -92,11 +95,10 @@ pub(crate) fn encode_constant(
     bytes: &mut [u8],
     offset: usize,
     ty: &Ty,
-    constant: &crate::check::Constant,
+    constant: &Constant,
     structs: &HashMap<String, StructEntry>,
     address_of: &dyn Fn(&str) -> usize,
 ) {
-    use crate::check::Constant;
     let mut put = |data: &[u8]| {
         if let Some(target) = bytes.get_mut(offset..offset + data.len()) {
             target.copy_from_slice(data);

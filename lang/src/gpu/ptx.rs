@@ -19,11 +19,12 @@ use inkwell::OptimizationLevel;
 
 use super::{CompiledPtx, Gpu};
 use crate::backend::Backend;
-use crate::check::{self, Env, FunctionDef, MAX_SHARED_BYTES};
+use crate::check::{self, Env, MAX_SHARED_BYTES};
 use crate::codegen::{self, DeviceUnit};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::Sexp;
 use crate::timing::{DeviceTiming, PhaseTimes};
+use crate::tree::{self, FunctionDef};
 use crate::types::Ty;
 
 /// The GPU target when the session starts; `:gpu-arch` changes it.
@@ -131,12 +132,12 @@ impl SessionGpu {
         timing: &mut PhaseTimes,
     ) {
         let mut targets: BTreeSet<String> =
-            top.iter().flat_map(|function| check::launch_targets(&function.body)).map(|(name, _)| name).collect();
+            top.iter().flat_map(|function| tree::launch_targets(&function.body)).map(|(name, _)| name).collect();
         for (name, entry) in &source.env.functions {
             let check::FunctionKind::Defined(def) = &entry.kind else { continue };
             let fresh = self.launches.get(name).is_some_and(|(seen, _)| Rc::ptr_eq(seen, def));
             if !fresh {
-                let launched = check::launch_targets(&def.body).into_iter().map(|(name, _)| name).collect();
+                let launched = tree::launch_targets(&def.body).into_iter().map(|(name, _)| name).collect();
                 self.launches.insert(name.clone(), (def.clone(), launched));
             }
         }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::history::DefinitionKey;
 use super::report::{function_note, struct_line};
 use super::{EvalMode, Session, SessionConfig, SessionError};
-use crate::check::{self, FunctionEntry, FunctionKind, TypedCell};
+use crate::check::{self, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule};
 use crate::command::{self, Command, TimeSetting};
 use crate::diagnostics::{Diagnostic, Kind};
@@ -17,6 +17,7 @@ use crate::inspect::{self, Stage};
 use crate::reader;
 use crate::source::Span;
 use crate::timing::Phase;
+use crate::tree::TypedCell;
 use crate::{Item, Language, Outcome, Stream};
 
 impl Session {
@@ -258,11 +259,11 @@ impl Session {
                     let mut parts: Vec<String> = cell
                         .functions
                         .iter()
-                        .map(|function| expand::pretty(&inspect::typed_tree(function, &self.env), 0))
+                        .map(|function| expand::pretty(&inspect::typed_tree(function, &self.env.structs), 0))
                         .collect();
                     for item in &cell.top {
                         parts.extend(
-                            inspect::typed_statements(&item.function, &self.env)
+                            inspect::typed_statements(&item.function, &self.env.structs)
                                 .iter()
                                 .map(|form| expand::pretty(form, 0)),
                         );

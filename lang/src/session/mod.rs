@@ -18,16 +18,19 @@ use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::bench::{self, Pipeline};
-use crate::check::{self, Env, FunctionDef, FunctionEntry, FunctionKind, GlobalEntry, StructEntry, TypedCell};
+use crate::check::{self, Env, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{self, ExpandedCell, Stage};
 use crate::gpu::ptx::{DeviceSource, SessionGpu};
+use crate::intrinsics;
 use crate::jit::Jit;
 use crate::link::{Emitted, Linked, Program};
 use crate::reader::{self, Sexp, Span};
 use crate::run::{self, Runner};
 use crate::timing::{Phase, PhaseTimes};
+use crate::tree::{FunctionDef, GlobalEntry, TypedCell};
+use crate::types::StructEntry;
 use crate::types::Ty;
 use crate::value;
 use crate::{Item, Outcome, Stream};
@@ -429,7 +432,7 @@ impl Session {
                 continue;
             }
             let kind = match Session::resolve_extern(&decl.name) {
-                _ if decl.name.starts_with("llvm.") || check::is_libdevice(&decl.name) => {
+                _ if decl.name.starts_with("llvm.") || intrinsics::is_libdevice(&decl.name) => {
                     FunctionKind::External(decl.name.clone())
                 }
                 Some(link) => FunctionKind::External(link),

@@ -3,12 +3,14 @@
 //! definitions that cells and `:defs` print.
 
 use super::Session;
-use crate::check::{FunctionEntry, FunctionKind, StructEntry, TypedCell};
+use crate::check::{FunctionEntry, FunctionKind};
 use crate::codegen;
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::ExpansionSite;
 use crate::run::{self, Fault};
 use crate::source::Span;
+use crate::tree::TypedCell;
+use crate::types::StructEntry;
 
 impl Session {
     /// The diagnostic for a fault while `item_span`'s code ran.

@@ -4,13 +4,16 @@
 //! A Brilisp variable is a name and a type: `(set (x int) …)` after `(set (x float) …)` makes a
 //! second variable, and later uses of `x` (in the text) mean the newest one, as llama.lisp's
 //! `llvm.py` does. Operands are variable names or literals; anything else must be computed
-//! into a variable first. Types are checked as in C-Lisp (LANGUAGE.md §3.5).
+//! into a variable first. Types are checked as in C-Lisp (docs/language.md §3.5).
 
 use std::collections::HashMap;
 
-use crate::check::{typed_literal, BodyChecker, Expr, ExprKind, Place, Stmt};
+use super::body::BodyChecker;
+use super::expr::cast_op;
+use super::{cast_note, syntax, type_error, typed_literal};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
+use crate::tree::{Expr, ExprKind, Place, Stmt};
 use crate::types::Ty;
 
 /// A checked Brilisp body.
@@ -20,14 +23,6 @@ pub(crate) struct BrilispBody {
     pub labels: Vec<String>,
     /// Whether some reachable path runs off the end without `ret`.
     pub falls_through: bool,
-}
-
-fn syntax(span: Span, message: impl Into<String>) -> Diagnostic {
-    Diagnostic::error(Kind::Syntax, message).with_label(span, "")
-}
-
-fn type_error(span: Span, message: impl Into<String>) -> Diagnostic {
-    Diagnostic::error(Kind::Type, message).with_label(span, "")
 }
 
 /// Checks a Brilisp body.
@@ -220,7 +215,7 @@ fn check_set(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp]) -> 
     if value.ty != ty {
         checker.error(
             type_error(value_form.span, format!("`{name}` is set as `{ty}`, but the value is `{}`", value.ty))
-                .with_note(crate::check::cast_note(&value.ty, &ty)),
+                .with_note(cast_note(&value.ty, &ty)),
         );
         return None;
     }
@@ -263,7 +258,7 @@ fn check_value(checker: &mut BodyChecker<'_, '_>, form: &Sexp, ty: &Ty) -> Optio
             }
             Some(call)
         }
-        Some(name) if crate::check::cast_op(name).is_some() => {
+        Some(name) if cast_op(name).is_some() => {
             // The last operand of a cast is its type, which may be a list.
             operands_are_atoms(checker, operands.split_last().map_or(&[][..], |(_, rest)| rest))?;
             checker.check_expr(form)

@@ -1,0 +1,222 @@
+//! Calls: session functions (through slots, inline or to themselves), C functions, libdevice and
+//! LLVM intrinsics.
+
+use super::body::BodyChecker;
+use super::env::FunctionKind;
+use super::{arity, cast_note, syntax, type_error};
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::intrinsics::{device_only_intrinsic, host_intrinsic, intrinsic_name, is_libdevice, IntrinsicError};
+use crate::reader::{Sexp, Span};
+use crate::tree::{Callee, Expr, ExprKind};
+use crate::types::{Signature, Ty};
+
+impl BodyChecker<'_, '_> {
+    pub(super) fn check_call(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let Some((name_form, arg_forms)) = operands.split_first() else {
+            self.error(arity(form.span, "`call` needs a function name: (call NAME ARG…)"));
+            return None;
+        };
+        let Some(name) = name_form.symbol() else {
+            self.error(syntax(name_form.span, "`call` takes a function name"));
+            return None;
+        };
+        let args: Vec<Option<Expr>> = arg_forms.iter().map(|arg| self.check_expr(arg)).collect();
+        let Some(entry) = self.cell.lookup_function(name).cloned() else {
+            let mut error = Diagnostic::error(Kind::UnknownName, format!("no function named `{name}`"))
+                .with_label(name_form.span, "");
+            error = error.with_note(format!("declare C functions first, e.g. (define (({name} int) (x int)))"));
+            self.error(error);
+            return None;
+        };
+        if let Some(cause) = &entry.invalidated {
+            self.error(type_error(
+                name_form.span,
+                format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`"),
+            ));
+            return None;
+        }
+        if let FunctionKind::Defined(def) = &entry.kind {
+            if def.kernel {
+                self.error(
+                    Diagnostic::error(Kind::Gpu, format!("`{name}` is a kernel: kernels are launched, not called"))
+                        .with_label(form.span, "")
+                        .with_note(format!("write (launch {name} (grid N) (block N) ARG…)")),
+                );
+                return None;
+            }
+            if def.placement.device_only && !self.use_device(form.span, format!("the device function `{name}`")) {
+                return None;
+            }
+        }
+        let args: Vec<Expr> = args.into_iter().collect::<Option<_>>()?;
+        let signature = entry.signature.clone();
+        let fixed = signature.params.len();
+        if args.len() < fixed || (!signature.variadic && args.len() != fixed) {
+            let expected = if signature.variadic { format!("at least {fixed}") } else { fixed.to_string() };
+            self.error(
+                arity(
+                    form.span,
+                    format!(
+                        "`{name}` takes {expected} argument{}, found {}",
+                        if fixed == 1 { "" } else { "s" },
+                        args.len()
+                    ),
+                )
+                .with_note(format!("{name} : {signature}")),
+            );
+            return None;
+        }
+        let mut ok = true;
+        for (index, arg) in args.iter().enumerate() {
+            match signature.params.get(index) {
+                Some(param) if *param != arg.ty => {
+                    let param_name = entry
+                        .param_names
+                        .get(index)
+                        .filter(|param_name| !param_name.is_empty())
+                        .map(|param_name| format!(" (`{param_name}`)"))
+                        .unwrap_or_default();
+                    let mut error = type_error(
+                        arg.span,
+                        format!("argument {} of `{name}`{param_name} must be `{param}`, found `{}`", index + 1, arg.ty),
+                    );
+                    if arg.ty.is_value() {
+                        error = error.with_note(cast_note(&arg.ty, param));
+                    }
+                    self.error(error);
+                    ok = false;
+                }
+                Some(_) => {}
+                None => {
+                    let allowed = matches!(arg.ty, Ty::Int(32) | Ty::Int(64) | Ty::Double | Ty::Ptr(..));
+                    if !allowed {
+                        let hint = match arg.ty {
+                            Ty::Float => " (widen with (fpext x double))",
+                            Ty::Int(_) => " (widen with (sext x int))",
+                            Ty::Bool => " (widen with (zext x int))",
+                            _ => "",
+                        };
+                        self.error(type_error(
+                            arg.span,
+                            format!(
+                                "a variadic argument must be `int`, `int64`, `double` or a pointer, found `{}`{hint}",
+                                arg.ty
+                            ),
+                        ));
+                        ok = false;
+                    }
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let callee = match &entry.kind {
+            FunctionKind::Defined(def) if def.inline => {
+                self.cell.inline_used.insert(name.to_string());
+                Callee::Inline(name.to_string())
+            }
+            FunctionKind::Defined(_) if name == self.name => Callee::SelfCall,
+            FunctionKind::Defined(_) | FunctionKind::Unresolved => Callee::Slot(name.to_string()),
+            FunctionKind::External(_) if name.starts_with("llvm.") => {
+                Callee::Intrinsic(self.check_intrinsic_call(form, name, &signature, &args)?)
+            }
+            FunctionKind::External(link) if is_libdevice(name) => {
+                if !self.use_device(form.span, format!("libdevice's `{name}`")) {
+                    return None;
+                }
+                Callee::Direct(link.clone())
+            }
+            FunctionKind::External(link) => {
+                if !self.use_host(form.span, format!("the C function `{name}`")) {
+                    return None;
+                }
+                Callee::Direct(link.clone())
+            }
+        };
+        if matches!(entry.kind, FunctionKind::Unresolved)
+            && !self.use_host(form.span, format!("`{name}`, which nothing defines"))
+        {
+            return None;
+        }
+        self.uses.insert(format!("fn:{name}"));
+        let ty = signature.ret.clone();
+        Some(Expr { kind: ExprKind::Call { callee, name: name.to_string(), signature, args }, ty, span: form.span })
+    }
+
+    /// An intrinsic call: its LLVM name, after checking what LLVM requires of the call site.
+    fn check_intrinsic_call(
+        &mut self,
+        form: &Sexp,
+        name: &str,
+        signature: &Signature,
+        args: &[Expr],
+    ) -> Option<String> {
+        let link = intrinsic_name(name);
+        let nvvm = link.starts_with("llvm.nvvm.");
+        if nvvm {
+            if !self.use_device(form.span, format!("the device intrinsic `{name}`")) {
+                return None;
+            }
+        } else if device_only_intrinsic(name) {
+            self.error(
+                Diagnostic::error(
+                    Kind::Gpu,
+                    format!("`{name}` is an intrinsic of another target: Quasi compiles for x86-64 and NVPTX"),
+                )
+                .with_label(form.span, ""),
+            );
+            return None;
+        }
+        if !nvvm && !host_intrinsic(&link) {
+            self.error(type_error(form.span, format!("`{name}` is not among the intrinsics Quasi compiles for the CPU")).with_note("host code may call the math, bit, overflow, memory and trap intrinsics; LLVM cannot lower the others everywhere"));
+            return None;
+        }
+        let facts = match self.cell.intrinsic_facts(&link, signature) {
+            Ok(facts) => facts,
+            Err(error) => {
+                self.error(intrinsic_error(name, &link, signature, error, form.span));
+                return None;
+            }
+        };
+        let mut ok = true;
+        for index in facts.immediate {
+            if let Some(arg) = args
+                .get(index)
+                .filter(|arg| !matches!(arg.kind, ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_)))
+            {
+                self.error(type_error(
+                    arg.span,
+                    format!("argument {} of `{name}` must be a literal: LLVM requires a constant there", index + 1),
+                ));
+                ok = false;
+            }
+        }
+        ok.then_some(link)
+    }
+}
+
+/// The diagnostic for an intrinsic declaration LLVM rejects.
+pub(super) fn intrinsic_error(
+    name: &str,
+    link: &str,
+    signature: &Signature,
+    error: IntrinsicError,
+    span: Span,
+) -> Diagnostic {
+    match error {
+        IntrinsicError::Unknown => {
+            Diagnostic::error(Kind::UnknownName, format!("LLVM has no intrinsic named `{name}`"))
+                .with_label(span, "")
+                .with_note("names starting with `llvm.` are LLVM intrinsics")
+        }
+        IntrinsicError::Signature { message, expected_name } => {
+            let mut error = type_error(span, format!("the intrinsic `{name}` has no signature `{signature}`"))
+                .with_note(format!("LLVM: {message}"));
+            if let Some(expected) = expected_name.filter(|expected| expected != link) {
+                error = error.with_note(format!("for these types LLVM names it `{expected}`"));
+            }
+            error
+        }
+    }
+}

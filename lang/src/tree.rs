@@ -1,0 +1,619 @@
+//! The typed tree: what `check` makes of a cell, with a `Ty` and a `Span` on every node.
+//!
+//! It is the one IR between `check` and `codegen`: `codegen` lowers it, `inspect` prints it and
+//! `gpu` walks it to find device code. Only `check` builds it (see `TypedCell::empty`). It is
+//! plain data and knows no stage: besides the visitors over it, nothing here checks or lowers.
+
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+
+use crate::diagnostics::Diagnostic;
+use crate::reader::{Sexp, Span};
+use crate::types::{Signature, Ty};
+
+/// How deeply statements and expressions may nest. Checking and code generation recurse over
+/// the tree, and the caller's thread (a REPL's main thread, 8 MiB) must not run out of stack:
+/// a debug build needs about 16 KiB per level for both.
+pub(crate) const MAX_NESTING: usize = 256;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Expr {
+    pub kind: ExprKind,
+    pub ty: Ty,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    UDiv,
+    URem,
+    Shl,
+    LShr,
+    AShr,
+    Xor,
+    And,
+    Or,
+    FAdd,
+    FSub,
+    FMul,
+    FDiv,
+    /// Integer, bool or pointer comparison: `eq ne slt sgt sle sge ult ugt ule uge`.
+    ICmp(IntCmp),
+    FCmp(FloatCmp),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IntCmp {
+    Eq,
+    Ne,
+    Slt,
+    Sgt,
+    Sle,
+    Sge,
+    Ult,
+    Ugt,
+    Ule,
+    Uge,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatCmp {
+    Oeq,
+    One,
+    Olt,
+    Ogt,
+    Ole,
+    Oge,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CastOp {
+    Sext,
+    Zext,
+    Trunc,
+    FpExt,
+    FpTrunc,
+    SiToFp,
+    UiToFp,
+    FpToSi,
+    FpToUi,
+    PtrToInt,
+    IntToPtr,
+    Bitcast,
+    AddrSpaceCast,
+}
+
+/// A variable that can be assigned and addressed.
+///
+/// Invariant: `Local` indexes the `locals` of the function whose body holds it.
+#[derive(Clone, Debug)]
+pub(crate) enum Place {
+    Local(usize),
+    Global(String),
+}
+
+/// How a call reaches its callee.
+#[derive(Clone, Debug)]
+pub(crate) enum Callee {
+    /// A session function, through its indirection slot.
+    Slot(String),
+    /// The function calling itself: the running body is always the newest, so a direct call is exact.
+    SelfCall,
+    /// A `define-inline` function: its body (from `TypedCell::inline_bodies`) is emitted into
+    /// the caller's module.
+    Inline(String),
+    /// A C function resolved in the process (or the built-in runtime) under this link name.
+    Direct(String),
+    /// An LLVM intrinsic, under its (opaque-pointer) name.
+    Intrinsic(String),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum ExprKind {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(Vec<u8>),
+    Read(Place),
+    Set(Place, Box<Expr>),
+    /// The set value needs an address-space cast first (C-Lisp's generic/global pointer mix).
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    FNeg(Box<Expr>),
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    Load(Box<Expr>),
+    Store(Box<Expr>, Box<Expr>),
+    PtrAdd(Box<Expr>, Box<Expr>),
+    /// Brilisp's multi-index `ptradd`: a `gep` through the pointee type. Indices after the
+    /// first that select a struct field are `int` literals.
+    GepPath(Box<Expr>, Vec<Expr>),
+    /// `sptradd`: field index into the pointee struct.
+    FieldPtr(Box<Expr>, u32),
+    /// `aptradd`: the operand is a pointer to the array.
+    ElemPtr(Box<Expr>, Box<Expr>),
+    AddressOf(Place),
+    Alloc(Ty, Box<Expr>),
+    /// Session memory for `alloc` in top-level code: freed at `:reset`.
+    SessionAlloc(Ty, Box<Expr>),
+    Extract(Box<Expr>, u32),
+    Insert(Box<Expr>, Box<Expr>, u32),
+    Call {
+        callee: Callee,
+        name: String,
+        signature: Signature,
+        args: Vec<Expr>,
+    },
+    Cast(CastOp, Box<Expr>),
+    Asm {
+        template: String,
+        constraints: String,
+        args: Vec<Expr>,
+    },
+    /// The zero of the expression's type (default results).
+    Zero,
+    /// A GPU special register, `(tid.x)` and friends: device code only.
+    GpuIndex(GpuRegister, u8),
+    /// `(syncthreads)`: a barrier for the threads of a block; device code only.
+    Barrier,
+    /// `(gpu-alloc T n)`: a zeroed device buffer of n elements of T.
+    GpuAlloc(Ty, Box<Expr>),
+    GpuFree(Box<Expr>),
+    GpuLen(Box<Expr>),
+    /// `(gpu-copy DST SRC n)`, the direction read from the operand types.
+    GpuCopy(CopyDirection, Box<Expr>, Box<Expr>, Box<Expr>),
+    Launch(Box<Launch>),
+}
+
+/// The special registers of §7.2: `tid` (threadIdx), `ctaid` (blockIdx), `ntid` (blockDim),
+/// `nctaid` (gridDim).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GpuRegister {
+    Tid,
+    Ctaid,
+    Ntid,
+    Nctaid,
+}
+
+impl GpuRegister {
+    /// The register and dimension (0 to 2) of a builtin such as `bdim.y`.
+    pub fn from_builtin(name: &str) -> Option<(GpuRegister, u8)> {
+        let (register, dimension) = name.split_once('.')?;
+        let register = match register {
+            "tid" => GpuRegister::Tid,
+            "bid" => GpuRegister::Ctaid,
+            "bdim" => GpuRegister::Ntid,
+            "gdim" => GpuRegister::Nctaid,
+            _ => return None,
+        };
+        let dimension = match dimension {
+            "x" => 0,
+            "y" => 1,
+            "z" => 2,
+            _ => return None,
+        };
+        Some((register, dimension))
+    }
+
+    /// The builtin's spelling, for listings: `tid`, `bid`, `bdim`, `gdim`.
+    pub fn builtin(self) -> &'static str {
+        match self {
+            GpuRegister::Tid => "tid",
+            GpuRegister::Ctaid => "bid",
+            GpuRegister::Ntid => "bdim",
+            GpuRegister::Nctaid => "gdim",
+        }
+    }
+
+    /// The PTX name of the register in LLVM's intrinsic names.
+    pub fn ptx(self) -> &'static str {
+        match self {
+            GpuRegister::Tid => "tid",
+            GpuRegister::Ctaid => "ctaid",
+            GpuRegister::Ntid => "ntid",
+            GpuRegister::Nctaid => "nctaid",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyDirection {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+}
+
+/// Which way a Lapis annotation (or a launch argument) moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    In,
+    Out,
+    InOut,
+}
+
+impl Direction {
+    /// The direction a Lapis word names: `in`, `out` or `inout`.
+    pub fn from_word(word: &str) -> Option<Direction> {
+        match word {
+            "in" => Some(Direction::In),
+            "out" => Some(Direction::Out),
+            "inout" => Some(Direction::InOut),
+            _ => None,
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+            Direction::InOut => "inout",
+        }
+    }
+}
+
+/// A parameter's Lapis annotation (§7.4).
+#[derive(Clone, Debug)]
+pub(crate) enum Annotation {
+    /// `(NAME TYPE DIR SIZE)`: SIZE elements move in the direction DIR at a launch.
+    Sized(Direction, Sexp),
+    /// `(NAME TYPE handle)`: an opaque pointer passed untouched.
+    Handle,
+}
+
+/// A checked `(launch K (grid …) (block …) ARG…)`.
+#[derive(Clone, Debug)]
+pub(crate) struct Launch {
+    pub kernel: String,
+    /// x, y, z of the grid and of the block; missing dimensions are the literal 1.
+    pub grid: Vec<Expr>,
+    pub block: Vec<Expr>,
+    pub args: Vec<LaunchArg>,
+    /// Hidden locals that keep the integer scalar arguments, by argument: SIZE expressions
+    /// of annotations read them, so each argument is evaluated once.
+    pub arg_locals: Vec<Option<usize>>,
+}
+
+/// What one launch argument is, and what the launch moves for it.
+#[derive(Clone, Debug)]
+pub(crate) struct LaunchArg {
+    pub kind: LaunchArgKind,
+    /// The scalar, the device pointer, the buffer handle or the host pointer.
+    pub value: Expr,
+    /// Elements: of an `(in p N)` argument or an annotated parameter's SIZE.
+    pub count: Option<Expr>,
+    pub direction: Option<Direction>,
+    /// Bytes of one element (of a scalar: its size).
+    pub element_size: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LaunchArgKind {
+    /// Passed by value (scalars, handles).
+    Scalar,
+    /// A `(ptr T (addrspace 1))`: already device memory.
+    DevicePointer,
+    /// A `(gpu-buf T)`: its device address.
+    Buffer,
+    /// Host memory: copied to a temporary device buffer and back, per the direction.
+    Host,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Stmt {
+    Expr(Expr),
+    /// Zero the local whenever the declaration runs.
+    Declare(usize),
+    If(Expr, Box<Stmt>, Option<Box<Stmt>>),
+    While(Expr, Vec<Stmt>),
+    /// `(for (INIT COND STEP) BODY…)`; INIT and STEP are boxed to keep `Stmt` small.
+    For(Option<Box<Expr>>, Expr, Option<Box<Expr>>, Vec<Stmt>),
+    Ret(Option<Expr>),
+    Break,
+    Continue,
+    Block(Vec<Stmt>),
+    /// Brilisp `(label L)`: the start of block L (an index into `FunctionDef::labels`).
+    Label(usize),
+    /// Brilisp `(jmp L)`.
+    Jump(usize),
+    /// Brilisp `(br C L1 L2)`.
+    Branch(Expr, usize, usize),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Local {
+    pub name: String,
+    pub ty: Ty,
+}
+
+/// A compiled function: a definition, or a top-level item's entry.
+#[derive(Clone, Debug)]
+pub(crate) struct FunctionDef {
+    pub name: String,
+    pub signature: Signature,
+    /// Parameters are the first locals.
+    pub locals: Vec<Local>,
+    pub body: Vec<Stmt>,
+    /// Brilisp label names, indexed by `Stmt::Label`, `Stmt::Jump` and `Stmt::Branch`.
+    pub labels: Vec<String>,
+    pub inline: bool,
+    pub span: Span,
+    /// The definition form as expanded, kept to re-check it when what it uses changes.
+    pub source: Sexp,
+    /// Session names it depends on: `fn:NAME`, `global:NAME`, `struct:NAME`.
+    pub uses: BTreeSet<String>,
+    /// `define-kernel`: launched, never called; compiled only for the GPU.
+    pub kernel: bool,
+    /// Lapis annotations of the parameters, by parameter.
+    pub annotations: Vec<Option<Annotation>>,
+    /// Where the GPU is needed and where the host is needed (see `Placement`).
+    pub placement: Placement,
+}
+
+/// Where a function can run. Code using GPU builtins, `llvm.nvvm.*` or libdevice is
+/// device-only: compiled only for the GPU, and host code cannot call it. Code calling C
+/// functions or using host GPU forms cannot run on the GPU.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Placement {
+    /// The first construct that needs the GPU, and what it is.
+    pub device_use: Option<(Span, String)>,
+    /// The first construct device code cannot have, and what it is.
+    pub host_use: Option<(Span, String)>,
+    /// A kernel, a direct device use, or a call of a device-only function.
+    pub device_only: bool,
+}
+
+/// A constant initializer, typed by its global.
+#[derive(Clone, Debug)]
+pub(crate) enum Constant {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Aggregate(Vec<Constant>),
+    /// The address of another global.
+    AddressOf(String),
+    Zero,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct GlobalDef {
+    pub name: String,
+    pub ty: Ty,
+    /// `None`: a repeated `declare` of the same type keeps its value.
+    pub init: Option<Constant>,
+    // No stage reads it yet; kept so that every node of the tree carries its span.
+    #[allow(dead_code)]
+    pub span: Span,
+    /// The address space on the GPU: 3 for `define-shared` and `(addrspace 3)`, else 0.
+    pub space: u32,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct StructDef {
+    pub name: String,
+    /// `None` for an opaque struct.
+    pub fields: Option<Vec<(String, Ty)>>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ExternDef {
+    pub name: String,
+    pub signature: Signature,
+    pub span: Span,
+    /// Nothing provides the symbol yet: calls reach a trap until something does.
+    pub unresolved: bool,
+}
+
+/// One top-level statement or expression, compiled as an entry function `void (ptr out)`.
+#[derive(Clone, Debug)]
+pub(crate) struct TopItem {
+    pub function: FunctionDef,
+    /// The value's type when the item is an expression with a value.
+    pub value: Option<Ty>,
+}
+
+/// A function invalidated by a change in this cell.
+#[derive(Clone, Debug)]
+pub(crate) struct Invalidation {
+    pub name: String,
+    /// The name whose change invalidated it.
+    pub message: String,
+    /// The invalidated function's definition.
+    pub span: Span,
+}
+
+/// A checked cell: only `check` builds it, and `codegen` takes nothing else.
+///
+/// Invariant: every expression has its type and its operands the types its operation takes,
+/// every variable and callee names something the cell or the session declares, and no statement
+/// or expression nests deeper than `MAX_NESTING`; codegen relies on this and has no error path
+/// for a wrong program.
+#[derive(Debug)]
+pub(crate) struct TypedCell {
+    pub structs: Vec<StructDef>,
+    pub globals: Vec<GlobalDef>,
+    pub externs: Vec<ExternDef>,
+    /// Functions defined by the cell, in source order.
+    pub functions: Vec<FunctionDef>,
+    /// Earlier functions recompiled because something they use changed.
+    pub recompiled: Vec<FunctionDef>,
+    pub invalidated: Vec<Invalidation>,
+    pub top: Vec<TopItem>,
+    pub warnings: Vec<Diagnostic>,
+    /// The finished body of every `define-inline` function the cell's code calls, directly or
+    /// through other inline functions: codegen emits a private copy of each into the module.
+    pub inline_bodies: HashMap<String, Rc<FunctionDef>>,
+    /// Where the cell's inline assembly is, to point at when the assembler rejects it.
+    pub asm_spans: Vec<Span>,
+    /// Private, so that no other module can write a `TypedCell` literal: see `TypedCell::empty`.
+    _sealed: (),
+}
+
+impl TypedCell {
+    /// The empty cell the checker fills. Only `check` calls it: a `TypedCell` that reaches
+    /// `codegen` has been through the checker.
+    pub(crate) fn empty() -> TypedCell {
+        TypedCell {
+            structs: Vec::new(),
+            globals: Vec::new(),
+            externs: Vec::new(),
+            functions: Vec::new(),
+            recompiled: Vec::new(),
+            invalidated: Vec::new(),
+            top: Vec::new(),
+            warnings: Vec::new(),
+            inline_bodies: HashMap::new(),
+            asm_spans: Vec::new(),
+            _sealed: (),
+        }
+    }
+}
+
+/// A global as the session holds it once its definition is committed.
+#[derive(Clone, Debug)]
+pub(crate) struct GlobalEntry {
+    pub ty: Ty,
+    /// Its address space on the GPU (device code gives shared globals their own storage).
+    pub space: u32,
+    /// The value its definition gives: device copies start from it.
+    pub init: Constant,
+}
+
+impl GlobalEntry {
+    /// The entry a committed definition makes; `previous` keeps the value of a repeated `declare`.
+    pub fn from_def(global: &GlobalDef, previous: Option<&GlobalEntry>) -> GlobalEntry {
+        let init = global.init.clone().or_else(|| previous.map(|entry| entry.init.clone())).unwrap_or(Constant::Zero);
+        GlobalEntry { ty: global.ty.clone(), space: global.space, init }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Visitors.
+
+/// Calls `visit` on every expression of the statements, outer expressions first.
+pub(crate) fn visit_exprs(body: &[Stmt], visit: &mut dyn FnMut(&Expr)) {
+    for stmt in body {
+        match stmt {
+            Stmt::Expr(expr) | Stmt::Ret(Some(expr)) | Stmt::Branch(expr, ..) => visit_expr(expr, visit),
+            Stmt::If(cond, then, otherwise) => {
+                visit_expr(cond, visit);
+                visit_exprs(std::slice::from_ref(then), visit);
+                if let Some(otherwise) = otherwise {
+                    visit_exprs(std::slice::from_ref(otherwise), visit);
+                }
+            }
+            Stmt::While(cond, body) => {
+                visit_expr(cond, visit);
+                visit_exprs(body, visit);
+            }
+            Stmt::For(init, cond, step, body) => {
+                for expr in [init.as_deref(), Some(cond), step.as_deref()].into_iter().flatten() {
+                    visit_expr(expr, visit);
+                }
+                visit_exprs(body, visit);
+            }
+            Stmt::Block(body) => visit_exprs(body, visit),
+            Stmt::Declare(_) | Stmt::Ret(None) | Stmt::Break | Stmt::Continue | Stmt::Label(_) | Stmt::Jump(_) => {}
+        }
+    }
+}
+
+fn visit_expr(expr: &Expr, visit: &mut dyn FnMut(&Expr)) {
+    visit(expr);
+    for child in expr_children(expr) {
+        visit_expr(child, visit);
+    }
+}
+
+fn expr_children(expr: &Expr) -> Vec<&Expr> {
+    match &expr.kind {
+        ExprKind::Set(_, a)
+        | ExprKind::Not(a)
+        | ExprKind::FNeg(a)
+        | ExprKind::Load(a)
+        | ExprKind::FieldPtr(a, _)
+        | ExprKind::Alloc(_, a)
+        | ExprKind::SessionAlloc(_, a)
+        | ExprKind::Extract(a, _)
+        | ExprKind::Cast(_, a) => vec![a.as_ref()],
+        ExprKind::Binary(_, a, b)
+        | ExprKind::Store(a, b)
+        | ExprKind::PtrAdd(a, b)
+        | ExprKind::ElemPtr(a, b)
+        | ExprKind::Insert(a, b, _) => vec![a.as_ref(), b.as_ref()],
+        ExprKind::Select(a, b, c) => vec![a.as_ref(), b.as_ref(), c.as_ref()],
+        ExprKind::GepPath(pointer, indices) => std::iter::once(pointer.as_ref()).chain(indices.iter()).collect(),
+        ExprKind::Call { args, .. } | ExprKind::Asm { args, .. } => args.iter().collect(),
+        ExprKind::GpuAlloc(_, a) | ExprKind::GpuFree(a) | ExprKind::GpuLen(a) => vec![a.as_ref()],
+        ExprKind::GpuCopy(_, a, b, c) => vec![a.as_ref(), b.as_ref(), c.as_ref()],
+        ExprKind::Launch(launch) => launch
+            .grid
+            .iter()
+            .chain(&launch.block)
+            .chain(launch.args.iter().flat_map(|arg| std::iter::once(&arg.value).chain(arg.count.as_ref())))
+            .collect(),
+        ExprKind::Int(_)
+        | ExprKind::Float(_)
+        | ExprKind::Bool(_)
+        | ExprKind::Str(_)
+        | ExprKind::Read(_)
+        | ExprKind::AddressOf(_)
+        | ExprKind::Zero
+        | ExprKind::GpuIndex(..)
+        | ExprKind::Barrier => Vec::new(),
+    }
+}
+
+/// The first call of a session function `wanted` accepts: its span and the callee's name.
+pub(crate) fn first_call(body: &[Stmt], wanted: &dyn Fn(&str) -> bool) -> Option<(Span, String)> {
+    let mut found = None;
+    visit_exprs(body, &mut |expr| {
+        if let (None, ExprKind::Call { callee: Callee::Slot(name) | Callee::Inline(name), .. }) = (&found, &expr.kind) {
+            if wanted(name) {
+                found = Some((expr.span, name.clone()));
+            }
+        }
+    });
+    found
+}
+
+/// The kernels a body launches, with the launches' spans.
+pub(crate) fn launch_targets(body: &[Stmt]) -> Vec<(String, Span)> {
+    let mut targets = Vec::new();
+    visit_exprs(body, &mut |expr| {
+        if let ExprKind::Launch(launch) = &expr.kind {
+            targets.push((launch.kernel.clone(), expr.span));
+        }
+    });
+    targets
+}
+
+/// Whether every path through the statements ends in `ret`.
+pub(crate) fn always_returns(body: &[Stmt]) -> bool {
+    body.iter().any(|stmt| match stmt {
+        Stmt::Ret(_) => true,
+        Stmt::Block(inner) => always_returns(inner),
+        Stmt::If(_, then, Some(otherwise)) => {
+            always_returns(std::slice::from_ref(then)) && always_returns(std::slice::from_ref(otherwise))
+        }
+        // `(while #t …)` without `break` never falls through.
+        Stmt::While(Expr { kind: ExprKind::Bool(true), .. }, body) => !contains_break(body),
+        _ => false,
+    })
+}
+
+fn contains_break(body: &[Stmt]) -> bool {
+    body.iter().any(|stmt| match stmt {
+        Stmt::Break => true,
+        Stmt::Block(inner) => contains_break(inner),
+        Stmt::If(_, then, otherwise) => {
+            contains_break(std::slice::from_ref(then))
+                || otherwise.as_ref().is_some_and(|otherwise| contains_break(std::slice::from_ref(otherwise)))
+        }
+        _ => false,
+    })
+}
