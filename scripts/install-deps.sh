@@ -16,3 +16,9 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo is missing: install Rust (https://rustup.rs) first" >&2
     exit 1
 fi
+# The test command checks formatting and lints; a minimal rustup profile lacks both tools.
+for component in rustfmt clippy; do
+    if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1 && command -v rustup >/dev/null 2>&1; then
+        rustup component add "$component"
+    fi
+done

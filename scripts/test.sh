@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# The whole test suite: unit tests, transcripts, binary tests.
+# The whole test suite: format, lints and module layering, then unit tests, transcripts,
+# binary tests and the Jupyter tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 . scripts/env.sh
+
+# The machine keeps the style: formatting, lints, and the layering of lang and the kernel
+# (scripts/module-graph fails on an import cycle between their modules).
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+python3 scripts/module-graph lang/src >/dev/null
+python3 scripts/module-graph jupyter-kernel/src >/dev/null
+
 cargo test --workspace --no-fail-fast
 
 # Jupyter: quasi-kernel against real clients (jupyter_kernel_test, nbclient, jupyter console)

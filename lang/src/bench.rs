@@ -80,17 +80,17 @@ struct Harness {
     samples: Vec<i64>,
 }
 
+/// What a quietly compiled cell gives back: the value type of each top-level item (none for a
+/// statement) and the entry addresses, in order.
+pub(crate) type QuietCell = (Vec<Option<Ty>>, Vec<usize>);
+
 /// What `bench` and `autotune` need of the session: compiling and committing forms quietly,
 /// running an entry under the guard, expanding a generator call, and the environment. The
 /// session implements it; nothing here sees the rest of the session.
 pub(crate) trait Pipeline {
     /// Checks, compiles and commits forms without showing anything; returns the value types of
     /// the top-level items and their entries. `with_clock` lets the code call the bench clock.
-    fn compile_quietly(
-        &mut self,
-        forms: &[Sexp],
-        with_clock: bool,
-    ) -> Result<(Vec<Option<Ty>>, Vec<usize>), Vec<Diagnostic>>;
+    fn compile_quietly(&mut self, forms: &[Sexp], with_clock: bool) -> Result<QuietCell, Vec<Diagnostic>>;
     /// Runs an entry and returns the bytes of its value (`size` bytes); a fault is the error.
     fn call_for_value(&mut self, entry: usize, size: usize, span: Span) -> Result<Vec<u8>, Vec<Diagnostic>>;
     /// Expands one form (a generator call) in the session's Rhai scope.
@@ -238,7 +238,7 @@ impl Bencher<'_> {
         let samples = self.run_harness(harness, count, evals, span)?;
         let mut report = BenchReport::from_samples(samples, options.warmup, start.elapsed());
         // Report runs, not samples.
-        report.runs = report.runs * evals as u64;
+        report.runs *= evals as u64;
         Ok(report)
     }
 

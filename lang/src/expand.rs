@@ -463,7 +463,7 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
     let counter = gensym.clone();
     engine.register_fn("fill", move |form: Dynamic, map: Map| fill(form, &map, &counter));
     engine.register_fn("show", |form: Dynamic| -> Result<String, Box<EvalAltResult>> {
-        let sexp = to_sexp(&form, NO_SPAN).map_err(|message| rhai_error(message))?;
+        let sexp = to_sexp(&form, NO_SPAN).map_err(rhai_error)?;
         Ok(pretty(&sexp, 0))
     });
     let session = view.clone();
@@ -628,7 +628,7 @@ fn fill_level(
     let mut out = Array::new();
     for (index, item) in array.into_iter().enumerate() {
         let item_level = if index == 1 { operand_level } else { level };
-        if item_level == 1 && index > 0 || item_level == 1 && head.is_none() {
+        if item_level == 1 && (index > 0 || head.is_none()) {
             if let Some(name) = unquote_name(&item, "unquote-splicing") {
                 let value = lookup_hole(map, &name)?;
                 if value.is_unit() {

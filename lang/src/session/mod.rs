@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::Backend;
-use crate::bench::{self, Pipeline};
+use crate::bench::{self, Pipeline, QuietCell};
 use crate::check::{self, Env, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule};
 use crate::diagnostics::{Diagnostic, Kind};
@@ -31,7 +31,6 @@ use crate::run::{self, Runner};
 use crate::timing::{Phase, PhaseTimes};
 use crate::tree::{FunctionDef, GlobalEntry, TypedCell};
 use crate::types::StructEntry;
-use crate::types::Ty;
 use crate::value;
 use crate::{Item, Outcome, Stream};
 
@@ -520,11 +519,7 @@ impl Session {
 }
 
 impl Pipeline for Session {
-    fn compile_quietly(
-        &mut self,
-        forms: &[Sexp],
-        with_clock: bool,
-    ) -> Result<(Vec<Option<Ty>>, Vec<usize>), Vec<Diagnostic>> {
+    fn compile_quietly(&mut self, forms: &[Sexp], with_clock: bool) -> Result<QuietCell, Vec<Diagnostic>> {
         self.history.cell_count += 1;
         let prefix = format!("cell#{}", self.history.cell_count);
         let cell = if with_clock {
