@@ -1,9 +1,11 @@
 //! quasi-lang: the Quasi language and session engine.
 //!
-//! A cell's trip: `reader` (text to spanned forms) → `check` (types, the `TypedCell`) →
-//! `codegen` (LLVM IR, one module per cell) → optimisation and object code → `jit` (ORC) →
+//! A cell's trip, as `session` spells it: `reader` (text to spanned forms) → `expand` (unquotes
+//! run in Rhai) → `check` (types, the `TypedCell` of `tree`) → `codegen` (LLVM IR, one module
+//! per cell) → `backend` (passes, object code) → `link` (names, slots, ORC through `jit`) →
 //! commit → `run` (the guarded call). Front ends call [`Session::eval`] and render the
-//! [`Outcome`]; nothing in this crate prints or knows terminals or sockets.
+//! [`Outcome`]; nothing in this crate prints or knows terminals or sockets. Modules import only
+//! the stages before them (`scripts/module-graph` checks that there is no cycle).
 #![deny(missing_docs)]
 
 mod backend;
