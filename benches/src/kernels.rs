@@ -271,7 +271,7 @@ impl Drop for ScratchDirectory {
 }
 
 /// The C builds, all of the same sources. The first is the reference of the goal:
-/// `-ffp-contract=off` because C-Lisp never contracts `a*b+c` into an FMA (LANGUAGE.md §4:
+/// `-ffp-contract=off` because C-Lisp never contracts `a*b+c` into an FMA (docs/language.md §4:
 /// results are identical at every level), so only then can every checksum match. The others
 /// are shown for information: clang's default (`-ffp-contract=on`, FMAs allowed) and
 /// `-fwrapv`, which gives C C-Lisp's integer semantics (signed overflow wraps, §4), so that

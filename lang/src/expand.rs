@@ -991,3 +991,6 @@ pub(crate) fn pretty(form: &Sexp, indent: usize) -> String {
 pub(crate) fn new_interrupt_flag() -> Arc<AtomicBool> {
     Arc::new(AtomicBool::new(false))
 }
+
+#[cfg(test)]
+mod tests;

@@ -250,3 +250,6 @@ mod tests {
         assert_eq!(text(f64::NEG_INFINITY, &Ty::Double), "-inf");
     }
 }
+
+#[cfg(test)]
+mod layout_tests;

@@ -133,7 +133,7 @@ pub fn render_diagnostic(diagnostic: &Diagnostic, outcome: &Outcome, style: Styl
             Some(ReportLabel::new(style, file, range).with_message(label.message.clone()))
         })
         .collect();
-    // Errors name their kind (`error[type]`); warnings are plain `warning:` (LANGUAGE.md §10).
+    // Errors name their kind (`error[type]`); warnings are plain `warning:` (docs/language.md §10).
     let report = Report::new(severity);
     let report = if diagnostic.is_error() { report.with_code(diagnostic.kind.code()) } else { report };
     let report = report
