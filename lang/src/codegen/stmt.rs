@@ -1,0 +1,258 @@
+//! Codegen for function bodies: frames and parameters, statements, loops, Brilisp labels and
+//! jumps, and returns.
+
+use inkwell::basic_block::BasicBlock;
+use inkwell::values::FunctionValue;
+
+use super::{is_aggregate, CodegenError, FunctionState, Lowering, Result, Value};
+use crate::tree::{Expr, FunctionDef, Stmt};
+use crate::types::Ty;
+
+impl<'ctx> Lowering<'ctx, '_> {
+    pub(super) fn emit_function(
+        &mut self,
+        def: &FunctionDef,
+        function: FunctionValue<'ctx>,
+        result: Option<&Ty>,
+    ) -> Result<()> {
+        let allocas = self.context.append_basic_block(function, "frame");
+        let entry = self.context.append_basic_block(function, "entry");
+        self.builder.position_at_end(allocas);
+        let sret = match is_aggregate(&def.signature.ret) {
+            true => Some(
+                function
+                    .get_nth_param(0)
+                    .ok_or_else(|| CodegenError::Other("missing result parameter".into()))?
+                    .into_pointer_value(),
+            ),
+            false => None,
+        };
+        let first_param = u32::from(sret.is_some());
+        let mut state = FunctionState {
+            function,
+            name: def.name.clone(),
+            ret: def.signature.ret.clone(),
+            locals: Vec::new(),
+            local_types: Vec::new(),
+            loops: Vec::new(),
+            labels: Vec::new(),
+            allocas,
+            sret,
+        };
+        for (index, local) in def.locals.iter().enumerate() {
+            let slot = self.builder.build_alloca(self.basic_type(&local.ty), &sanitize(&local.name))?;
+            if index < def.signature.params.len() {
+                let param = function
+                    .get_nth_param(first_param + index as u32)
+                    .ok_or_else(|| CodegenError::Other("missing parameter".into()))?;
+                param.set_name(&sanitize(&local.name));
+                if is_aggregate(&local.ty) {
+                    self.copy_aggregate(slot, param.into_pointer_value(), &local.ty)?;
+                } else {
+                    self.builder.build_store(slot, param)?;
+                }
+            }
+            state.locals.push(slot);
+            state.local_types.push(local.ty.clone());
+        }
+        self.builder.position_at_end(entry);
+        // Brilisp labels get their blocks up front, so jumps may go forward.
+        state.labels =
+            def.labels.iter().map(|label| self.context.append_basic_block(function, &sanitize(label))).collect();
+        match (result, def.body.as_slice()) {
+            (Some(ty), [Stmt::Expr(expr)]) => {
+                let value = self.expr(&mut state, expr)?;
+                let out = function
+                    .get_nth_param(0)
+                    .ok_or_else(|| CodegenError::Other("entry without output".into()))?
+                    .into_pointer_value();
+                match value {
+                    Value::Scalar(value) => {
+                        self.builder.build_store(out, value)?;
+                    }
+                    Value::Memory(memory) => self.copy_aggregate(out, memory, ty)?,
+                    Value::Nothing => {}
+                }
+            }
+            _ => {
+                for stmt in &def.body {
+                    self.stmt(&mut state, stmt)?;
+                }
+            }
+        }
+        if self.current_block_open() {
+            // Falling off the end returns zero (the checker warned about it).
+            self.return_zero(&state)?;
+        }
+        self.builder.position_at_end(state.allocas);
+        self.builder.build_unconditional_branch(entry)?;
+        Ok(())
+    }
+
+    /// `(ret)` in a function with a result, or its end: the result is zero.
+    fn return_zero(&self, state: &FunctionState<'ctx>) -> Result<()> {
+        match (&state.ret, state.sret) {
+            (Ty::Void, _) => {
+                self.builder.build_return(None)?;
+            }
+            (ret, Some(sret)) => {
+                self.zero_memory(sret, ret)?;
+                self.builder.build_return(None)?;
+            }
+            (ret, None) => {
+                let zero = self.zero(ret);
+                self.builder.build_return(Some(&zero))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn current_block_open(&self) -> bool {
+        self.builder.get_insert_block().is_some_and(|block| block.get_terminator().is_none())
+    }
+
+    /// After a terminator, later statements go to a fresh block nothing jumps to.
+    fn continue_in_dead_block(&self, state: &FunctionState<'ctx>) {
+        let dead = self.context.append_basic_block(state.function, "dead");
+        self.builder.position_at_end(dead);
+    }
+
+    fn stmt(&mut self, state: &mut FunctionState<'ctx>, stmt: &Stmt) -> Result<()> {
+        match stmt {
+            Stmt::Expr(expr) => {
+                self.expr(state, expr)?;
+            }
+            Stmt::Declare(index) => {
+                let (slot, ty) = (state.locals[*index], state.local_types[*index].clone());
+                if is_aggregate(&ty) {
+                    self.zero_memory(slot, &ty)?;
+                } else {
+                    self.builder.build_store(slot, self.zero(&ty))?;
+                }
+            }
+            Stmt::Block(body) => {
+                for stmt in body {
+                    self.stmt(state, stmt)?;
+                }
+            }
+            Stmt::If(cond, then, otherwise) => {
+                let cond = self.value(state, cond)?.into_int_value();
+                let then_block = self.context.append_basic_block(state.function, "then");
+                let else_block = self.context.append_basic_block(state.function, "else");
+                let join = self.context.append_basic_block(state.function, "endif");
+                self.builder.build_conditional_branch(cond, then_block, else_block)?;
+                self.builder.position_at_end(then_block);
+                self.stmt(state, then)?;
+                self.branch_if_open(join)?;
+                self.builder.position_at_end(else_block);
+                if let Some(otherwise) = otherwise {
+                    self.stmt(state, otherwise)?;
+                }
+                self.branch_if_open(join)?;
+                self.builder.position_at_end(join);
+            }
+            Stmt::While(cond, body) => self.emit_loop(state, None, cond, None, body)?,
+            Stmt::For(init, cond, step, body) => self.emit_loop(state, init.as_deref(), cond, step.as_deref(), body)?,
+            Stmt::Ret(value) => {
+                match (value, state.sret) {
+                    (Some(value), Some(sret)) => {
+                        let memory = self.memory(state, value)?;
+                        self.copy_aggregate(sret, memory, &value.ty)?;
+                        self.builder.build_return(None)?;
+                    }
+                    (Some(value), None) => {
+                        let value = self.value(state, value)?;
+                        self.builder.build_return(Some(&value))?;
+                    }
+                    (None, _) => self.return_zero(state)?,
+                }
+                self.continue_in_dead_block(state);
+            }
+            Stmt::Break | Stmt::Continue => {
+                let (exit, next) =
+                    *state.loops.last().ok_or_else(|| CodegenError::Other("break outside a loop".into()))?;
+                self.builder.build_unconditional_branch(if matches!(stmt, Stmt::Break) { exit } else { next })?;
+                self.continue_in_dead_block(state);
+            }
+            Stmt::Label(label) => {
+                // A block that runs into a label falls through to it, as in Brilisp.
+                let block = label_block(state, *label)?;
+                self.branch_if_open(block)?;
+                self.builder.position_at_end(block);
+            }
+            Stmt::Jump(label) => {
+                let block = label_block(state, *label)?;
+                self.builder.build_unconditional_branch(block)?;
+                self.continue_in_dead_block(state);
+            }
+            Stmt::Branch(cond, then, otherwise) => {
+                let cond = self.value(state, cond)?.into_int_value();
+                let (then, otherwise) = (label_block(state, *then)?, label_block(state, *otherwise)?);
+                self.builder.build_conditional_branch(cond, then, otherwise)?;
+                self.continue_in_dead_block(state);
+            }
+        }
+        Ok(())
+    }
+
+    fn branch_if_open(&self, target: BasicBlock<'ctx>) -> Result<()> {
+        if self.current_block_open() {
+            self.builder.build_unconditional_branch(target)?;
+        }
+        Ok(())
+    }
+
+    fn emit_loop(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        init: Option<&Expr>,
+        cond: &Expr,
+        step: Option<&Expr>,
+        body: &[Stmt],
+    ) -> Result<()> {
+        if let Some(init) = init {
+            self.expr(state, init)?;
+        }
+        let head = self.context.append_basic_block(state.function, "loop");
+        let body_block = self.context.append_basic_block(state.function, "body");
+        let step_block = self.context.append_basic_block(state.function, "step");
+        let exit = self.context.append_basic_block(state.function, "endloop");
+        self.builder.build_unconditional_branch(head)?;
+        self.builder.position_at_end(head);
+        let cond = self.value(state, cond)?.into_int_value();
+        self.builder.build_conditional_branch(cond, body_block, exit)?;
+        self.builder.position_at_end(body_block);
+        state.loops.push((exit, step_block));
+        for stmt in body {
+            self.stmt(state, stmt)?;
+        }
+        state.loops.pop();
+        self.branch_if_open(step_block)?;
+        self.builder.position_at_end(step_block);
+        if let Some(step) = step {
+            self.expr(state, step)?;
+        }
+        self.builder.build_unconditional_branch(head)?;
+        self.builder.position_at_end(exit);
+        Ok(())
+    }
+}
+
+fn label_block<'ctx>(state: &FunctionState<'ctx>, label: usize) -> Result<BasicBlock<'ctx>> {
+    state.labels.get(label).copied().ok_or_else(|| CodegenError::Other("a jump to an unknown label".into()))
+}
+
+/// LLVM value names for locals: readable, with characters LLVM would quote replaced.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(
+            |character| {
+                if character.is_ascii_alphanumeric() || character == '_' || character == '.' {
+                    character
+                } else {
+                    '_'
+                }
+            },
+        )
+        .collect()
+}
