@@ -17,7 +17,7 @@ cargo test --workspace --no-fail-fast
 
 # Jupyter: quasi-kernel against real clients (jupyter_kernel_test, nbclient, jupyter console)
 # from a virtual environment of pinned versions. pytest's exit status is the script's.
-cargo build -p quasi-kernel
+cargo build -p quasi-kernel -p quasi-repl
 venv=.venv-test
 requirements=tests/jupyter/requirements.txt
 if ! "$venv/bin/python" -c "" 2>/dev/null; then

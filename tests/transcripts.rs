@@ -1,53 +1,61 @@
 //! The transcript suite: every `.repl` file under `tests/` is one test, and so is every
-//! Markdown document in `docs/` (its ```` ```repl ```` blocks run in order in one session), run
-//! through the same session engine and renderer as the `quasi` REPL. `UPDATE_EXPECT=1` rewrites
-//! expectations in place, prose untouched (never under `CI`).
+//! Markdown document in `docs/` (its ```` ```repl ```` blocks run in order in one session). A
+//! thin caller of `quasi_repl::transcript`, the engine `quasi test` uses too: each file runs in
+//! a fresh session from its own folder, outputs compared with wildcards. `UPDATE_EXPECT=1`
+//! rewrites what differs in place, prose untouched (never under `CI`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use libtest_mimic::{Arguments, Failed, Trial};
+use quasi_repl::transcript::{self, Transcript};
 use similar::TextDiff;
 
-fn transcripts(directory: &Path, found: &mut Vec<PathBuf>) {
+/// The working directory is process-wide and transcripts run from their own folder: one at a
+/// time (sessions capture file descriptor 1, which is process-wide too).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn files(directory: &Path, extension: &str, recursive: bool, found: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(directory) else { return };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.is_dir() {
-            transcripts(&path, found);
-        } else if path.extension().is_some_and(|extension| extension == "repl") {
+        if path.is_dir() && recursive {
+            files(&path, extension, recursive, found);
+        } else if path.is_file() && path.extension().is_some_and(|found| found == extension) {
             found.push(path);
         }
     }
 }
 
-fn documents(directory: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(directory) else { return Vec::new() };
-    entries
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.is_file() && path.extension().is_some_and(|extension| extension == "md"))
-        .collect()
+/// The text a file would have if every output that differs were the actual one, and whether
+/// anything differs.
+fn rerun(path: &Path, text: &str) -> Result<(String, bool), Failed> {
+    let is_document = path.extension().is_some_and(|extension| extension == "md");
+    let document = is_document.then(|| transcript::parse_markdown(text));
+    let parsed: Transcript = match &document {
+        Some(document) => document.transcript(),
+        None => transcript::parse(text),
+    };
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let folder = path.parent().ok_or("a file without a folder")?;
+    let back = std::env::current_dir().map_err(|error| error.to_string())?;
+    std::env::set_current_dir(folder).map_err(|error| format!("cannot enter {}: {error}", folder.display()))?;
+    let actual = transcript::run(&parsed);
+    std::env::set_current_dir(back).map_err(|error| error.to_string())?;
+    let actual = actual?;
+    let differs = parsed.cells.iter().zip(&actual).any(|(cell, output)| !transcript::matches(&cell.expected, output));
+    let blessed = transcript::blessed_outputs(&parsed, &actual);
+    let rewritten = match &document {
+        Some(document) => document.format(&blessed),
+        None => transcript::format(&parsed, &blessed),
+    };
+    Ok((rewritten, differs))
 }
 
-/// A transcript file's text with every expected output replaced by the actual one.
-fn rerun_transcript(text: &str) -> Result<String, Failed> {
-    let transcript = quasi_tests::parse(text);
-    let outputs = quasi_tests::run(&transcript)?;
-    Ok(quasi_tests::format(&transcript, &outputs))
-}
-
-/// A Markdown document's text with every expected output in its blocks replaced by the
-/// actual one.
-fn rerun_document(text: &str) -> Result<String, Failed> {
-    let document = quasi_tests::parse_markdown(text);
-    let outputs = quasi_tests::run(&document.transcript())?;
-    Ok(document.format(&outputs))
-}
-
-fn check(path: &Path, rerun: fn(&str) -> Result<String, Failed>) -> Result<(), Failed> {
+fn check(path: &Path) -> Result<(), Failed> {
     let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-    let actual = rerun(&text)?;
-    if actual == text {
+    let (actual, differs) = rerun(path, &text)?;
+    if !differs {
         return Ok(());
     }
     let update = std::env::var_os("UPDATE_EXPECT").is_some();
@@ -63,27 +71,21 @@ fn check(path: &Path, rerun: fn(&str) -> Result<String, Failed>) -> Result<(), F
 
 fn main() {
     let mut arguments = Arguments::from_args();
-    // Sessions capture file descriptor 1, which is process-wide: run one transcript at a time.
     arguments.test_threads = Some(1);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut paths = Vec::new();
-    transcripts(root, &mut paths);
+    files(root, "repl", true, &mut paths);
+    files(&root.parent().unwrap_or(root).join("docs"), "md", false, &mut paths);
     paths.sort();
-    let mut docs = documents(&root.parent().unwrap_or(root).join("docs"));
-    docs.sort();
-    let trial = |path: PathBuf, name: String, rerun: fn(&str) -> Result<String, Failed>| {
-        Trial::test(name, move || check(&path, rerun))
-    };
     let trials = paths
         .into_iter()
         .map(|path| {
-            let name = path.strip_prefix(root).unwrap_or(&path).with_extension("").display().to_string();
-            trial(path, name, rerun_transcript)
+            let name = match path.strip_prefix(root) {
+                Ok(inside) => inside.with_extension("").display().to_string(),
+                Err(_) => Path::new("docs").join(path.file_stem().unwrap_or_default()).display().to_string(),
+            };
+            Trial::test(name, move || check(&path))
         })
-        .chain(docs.into_iter().map(|path| {
-            let name = Path::new("docs").join(path.file_stem().unwrap_or_default()).display().to_string();
-            trial(path, name, rerun_document)
-        }))
         .collect();
     libtest_mimic::run(&arguments, trials).exit();
 }

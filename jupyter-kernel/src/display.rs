@@ -3,8 +3,9 @@
 //! `quasi_repl`; MIME bundles and message kinds are decided here.
 
 use jupyter_protocol::{Media, MediaType, Stdio};
-use quasi_lang::{Diagnostic, Item, Kind, Outcome, Stream};
-use quasi_repl::{render_diagnostic, render_item, Masking, Style};
+use quasi_lang::{Diagnostic, Item, Outcome, Stream};
+use quasi_repl::notebook::{self, CellOutput, OutputKind, OutputSource};
+use quasi_repl::{render_diagnostic, Style};
 
 use crate::html;
 
@@ -21,111 +22,69 @@ pub enum Output {
     Error { ename: String, evalue: String, traceback: Vec<String> },
 }
 
-/// Converts an outcome into outputs.
+/// Converts an outcome into outputs: `quasi_repl::notebook` decides what a cell shows and in
+/// which order (so `quasi test` compares notebooks against the same), this adds the MIME types.
 pub fn outputs(outcome: &Outcome) -> Vec<Output> {
-    let mut outputs = Vec::new();
-    for diagnostic in outcome.diagnostics.iter().filter(|diagnostic| !diagnostic.is_error()) {
-        let plain = render_diagnostic(diagnostic, outcome, Style::Plain).trim_end_matches('\n').to_string();
-        let html = html::diagnostic(&plain, false);
-        outputs.push(Output::Display(Media::new(vec![MediaType::Plain(plain), MediaType::Html(html)])));
-    }
-    let last_value = outcome.items.iter().rposition(|item| matches!(item, Item::Value { .. }));
-    let mut definitions: Vec<(&str, &str)> = Vec::new();
-    for (index, item) in outcome.items.iter().enumerate() {
-        if let Item::Defined { name, description } = item {
-            definitions.push((name, description));
-            continue;
-        }
-        flush_definitions(&mut definitions, &mut outputs);
-        match item {
-            Item::Value { text, ty } => {
-                let bundle = Media::new(vec![MediaType::Plain(line(item)), MediaType::Html(html::value(text, ty))]);
-                outputs.push(if Some(index) == last_value { Output::Result(bundle) } else { Output::Display(bundle) });
+    notebook::outputs(outcome).into_iter().map(|output| message(output, outcome)).collect()
+}
+
+fn message(output: CellOutput<'_>, outcome: &Outcome) -> Output {
+    let CellOutput { kind, plain, source } = output;
+    match (kind, source) {
+        (OutputKind::Stream(stream), _) => Output::Stream {
+            name: match stream {
+                Stream::Stdout => Stdio::Stdout,
+                Stream::Stderr => Stdio::Stderr,
+            },
+            text: plain,
+        },
+        (_, OutputSource::Errors(errors)) => error(&errors, outcome),
+        (kind, source) => {
+            let rich = match source {
+                OutputSource::Warning(_) => vec![MediaType::Html(html::diagnostic(&plain, false))],
+                OutputSource::Definitions(definitions) => vec![MediaType::Html(html::definitions(&definitions))],
+                OutputSource::Item(item) => rich_item(item, &plain),
+                OutputSource::Stream | OutputSource::Errors(_) => Vec::new(),
+            };
+            let bundle = Media::new(std::iter::once(MediaType::Plain(plain)).chain(rich).collect());
+            if kind == OutputKind::Result {
+                Output::Result(bundle)
+            } else {
+                Output::Display(bundle)
             }
-            Item::Output { stream, text } => push_stream(&mut outputs, *stream, text),
-            Item::Message(_) => outputs.push(Output::Display(Media::new(vec![MediaType::Plain(line(item))]))),
-            // Listings go as Markdown code blocks too, which front ends highlight by language.
-            Item::Listing { title, language, text } => outputs.push(Output::Display(Media::new(vec![
-                MediaType::Plain(line(item)),
-                MediaType::Markdown(html::listing_markdown(title, *language, text)),
-                MediaType::Html(html::listing(title, text)),
-            ]))),
-            Item::Timing(timing) => outputs.push(Output::Display(Media::new(vec![
-                MediaType::Plain(line(item)),
-                MediaType::Html(html::timing(timing)),
-            ]))),
-            Item::Bench(report) => outputs.push(Output::Display(Media::new(vec![
-                MediaType::Plain(line(item)),
-                MediaType::Html(html::bench(&line(item), report)),
-            ]))),
-            Item::Autotune(report) => outputs.push(Output::Display(Media::new(vec![
-                MediaType::Plain(line(item)),
-                MediaType::Html(html::autotune(report)),
-            ]))),
-            Item::Defined { .. } => {}
         }
     }
-    flush_definitions(&mut definitions, &mut outputs);
-    outputs.extend(error(outcome));
-    outputs
 }
 
-/// An item's line as the terminal prints it, without the final newline.
-fn line(item: &Item) -> String {
-    render_item(item, Masking::None).trim_end_matches('\n').to_string()
-}
-
-/// Consecutive definitions make one output, so a cell of ten functions is one block.
-fn flush_definitions(definitions: &mut Vec<(&str, &str)>, outputs: &mut Vec<Output>) {
-    if definitions.is_empty() {
-        return;
+/// What an item shows besides its plain text.
+fn rich_item(item: &Item, plain: &str) -> Vec<MediaType> {
+    match item {
+        Item::Value { text, ty } => vec![MediaType::Html(html::value(text, ty))],
+        // Listings go as Markdown code blocks too, which front ends highlight by language.
+        Item::Listing { title, language, text } => vec![
+            MediaType::Markdown(html::listing_markdown(title, *language, text)),
+            MediaType::Html(html::listing(title, text)),
+        ],
+        Item::Timing(timing) => vec![MediaType::Html(html::timing(timing))],
+        Item::Bench(report) => vec![MediaType::Html(html::bench(plain, report))],
+        Item::Autotune(report) => vec![MediaType::Html(html::autotune(report))],
+        Item::Message(_) | Item::Output { .. } | Item::Defined { .. } => Vec::new(),
     }
-    let plain =
-        definitions.iter().map(|(name, description)| format!("{name} : {description}")).collect::<Vec<_>>().join("\n");
-    outputs.push(Output::Display(Media::new(vec![
-        MediaType::Plain(plain),
-        MediaType::Html(html::definitions(definitions)),
-    ])));
-    definitions.clear();
-}
-
-/// Appends program output, joining it to the previous output of the same stream.
-fn push_stream(outputs: &mut Vec<Output>, stream: Stream, text: &str) {
-    if text.is_empty() {
-        return;
-    }
-    let name = match stream {
-        Stream::Stdout => Stdio::Stdout,
-        Stream::Stderr => Stdio::Stderr,
-    };
-    if let Some(Output::Stream { name: previous, text: joined }) = outputs.last_mut() {
-        if std::mem::discriminant(previous) == std::mem::discriminant(&name) {
-            joined.push_str(text);
-            return;
-        }
-    }
-    outputs.push(Output::Stream { name, text: text.to_string() });
 }
 
 /// The cell's errors as one `error` output, in the terminal's order (compile-time errors, then
 /// a runtime fault). The traceback is the terminal's rendering in colour: Jupyter front ends
 /// show tracebacks as ANSI text, carets and all.
-fn error(outcome: &Outcome) -> Option<Output> {
-    let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) = outcome
-        .diagnostics
-        .iter()
-        .filter(|diagnostic| diagnostic.is_error())
-        .partition(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
-    let errors: Vec<&Diagnostic> = others.into_iter().chain(faults).collect();
-    let first = errors.first()?;
-    Some(Output::Error {
-        ename: format!("error[{}]", first.kind.code()),
-        evalue: first.message.clone(),
+fn error(errors: &[&Diagnostic], outcome: &Outcome) -> Output {
+    let first = errors.first();
+    Output::Error {
+        ename: first.map_or_else(String::new, |first| format!("error[{}]", first.kind.code())),
+        evalue: first.map_or_else(String::new, |first| first.message.clone()),
         traceback: errors
             .iter()
             .map(|diagnostic| render_diagnostic(diagnostic, outcome, Style::Color).trim_end_matches('\n').to_string())
             .collect(),
-    })
+    }
 }
 
 #[cfg(test)]

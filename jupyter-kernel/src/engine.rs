@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use quasi_lang::{completeness, Completeness, Item, Outcome, Session, SessionConfig};
+use quasi_repl::transcript::{record_or_save, Recording};
 use tokio::sync::oneshot;
 
 use crate::logging::warning;
@@ -108,6 +109,8 @@ impl Engine {
 }
 
 fn serve(mut session: Session, events: mpsc::Receiver<Event>) {
+    // Every executed cell and what it showed, for `:save FILE` (a transcript `quasi test` checks).
+    let mut recording = Recording::default();
     for event in events {
         if let Event::Shutdown { done } = event {
             drop(session);
@@ -117,17 +120,19 @@ fn serve(mut session: Session, events: mpsc::Receiver<Event>) {
         // As rust-analyzer guards each request: a panic in `lang` costs this event its answer
         // (the kernel reports it), not the whole kernel. Only `commit` changes the session, so a
         // cell that panicked before it leaves the session as it was.
-        let handled = std::panic::catch_unwind(AssertUnwindSafe(|| handle(&mut session, event)));
+        let handled = std::panic::catch_unwind(AssertUnwindSafe(|| handle(&mut session, &mut recording, event)));
         if handled.is_err() {
             warning!("the session panicked while handling a request; the session is kept");
         }
     }
 }
 
-fn handle(session: &mut Session, event: Event) {
+fn handle(session: &mut Session, recording: &mut Recording, event: Event) {
     match event {
         Event::Execute { code, reply } => {
-            let _ = reply.send(session.eval(&code));
+            let mut outcome = session.eval(&code);
+            record_or_save(recording, &code, &mut outcome);
+            let _ = reply.send(outcome);
         }
         Event::Complete { code, cursor, reply } => {
             let _ = reply.send(session.completions(&code, cursor));

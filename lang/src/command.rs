@@ -13,6 +13,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":quit", "leave Quasi (or Ctrl-D)"),
     (":reset", "start a fresh session: definitions, globals and memory are dropped"),
     (":load FILE", "evaluate a file as one cell; a .rhai file runs as Rhai"),
+    (":save FILE", "write the session so far as a transcript that `quasi test` checks"),
     (":opt [N]", "show or set the optimisation level for later cells (0-3)"),
     (":defs", "list the session's definitions"),
     (":expand [1] [TEXT]", "show the expansion of TEXT (default: the last cell); 1: one level"),
@@ -62,6 +63,8 @@ pub(crate) enum Command<'a> {
     Quit,
     Reset,
     Load(&'a str),
+    /// `:save FILE`: the front end writes the session so far as a transcript.
+    Save(&'a str),
     /// `:opt` shows the level; `:opt N` sets it.
     Opt(Option<u8>),
     Defs,
@@ -107,6 +110,10 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
         ":defs" => Command::Defs,
         ":load" if argument.is_empty() => return Err(syntax("`:load` needs a file name".into())),
         ":load" => Command::Load(argument),
+        ":save" if argument.is_empty() => {
+            return Err(syntax("`:save` needs a file name, e.g. `:save session.repl`".into()))
+        }
+        ":save" => Command::Save(argument),
         ":expand" => {
             let (single_level, rest) =
                 match argument.split_once(char::is_whitespace).map_or((argument, ""), |(first, rest)| (first, rest)) {
@@ -170,11 +177,12 @@ mod tests {
         );
         assert_eq!(parse(":limits ops 10").ok(), Some(Command::Limits { name: Some("ops"), value: Some("10") }));
         assert_eq!(parse(":time").ok(), Some(Command::Time(TimeSetting::Last)));
+        assert_eq!(parse(":save my session.repl").ok(), Some(Command::Save("my session.repl")));
     }
 
     #[test]
     fn malformed_commands_are_syntax_errors() {
-        for line in [":opt 4", ":load", ":time sometimes", ":bench", ":frobnicate"] {
+        for line in [":opt 4", ":load", ":save", ":time sometimes", ":bench", ":frobnicate"] {
             let error = parse(line).expect_err(line);
             assert_eq!(error.kind, Kind::Syntax, "{line}");
         }

@@ -49,6 +49,9 @@ pub struct Outcome {
     pub sources: Vec<(SourceId, SourceFile)>,
     /// The cell asked the front end to exit (`:quit`).
     pub quit: bool,
+    /// The cell asked the front end to save the session so far as a transcript (`:save FILE`):
+    /// the path. Front ends keep what they showed; the session does not.
+    pub save: Option<String>,
 }
 
 impl Outcome {

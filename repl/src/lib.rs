@@ -1,5 +1,9 @@
 //! quasi-repl: the one text renderer of session outcomes, used by the terminal, the kernel's
-//! `text/plain` and the transcript harness alike.
+//! `text/plain` and the transcript harness alike; the transcript engine (`transcript`) and the
+//! notebook outputs of a cell (`notebook`) that `quasi test`, the harness and the kernel share.
+
+pub mod notebook;
+pub mod transcript;
 
 use codespan_reporting::diagnostic::{
     Diagnostic as Report, Label as ReportLabel, LabelStyle, Severity as ReportSeverity,

@@ -1,7 +1,9 @@
-//! `quasi`: the terminal front end (rustyline), the pipe mode and `quasi run FILE`.
+//! `quasi`: the terminal front end (rustyline), the pipe mode, `quasi run FILE` and `quasi test`.
 //!
 //! It reads cells and renders outcomes; every language decision, including "is this cell
 //! complete?", is `quasi_lang`'s.
+
+mod test_command;
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -11,6 +13,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use quasi_lang::{completeness, Completeness, Outcome, Session, SessionConfig, Stream};
+use quasi_repl::transcript::{record_or_save, Recording};
 use quasi_repl::{render, render_streams, Style};
 use rustyline::completion::Completer;
 use rustyline::error::ReadlineError;
@@ -27,6 +30,11 @@ const USAGE: &str = "\
 usage: quasi                         the interactive REPL (cells from stdin when it is not a terminal)
        quasi run [--warnings] FILE [ARG…]
                                      run FILE as one cell, then its `main`; exit with its status
+       quasi test [--bless] [--jobs N] [--timeout SECONDS] PATH…
+                                     check transcripts (.repl; folders recursively), documents'
+                                     ```repl blocks (.md) and notebooks (.ipynb) against a fresh
+                                     session each; --bless rewrites what differs; a file
+                                     running past --timeout (300 s) fails
        quasi --version               print the version
        quasi --help                  print this help";
 
@@ -34,7 +42,14 @@ usage: quasi                         the interactive REPL (cells from stdin when
 #[derive(Debug, PartialEq, Eq)]
 enum Invocation {
     Repl,
-    Run { warnings: bool, file: String, args: Vec<String> },
+    Run {
+        warnings: bool,
+        file: String,
+        args: Vec<String>,
+    },
+    Test(test_command::Options),
+    /// `quasi test`'s worker for one file.
+    TestWorker(String),
     Version,
     Help,
 }
@@ -44,6 +59,8 @@ fn main() {
         Ok(Invocation::Repl) if std::io::stdin().is_terminal() => interactive(),
         Ok(Invocation::Repl) => piped(),
         Ok(Invocation::Run { warnings, file, args }) => run_file(&file, &args, warnings),
+        Ok(Invocation::Test(options)) => test_command::main(options, terminal_style(std::io::stdout().is_terminal())),
+        Ok(Invocation::TestWorker(file)) => test_command::worker(&file),
         Ok(Invocation::Version) => print_line(&format!("quasi {}", env!("CARGO_PKG_VERSION"))),
         Ok(Invocation::Help) => print_line(USAGE),
         Err(message) => {
@@ -74,6 +91,10 @@ fn parse_arguments(arguments: Vec<OsString>) -> Result<Invocation, String> {
         "--version" | "-V" => Ok(Invocation::Version),
         "--help" | "-h" => Ok(Invocation::Help),
         "run" => parse_run(rest),
+        "test" => Ok(match test_command::parse(rest)? {
+            Ok(options) => Invocation::Test(options),
+            Err(file) => Invocation::TestWorker(file),
+        }),
         flag if flag.starts_with('-') => Err(format!("unknown option `{flag}`")),
         command => Err(format!("unknown command `{command}` (to run a file: `quasi run {command}`)")),
     }
@@ -141,6 +162,7 @@ fn run_file(path: &str, args: &[String], warnings: bool) -> i32 {
 /// transcripts and the docs rely on.
 fn piped() -> i32 {
     let mut session = new_session();
+    let mut recording = Recording::default();
     let mut pending = String::new();
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
@@ -154,7 +176,8 @@ fn piped() -> i32 {
         if let Completeness::Incomplete { .. } = completeness(&pending) {
             continue;
         }
-        let outcome = session.eval(pending.trim_end());
+        let mut outcome = session.eval(pending.trim_end());
+        record_or_save(&mut recording, pending.trim_end(), &mut outcome);
         pending.clear();
         let _ = write!(stdout, "{}", render(&outcome, Style::Plain));
         let _ = stdout.flush();
@@ -163,7 +186,8 @@ fn piped() -> i32 {
         }
     }
     if !pending.trim().is_empty() {
-        let outcome = session.eval(pending.trim_end());
+        let mut outcome = session.eval(pending.trim_end());
+        record_or_save(&mut recording, pending.trim_end(), &mut outcome);
         let _ = write!(stdout, "{}", render(&outcome, Style::Plain));
     }
     0
@@ -195,6 +219,7 @@ fn interactive() -> i32 {
     let mut history = HistoryFile::new(history_path());
     history.load(&mut editor);
     let style = terminal_style(std::io::stdout().is_terminal());
+    let mut recording = Recording::default();
     print_line(&format!("Quasi {} — C-Lisp on LLVM ORC. :help for help, Ctrl-D to quit.", env!("CARGO_PKG_VERSION")));
     loop {
         let buffer = match editor.readline(PROMPT) {
@@ -213,7 +238,8 @@ fn interactive() -> i32 {
         }
         // Recorded before running, so a cell that brings the process down is still recalled.
         history.record(&mut editor, &buffer);
-        let outcome = session.borrow_mut().eval(cell.trim_end());
+        let mut outcome = session.borrow_mut().eval(cell.trim_end());
+        record_or_save(&mut recording, cell.trim_end(), &mut outcome);
         show(&outcome, style);
         if outcome.quit {
             return 0;

@@ -171,3 +171,27 @@ fn pasted_and_typed_ahead_cells_all_run() {
     expect_prompt(&mut terminal);
     assert!(exited_successfully(quit_with_ctrl_d(terminal)));
 }
+
+#[test]
+fn save_writes_a_transcript_that_quasi_test_passes() {
+    let directory = tempfile::tempdir().expect("a temporary folder");
+    let saved = directory.path().join("session.repl");
+    let mut terminal = start(&directory.path().join("history"));
+    for cell in ["(define ((sq int) (x int)) (ret (mul x x)))", "(call sq 7)", "(call sq 1.5)"] {
+        send(&mut terminal, cell);
+        send(&mut terminal, ENTER);
+        expect_prompt(&mut terminal);
+    }
+    send(&mut terminal, &format!(":save {}", saved.display()));
+    send(&mut terminal, ENTER);
+    terminal.exp_string("saved 3 cells to").expect("`:save` says what it wrote");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+    let text = std::fs::read_to_string(&saved).expect("the transcript was written");
+    assert!(text.contains("> (call sq 7)\n49 : int\n"), "{text}");
+    assert!(text.contains("error[type]"), "a failing cell is recorded too:\n{text}");
+    let checked = Command::new(env!("CARGO_BIN_EXE_quasi")).arg("test").arg(&saved).output().expect("quasi test runs");
+    let report = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{report}");
+    assert!(report.ends_with("1 passed, 0 failed\n"), "{report}");
+}

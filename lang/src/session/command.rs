@@ -55,6 +55,8 @@ impl Session {
                 }));
             }
             Command::Load(path) => return self.load_file(path),
+            // Only the front end has what the session printed; it writes the file.
+            Command::Save(path) => outcome.save = Some(path.to_string()),
             Command::Expand { text, single_level } => return self.expand_command(text, single_level),
             Command::Inspect { stages, subject } => return self.inspect_command(stages, subject),
             Command::Ptx(subject) => {

@@ -1,0 +1,480 @@
+//! `quasi test [--bless] [--jobs N] [--timeout SECONDS] PATH…`: transcripts (`.repl`), the ```` ```repl ```` blocks
+//! of Markdown documents (`.md`) and notebooks (`.ipynb`) run in a fresh session each and
+//! compared with what they say they print.
+//!
+//! Each file runs in a worker process of its own (`quasi test --worker FILE`, `--jobs` at a
+//! time): a session captures file descriptor 1, which is process-wide, and a transcript that
+//! brings its process down must not take the others with it. The worker sends back each cell's
+//! output; this side compares, prints a diff per failing cell with its file and line, blesses,
+//! and ends with `N passed, N failed` (files).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use quasi_repl::notebook::{self, OutputKind, SavedCell};
+use quasi_repl::transcript::{self, Transcript};
+use quasi_repl::Style;
+use similar::{ChangeTag, TextDiff};
+
+/// How long one file may run by default: a transcript in an endless loop must not hang the
+/// suite.
+const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
+
+/// What `quasi test` was asked to do.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Options {
+    pub bless: bool,
+    pub jobs: usize,
+    /// How long one file may run before its worker is stopped.
+    pub timeout: Duration,
+    pub paths: Vec<String>,
+}
+
+/// Reads `test`'s arguments (after `test`). `--worker FILE` is the worker's own invocation.
+pub fn parse(arguments: &[String]) -> Result<Result<Options, String>, String> {
+    if let [flag, file] = arguments {
+        if flag == "--worker" {
+            return Ok(Err(file.clone()));
+        }
+    }
+    let mut options = Options {
+        bless: false,
+        jobs: std::thread::available_parallelism().map_or(1, usize::from),
+        timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECONDS),
+        paths: Vec::new(),
+    };
+    let mut rest = arguments.iter();
+    while let Some(argument) = rest.next() {
+        match argument.as_str() {
+            "--bless" => options.bless = true,
+            "--jobs" | "-j" => {
+                let value = rest.next().ok_or("`--jobs` needs a number")?;
+                options.jobs =
+                    value.parse().ok().filter(|jobs| *jobs > 0).ok_or(format!("`--jobs {value}`: not a count"))?;
+            }
+            "--timeout" => {
+                let value = rest.next().ok_or("`--timeout` needs a number of seconds")?;
+                let seconds: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|seconds| *seconds > 0)
+                    .ok_or(format!("`--timeout {value}`: not a number of seconds"))?;
+                options.timeout = Duration::from_secs(seconds);
+            }
+            flag if flag.starts_with('-') => return Err(format!("unknown option `{flag}` for `test`")),
+            path => options.paths.push(path.to_string()),
+        }
+    }
+    if options.paths.is_empty() {
+        return Err("`test` needs a file or folder (transcripts .repl, documents .md, notebooks .ipynb)".into());
+    }
+    Ok(Ok(options))
+}
+
+/// The kinds of file `quasi test` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Transcript,
+    Document,
+    Notebook,
+}
+
+fn kind_of(path: &Path) -> Option<Kind> {
+    match path.extension()?.to_str()? {
+        "repl" => Some(Kind::Transcript),
+        "md" => Some(Kind::Document),
+        "ipynb" => Some(Kind::Notebook),
+        _ => None,
+    }
+}
+
+/// The files to run: files as given, folders searched for `.repl` and `.ipynb` files (a folder's
+/// Markdown files are prose, not tests, unless named).
+fn collect(paths: &[String]) -> Result<Vec<PathBuf>, String> {
+    fn walk(directory: &Path, found: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(directory)?.flatten().map(|entry| entry.path()).collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, found)?;
+            } else if matches!(kind_of(&path), Some(Kind::Transcript | Kind::Notebook)) {
+                found.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut found = Vec::new();
+    for path in paths.iter().map(PathBuf::from) {
+        if path.is_dir() {
+            walk(&path, &mut found).map_err(|error| format!("cannot read `{}`: {error}", path.display()))?;
+        } else if !path.exists() {
+            return Err(format!("no such file or folder: `{}`", path.display()));
+        } else if kind_of(&path).is_none() {
+            return Err(format!(
+                "`{}` is not a transcript (.repl), document (.md) or notebook (.ipynb)",
+                path.display()
+            ));
+        } else {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The worker: runs one file and writes each cell's output as `cell FAILED LENGTH\nTEXT\n`
+// (or `fatal LENGTH\nTEXT\n`), lengths in bytes.
+
+/// `quasi test --worker FILE`; returns the exit status.
+pub fn worker(path: &str) -> i32 {
+    let results = run_file(Path::new(path));
+    let mut stdout = std::io::stdout().lock();
+    let written = match results {
+        Ok(cells) => cells
+            .iter()
+            .try_for_each(|(failed, text)| write!(stdout, "cell {} {}\n{text}\n", u8::from(*failed), text.len())),
+        Err(message) => write!(stdout, "fatal {}\n{message}\n", message.len()),
+    };
+    i32::from(written.and_then(|()| stdout.flush()).is_err())
+}
+
+/// Each cell's output (and whether it failed) in a fresh session, run from the file's folder:
+/// paths in a transcript (`:load files/x.rhai`) are relative to the transcript.
+fn run_file(path: &Path) -> Result<Vec<(bool, String)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read `{}`: {error}", path.display()))?;
+    if let Some(folder) = path.parent().filter(|folder| !folder.as_os_str().is_empty()) {
+        std::env::set_current_dir(folder).map_err(|error| format!("cannot enter `{}`: {error}", folder.display()))?;
+    }
+    let outputs = match kind_of(path) {
+        Some(Kind::Transcript) => transcript::run(&transcript::parse(&text))?,
+        Some(Kind::Document) => transcript::run(&transcript::parse_markdown(&text).transcript())?,
+        Some(Kind::Notebook) => return run_notebook(&notebook::read_notebook(&text)?),
+        None => return Err(format!("`{}` is not a file `quasi test` runs", path.display())),
+    };
+    Ok(outputs.into_iter().map(|output| (false, output)).collect())
+}
+
+/// A notebook's code cells in one session, each as the notebook would show it.
+fn run_notebook(cells: &[SavedCell]) -> Result<Vec<(bool, String)>, String> {
+    let mut session = transcript::new_session()?;
+    Ok(cells
+        .iter()
+        .map(|cell| {
+            let outcome = session.eval(&cell.source);
+            let outputs = notebook::outputs(&outcome);
+            let text = notebook::cell_text(
+                outputs.iter().map(|output| (matches!(output.kind, OutputKind::Stream(_)), output.plain.as_str())),
+            );
+            (outcome.failed(), text)
+        })
+        .collect())
+}
+
+/// Reads a worker's answer.
+fn read_answer(bytes: &[u8]) -> Result<Vec<(bool, String)>, String> {
+    let mut cells = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let end = rest.iter().position(|byte| *byte == b'\n').ok_or("a truncated answer")?;
+        let header = std::str::from_utf8(&rest[..end]).map_err(|_| "a garbled answer")?;
+        let words: Vec<&str> = header.split(' ').collect();
+        let length: usize = words.last().and_then(|word| word.parse().ok()).ok_or("a garbled answer")?;
+        let body = rest.get(end + 1..end + 1 + length).ok_or("a truncated answer")?;
+        let text = String::from_utf8_lossy(body).into_owned();
+        match words.as_slice() {
+            ["cell", failed, _] => cells.push((*failed == "1", text)),
+            ["fatal", _] => return Err(text),
+            _ => return Err("a garbled answer".into()),
+        }
+        rest = rest.get(end + 2 + length..).unwrap_or_default();
+    }
+    Ok(cells)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The runner.
+
+/// What one file gave.
+struct Report {
+    passed: bool,
+    /// What to print: a line for a passing file, the failing cells' diffs otherwise.
+    text: String,
+}
+
+/// `quasi test …`; returns the exit status.
+pub fn main(options: Options, style: Style) -> i32 {
+    if options.bless && std::env::var_os("CI").is_some() {
+        eprintln!(
+            "quasi test: --bless is refused under CI (CI is set): expectations change only where someone reads them"
+        );
+        return 2;
+    }
+    let files = match collect(&options.paths) {
+        Ok(files) if files.is_empty() => {
+            eprintln!("quasi test: no .repl or .ipynb file under {}", options.paths.join(" "));
+            return 2;
+        }
+        Ok(files) => files,
+        Err(message) => {
+            eprintln!("quasi test: {message}");
+            return 2;
+        }
+    };
+    let executable = match std::env::current_exe() {
+        Ok(executable) => executable,
+        Err(error) => {
+            eprintln!("quasi test: cannot find the quasi executable: {error}");
+            return 2;
+        }
+    };
+    let queue = Arc::new(Mutex::new(files.iter().cloned().enumerate().collect::<Vec<_>>().into_iter()));
+    let (sender, answers) = mpsc::channel();
+    let workers: Vec<_> = (0..options.jobs.min(files.len()))
+        .map(|_| {
+            let (queue, sender, executable) = (Arc::clone(&queue), sender.clone(), executable.clone());
+            let limit = options.timeout;
+            std::thread::spawn(move || loop {
+                let next = queue.lock().map(|mut queue| queue.next()).ok().flatten();
+                let Some((index, path)) = next else { return };
+                let _ = sender.send((index, spawn_worker(&executable, &path, limit)));
+            })
+        })
+        .collect();
+    drop(sender);
+    // Reports are printed in the files' order as soon as every earlier one is in.
+    let mut pending = BTreeMap::new();
+    let mut next = 0;
+    let (mut passed, mut failed) = (0, 0);
+    let mut stdout = std::io::stdout();
+    for (index, answer) in answers {
+        pending.insert(index, answer);
+        while let Some(answer) = pending.remove(&next) {
+            let report = judge(&files[next], answer, options.bless, style);
+            if report.passed {
+                passed += 1;
+            } else {
+                failed += 1;
+            }
+            let _ = stdout.write_all(report.text.as_bytes());
+            let _ = stdout.flush();
+            next += 1;
+        }
+    }
+    for worker in workers {
+        let _ = worker.join();
+    }
+    println!("{passed} passed, {failed} failed");
+    i32::from(failed > 0)
+}
+
+/// Runs one file in a worker process, killed if it runs longer than `limit`.
+fn spawn_worker(executable: &Path, path: &Path, limit: Duration) -> Result<Vec<(bool, String)>, String> {
+    let mut child = Command::new(executable)
+        .arg("test")
+        .arg("--worker")
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("cannot start a worker: {error}"))?;
+    // Both pipes are drained while the worker runs, so a talkative one cannot block on them.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let answer = drain(child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>));
+    let errors = drain(child.stderr.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>));
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("it ran longer than {} s (--timeout) and was stopped", limit.as_secs()));
+            }
+            Err(error) => return Err(format!("the worker was lost: {error}")),
+        }
+    };
+    let answer = answer.join().unwrap_or_default();
+    let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
+    if !status.success() {
+        return Err(format!("the worker running it ended with {status}\n{}", errors.trim_end()));
+    }
+    read_answer(&answer)
+}
+
+/// Compares a file's answer with what it expects; blesses if asked.
+fn judge(path: &Path, answer: Result<Vec<(bool, String)>, String>, bless: bool, style: Style) -> Report {
+    let name = path.display().to_string();
+    let fail = |text: String| Report { passed: false, text };
+    let outputs = match answer {
+        Ok(outputs) => outputs,
+        Err(message) => return fail(format!("FAIL {name}: {message}\n")),
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => return fail(format!("FAIL {name}: cannot read it: {error}\n")),
+    };
+    match kind_of(path) {
+        Some(Kind::Notebook) => judge_notebook(&name, &text, &outputs, style),
+        Some(Kind::Document) => {
+            let document = transcript::parse_markdown(&text);
+            let actual: Vec<String> = outputs.into_iter().map(|(_, output)| output).collect();
+            judge_transcript(&name, &document.transcript(), &actual, bless, style, |blessed| document.format(blessed))
+        }
+        _ => {
+            let parsed = transcript::parse(&text);
+            let actual: Vec<String> = outputs.into_iter().map(|(_, output)| output).collect();
+            judge_transcript(&name, &parsed, &actual, bless, style, |blessed| transcript::format(&parsed, blessed))
+        }
+    }
+}
+
+fn judge_transcript(
+    name: &str,
+    expected: &Transcript,
+    actual: &[String],
+    bless: bool,
+    style: Style,
+    rewrite: impl Fn(&[String]) -> String,
+) -> Report {
+    let mut text = String::new();
+    let mut failing = 0;
+    for (cell, output) in expected.cells.iter().zip(actual) {
+        if !transcript::matches(&cell.expected, output) {
+            failing += 1;
+            text.push_str(&cell_failure(name, cell.line, &cell.input, &cell.expected, output, style));
+        }
+    }
+    let cells = expected.cells.len();
+    if failing == 0 {
+        return Report { passed: true, text: format!("ok   {name} ({cells} cell{})\n", plural(cells)) };
+    }
+    if bless {
+        let blessed = transcript::blessed_outputs(expected, actual);
+        return match std::fs::write(name, rewrite(&blessed)) {
+            Ok(()) => Report { passed: true, text: format!("bless {name}: {failing} of {cells} cells rewritten\n") },
+            Err(error) => Report { passed: false, text: format!("FAIL {name}: cannot bless it: {error}\n") },
+        };
+    }
+    Report { passed: false, text: format!("FAIL {name}: {failing} of {cells} cells differ\n{text}") }
+}
+
+fn judge_notebook(name: &str, text: &str, outputs: &[(bool, String)], style: Style) -> Report {
+    let saved = match notebook::read_notebook(text) {
+        Ok(saved) => saved,
+        Err(message) => return Report { passed: false, text: format!("FAIL {name}: {message}\n") },
+    };
+    let mut report = String::new();
+    let mut failing = 0;
+    for (cell, (failed, output)) in saved.iter().zip(outputs) {
+        let line = cell.index + 1;
+        let problem = match (cell.raises, failed) {
+            (false, true) => Some("the cell failed but is not tagged `raises-exception`"),
+            (true, false) => Some("the cell is tagged `raises-exception` but ran without an error"),
+            _ => None,
+        };
+        let (expected, actual) = (notebook::comparable(&cell.text), notebook::comparable(output));
+        if problem.is_some() || expected != actual {
+            failing += 1;
+            report.push_str(&cell_failure(name, line, &cell.source, &expected, &actual, style).replacen(
+                &format!("{name}:{line}"),
+                &format!("{name}, cell {line}"),
+                1,
+            ));
+            if let Some(problem) = problem {
+                report.push_str(&format!("  {problem}\n"));
+            }
+        }
+    }
+    let cells = saved.len();
+    if failing == 0 {
+        return Report { passed: true, text: format!("ok   {name} ({cells} code cell{})\n", plural(cells)) };
+    }
+    Report { passed: false, text: format!("FAIL {name}: {failing} of {cells} code cells differ\n{report}") }
+}
+
+fn plural(count: usize) -> &'static str {
+    if count == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// One failing cell: where it is, its input, and a unified diff of expected and actual output.
+fn cell_failure(name: &str, line: usize, input: &str, expected: &str, actual: &str, style: Style) -> String {
+    let mut text = format!("--- {name}:{line}\n");
+    for (index, input_line) in input.lines().enumerate() {
+        text.push_str(if index == 0 { "> " } else { ". " });
+        text.push_str(input_line);
+        text.push('\n');
+    }
+    let diff = TextDiff::from_lines(expected, actual);
+    for change in diff.iter_all_changes() {
+        let (sign, colour) = match change.tag() {
+            ChangeTag::Delete => ('-', "\u{1b}[31m"),
+            ChangeTag::Insert => ('+', "\u{1b}[32m"),
+            ChangeTag::Equal => (' ', ""),
+        };
+        let value = change.value();
+        let value = value.strip_suffix('\n').unwrap_or(value);
+        if style == Style::Color && !colour.is_empty() {
+            text.push_str(&format!("{colour}{sign}{value}\u{1b}[0m\n"));
+        } else {
+            text.push_str(&format!("{sign}{value}\n"));
+        }
+        if change.missing_newline() {
+            text.push_str("\\ no newline at the end\n");
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn arguments() {
+        let options = parse(&words("--bless -j 3 tests notebooks/tour.ipynb")).expect("valid").expect("not a worker");
+        let timeout = Duration::from_secs(DEFAULT_TIMEOUT_SECONDS);
+        assert_eq!(options, Options { bless: true, jobs: 3, timeout, paths: words("tests notebooks/tour.ipynb") });
+        let options = parse(&words("--timeout 5 x.repl")).expect("valid").expect("not a worker");
+        assert_eq!(options.timeout, Duration::from_secs(5));
+        assert_eq!(parse(&words("--worker a.repl")), Ok(Err("a.repl".to_string())));
+        assert!(parse(&words("--jobs 0 x.repl")).is_err());
+        assert!(parse(&[]).is_err());
+        assert!(parse(&words("--frobnicate x.repl")).is_err());
+    }
+
+    #[test]
+    fn answers_read_back_as_written() {
+        let answer = b"cell 0 8\n3 : int\n\ncell 1 0\n\n";
+        assert_eq!(read_answer(answer), Ok(vec![(false, "3 : int\n".to_string()), (true, String::new())]));
+        assert_eq!(read_answer(b"fatal 4\nboom\n"), Err("boom".to_string()));
+        assert!(read_answer(b"cell 0 99\nshort\n").is_err());
+    }
+
+    #[test]
+    fn a_failing_cell_shows_where_and_what() {
+        let text = cell_failure("a.repl", 7, "(call f)", "1 : int\n", "2 : int\n", Style::Plain);
+        assert_eq!(text, "--- a.repl:7\n> (call f)\n-1 : int\n+2 : int\n");
+    }
+}

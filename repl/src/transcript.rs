@@ -1,0 +1,390 @@
+//! Transcripts: `.repl` files (and the ```` ```repl ```` blocks of Markdown documents) as the
+//! third front end. One engine reads them, runs them through a fresh session and this crate's
+//! renderer, compares outputs (with wildcards), rewrites expectations, and records a live session
+//! as a transcript (`:save`): the project's test harness and `quasi test` both call it.
+//!
+//! The format: `> ` starts a cell, `. ` continues it, and every line up to the next `> ` is the
+//! exact expected output. Lines before the first cell are the header: `#` comments, and `#: `
+//! lines holding a command run (unshown) before the first cell, e.g. `#: :opt 3`. In expected
+//! output, `[..]` matches any text within a line and a line `...` matches any number of lines.
+
+use std::path::Path;
+
+use quasi_lang::{Diagnostic, Item, Kind, Outcome, Session, SessionConfig, Severity};
+
+use crate::{render_masked, Masking, Style};
+
+/// The header prefix of a command run before the first cell.
+const SETUP_PREFIX: &str = "#: ";
+
+/// One cell of a transcript and the output it should give.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cell {
+    /// The cell's text (without the `> `/`. ` markers).
+    pub input: String,
+    /// The expected output.
+    pub expected: String,
+    /// The 1-based line of the cell's `> ` in its file (0 for cells not read from a file).
+    pub line: usize,
+}
+
+/// A parsed transcript: its header and cells.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transcript {
+    /// Lines before the first cell (comments and `#: ` commands), kept when rewriting.
+    pub header: String,
+    /// The cells in order.
+    pub cells: Vec<Cell>,
+}
+
+impl Transcript {
+    /// The header's `#: ` commands, in order.
+    pub fn setup_commands(&self) -> Vec<&str> {
+        self.header.lines().filter_map(|line| line.strip_prefix(SETUP_PREFIX)).map(str::trim).collect()
+    }
+}
+
+/// Parses a transcript; `first_line` is the file line of the text's first line (1 for a file).
+pub fn parse_at(text: &str, first_line: usize) -> Transcript {
+    let mut transcript = Transcript::default();
+    for (offset, line) in text.split_inclusive('\n').enumerate() {
+        let bare = line.strip_suffix('\n').unwrap_or(line);
+        if let Some(input) = bare.strip_prefix("> ").or_else(|| (bare == ">").then_some("")) {
+            let line = first_line + offset;
+            transcript.cells.push(Cell { input: input.to_string(), expected: String::new(), line });
+        } else if let (Some(more), Some(cell)) =
+            (bare.strip_prefix(". ").or_else(|| (bare == ".").then_some("")), transcript.cells.last_mut())
+        {
+            if cell.expected.is_empty() {
+                cell.input.push('\n');
+                cell.input.push_str(more);
+            } else {
+                cell.expected.push_str(line);
+            }
+        } else if let Some(cell) = transcript.cells.last_mut() {
+            cell.expected.push_str(line);
+        } else {
+            transcript.header.push_str(line);
+        }
+    }
+    transcript
+}
+
+/// Parses a transcript file's text.
+pub fn parse(text: &str) -> Transcript {
+    parse_at(text, 1)
+}
+
+/// Writes a transcript back, with the given outputs (one per cell).
+pub fn format(transcript: &Transcript, outputs: &[String]) -> String {
+    let mut text = transcript.header.clone();
+    for (cell, output) in transcript.cells.iter().zip(outputs) {
+        for (index, line) in cell.input.lines().enumerate() {
+            text.push_str(if index == 0 { "> " } else { ". " });
+            text.push_str(line);
+            text.push('\n');
+        }
+        if cell.input.is_empty() {
+            text.push_str(">\n");
+        }
+        text.push_str(output);
+        if !output.is_empty() && !output.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// The fence lines around a Markdown document's transcripts.
+const FENCE_OPEN: &str = "```repl";
+const FENCE_CLOSE: &str = "```";
+
+/// A Markdown document cut into prose and the transcripts of its ```` ```repl ```` blocks.
+#[derive(Clone, Debug, Default)]
+pub struct Document {
+    /// The text around the blocks, fence lines included: one more piece than blocks.
+    pub prose: Vec<String>,
+    /// The blocks, in order.
+    pub blocks: Vec<Transcript>,
+}
+
+impl Document {
+    /// Every block's cells in order, as one transcript for one session.
+    pub fn transcript(&self) -> Transcript {
+        Transcript { header: String::new(), cells: self.blocks.iter().flat_map(|block| block.cells.clone()).collect() }
+    }
+
+    /// Writes the document back with the given outputs (one per cell of `transcript`), each
+    /// block rewritten by `format` and the prose as it was.
+    pub fn format(&self, outputs: &[String]) -> String {
+        let mut text = self.prose[0].clone();
+        let mut rest = outputs;
+        for (block, prose) in self.blocks.iter().zip(&self.prose[1..]) {
+            let (mine, later) = rest.split_at(block.cells.len().min(rest.len()));
+            text.push_str(&format(block, mine));
+            text.push_str(prose);
+            rest = later;
+        }
+        text
+    }
+}
+
+/// Parses a Markdown document: a line ```` ```repl ```` opens a transcript, the next line
+/// ```` ``` ```` closes it (an unclosed block runs to the end).
+pub fn parse_markdown(text: &str) -> Document {
+    let mut document = Document { prose: vec![String::new()], blocks: Vec::new() };
+    let mut block: Option<(String, usize)> = None;
+    for (offset, line) in text.split_inclusive('\n').enumerate() {
+        let bare = line.strip_suffix('\n').unwrap_or(line);
+        match &mut block {
+            Some((body, first_line)) if bare == FENCE_CLOSE => {
+                document.blocks.push(parse_at(body, *first_line));
+                document.prose.push(line.to_string());
+                block = None;
+            }
+            Some((body, _)) => body.push_str(line),
+            None => {
+                if let Some(prose) = document.prose.last_mut() {
+                    prose.push_str(line);
+                }
+                if bare == FENCE_OPEN {
+                    block = Some((String::new(), offset + 2));
+                }
+            }
+        }
+    }
+    if let Some((body, first_line)) = block {
+        document.blocks.push(parse_at(&body, first_line));
+        document.prose.push(String::new());
+    }
+    document
+}
+
+/// A fresh session as transcripts run in: program output captured into the outcome.
+pub fn new_session() -> Result<Session, String> {
+    Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).map_err(|error| error.to_string())
+}
+
+/// The output a cell's outcome gives in a transcript: the terminal's text, plain, with addresses
+/// and durations masked.
+pub fn output(outcome: &Outcome) -> String {
+    render_masked(outcome, Style::Plain, Masking::Addresses)
+}
+
+/// Runs every cell in a fresh session, after the header's commands, and returns what each
+/// printed. A header command that fails is the error.
+pub fn run(transcript: &Transcript) -> Result<Vec<String>, String> {
+    let mut session = new_session()?;
+    for command in transcript.setup_commands() {
+        let outcome = session.eval(command);
+        if outcome.failed() {
+            return Err(format!("the header command `{command}` failed:\n{}", output(&outcome)));
+        }
+    }
+    let mut recording = Recording::default();
+    Ok(transcript
+        .cells
+        .iter()
+        .map(|cell| {
+            let mut outcome = session.eval(&cell.input);
+            record_or_save(&mut recording, &cell.input, &mut outcome);
+            output(&outcome)
+        })
+        .collect())
+}
+
+/// What a front end does with each cell it showed: records it, or, for `:save FILE`, writes
+/// the recording so far and says so in the outcome (a message, or an `error[io]`).
+pub fn record_or_save(recording: &mut Recording, input: &str, outcome: &mut Outcome) {
+    match outcome.save.take() {
+        Some(path) => match recording.save(Path::new(&path)) {
+            Ok(message) => outcome.items.push(Item::Message(message)),
+            Err(error) => outcome.diagnostics.push(Diagnostic {
+                severity: Severity::Error,
+                kind: Kind::Io,
+                message: format!("cannot write `{path}`: {error}"),
+                labels: Vec::new(),
+                notes: Vec::new(),
+            }),
+        },
+        None => recording.record(input, outcome),
+    }
+}
+
+/// Whether an actual output matches an expected one: equal, or equal but for the wildcards
+/// (`[..]` within a line, a `...` line for any number of lines).
+pub fn matches(expected: &str, actual: &str) -> bool {
+    if expected == actual {
+        return true;
+    }
+    if !expected.contains("[..]") && !expected.lines().any(|line| line == "...") {
+        return false;
+    }
+    let expected: Vec<&str> = expected.lines().collect();
+    let actual: Vec<&str> = actual.lines().collect();
+    lines_match(&expected, &actual)
+}
+
+fn lines_match(expected: &[&str], actual: &[&str]) -> bool {
+    match expected.split_first() {
+        None => actual.is_empty(),
+        Some((&"...", rest)) => (0..=actual.len()).any(|skipped| lines_match(rest, &actual[skipped..])),
+        Some((pattern, rest)) => {
+            actual.first().is_some_and(|line| line_matches(pattern, line)) && lines_match(rest, &actual[1..])
+        }
+    }
+}
+
+/// One line against a pattern whose `[..]` match any text: the first piece is a prefix, the
+/// last a suffix, and the ones between are found in order, leftmost first (which is enough for
+/// literal pieces).
+fn line_matches(pattern: &str, line: &str) -> bool {
+    let pieces: Vec<&str> = pattern.split("[..]").collect();
+    let [first, middle @ .., last] = pieces.as_slice() else { return pattern == line };
+    let Some(mut rest) = line.strip_prefix(first) else { return false };
+    for piece in middle {
+        match rest.find(piece) {
+            Some(index) => rest = &rest[index + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
+}
+
+/// The outputs to write back: each cell's expected output where it still matches (so wildcards
+/// survive), the actual one where it does not.
+pub fn blessed_outputs(transcript: &Transcript, actual: &[String]) -> Vec<String> {
+    transcript
+        .cells
+        .iter()
+        .zip(actual)
+        .map(|(cell, actual)| if matches(&cell.expected, actual) { cell.expected.clone() } else { actual.clone() })
+        .collect()
+}
+
+/// A live session recorded as a transcript, for `:save`: every cell and what it printed,
+/// failures included, in the form `quasi test` checks.
+#[derive(Clone, Debug, Default)]
+pub struct Recording {
+    cells: Vec<Cell>,
+}
+
+impl Recording {
+    /// Adds a cell and its outcome.
+    pub fn record(&mut self, input: &str, outcome: &Outcome) {
+        self.cells.push(Cell { input: input.trim_end_matches('\n').to_string(), expected: output(outcome), line: 0 });
+    }
+
+    /// The number of cells recorded.
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Whether nothing was recorded yet.
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// The transcript's text.
+    pub fn text(&self) -> String {
+        let transcript = Transcript {
+            header: "# Recorded with `:save`; check it with `quasi test`.\n".to_string(),
+            cells: self.cells.clone(),
+        };
+        let outputs: Vec<String> = self.cells.iter().map(|cell| cell.expected.clone()).collect();
+        format(&transcript, &outputs)
+    }
+
+    /// Writes the transcript to `path`; returns the message the front end shows.
+    pub fn save(&self, path: &Path) -> std::io::Result<String> {
+        std::fs::write(path, self.text())?;
+        let cells = self.cells.len();
+        Ok(format!("saved {cells} cell{} to {}", if cells == 1 { "" } else { "s" }, path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_within_a_line_and_across_lines() {
+        assert!(matches("a [..] c\n", "a b c\n"));
+        assert!(matches("[..]: took [..] ms\n", "bench: took 12.5 ms\n"));
+        assert!(!matches("a [..] c\n", "a b d\n"));
+        assert!(matches("first\n...\nlast\n", "first\nx\ny\nlast\n"));
+        assert!(matches("first\n...\nlast\n", "first\nlast\n"));
+        assert!(!matches("first\n...\nlast\n", "first\nx\n"));
+        assert!(!matches("exact\n", "other\n"));
+        assert!(matches("[..]\n", "anything at all\n"));
+    }
+
+    #[test]
+    fn cells_know_their_lines_and_the_header_its_commands() {
+        let transcript = parse("# comment\n#: :opt 3\n> (add 1 2)\n3 : int\n> (define ((f int))\n.   (ret 1))\n");
+        assert_eq!(transcript.setup_commands(), [":opt 3"]);
+        let lines: Vec<usize> = transcript.cells.iter().map(|cell| cell.line).collect();
+        assert_eq!(lines, [3, 5]);
+    }
+
+    #[test]
+    fn blessing_keeps_wildcards_that_still_match() {
+        let transcript = parse("> a\nx [..] z\n> b\nold\n");
+        let blessed = blessed_outputs(&transcript, &["x y z\n".to_string(), "new\n".to_string()]);
+        assert_eq!(blessed, ["x [..] z\n", "new\n"]);
+    }
+
+    const DOCUMENT: &str = "# Title\n\nProse.\n\n```repl\n> (add 1 2)\n3 : int\n> (define ((f int))\n.   (ret 1))\nf : () -> int\n```\n\nMore prose.\n```lisp\n(not a transcript)\n```\n```repl\n# a comment\n> (call f)\n1 : int\n\n```\nEnd.\n";
+
+    fn expected(document: &Document) -> Vec<String> {
+        document.transcript().cells.into_iter().map(|cell| cell.expected).collect()
+    }
+
+    #[test]
+    fn a_document_is_rewritten_unchanged_with_its_own_outputs() {
+        let document = parse_markdown(DOCUMENT);
+        assert_eq!(document.blocks.len(), 2);
+        assert_eq!(document.prose.len(), 3);
+        let cells = document.transcript().cells;
+        let inputs: Vec<&str> = cells.iter().map(|cell| cell.input.as_str()).collect();
+        assert_eq!(inputs, ["(add 1 2)", "(define ((f int))\n  (ret 1))", "(call f)"]);
+        let lines: Vec<usize> = cells.iter().map(|cell| cell.line).collect();
+        assert_eq!(lines, [6, 8, 19]);
+        assert_eq!(document.format(&expected(&document)), DOCUMENT);
+    }
+
+    #[test]
+    fn new_outputs_replace_only_the_outputs() {
+        let document = parse_markdown(DOCUMENT);
+        let mut outputs = expected(&document);
+        outputs[0] = "4 : int\n".into();
+        outputs[2] = "2 : int\n".into();
+        let rewritten = document.format(&outputs);
+        assert_eq!(rewritten, DOCUMENT.replace("3 : int", "4 : int").replace("1 : int\n\n", "2 : int\n"));
+    }
+
+    #[test]
+    fn an_unclosed_block_runs_to_the_end() {
+        let text = "Prose.\n```repl\n> 1\n1 : int\n";
+        let document = parse_markdown(text);
+        assert_eq!(document.blocks.len(), 1);
+        assert_eq!(document.format(&expected(&document)), text);
+    }
+
+    #[test]
+    fn a_recording_reads_back_as_the_same_cells() {
+        let mut recording = Recording::default();
+        let mut session = new_session().expect("a session starts");
+        for input in ["(define ((sq int) (x int))\n  (ret (mul x x)))", "(call sq 7)", "(add 1 2.5)"] {
+            let outcome = session.eval(input);
+            recording.record(input, &outcome);
+        }
+        let transcript = parse(&recording.text());
+        assert_eq!(transcript.cells.len(), 3);
+        assert_eq!(transcript.cells[1].expected, "49 : int\n");
+        assert!(transcript.cells[2].expected.starts_with("error[type]"));
+        let rerun = run(&transcript).expect("the transcript runs");
+        let expected: Vec<String> = transcript.cells.iter().map(|cell| cell.expected.clone()).collect();
+        assert_eq!(rerun, expected);
+    }
+}

@@ -1,0 +1,114 @@
+//! `quasi test` as a user runs it: the binary on the fixtures in `tests/quasi-test/` (a passing
+//! transcript with a header, wildcards and `...`; a failing one; notebooks with and without
+//! `raises-exception`), `--bless`, and the project's own transcripts, documents and notebooks.
+//! The expected reports are files next to the fixtures (`UPDATE_EXPECT=1` rewrites them).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use expect_test::expect_file;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/quasi-test")
+}
+
+/// `quasi test ARGS…` run from `folder`, never under CI unless asked.
+fn quasi_test(folder: &Path, arguments: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quasi"))
+        .arg("test")
+        .args(arguments)
+        .current_dir(folder)
+        .env_remove("CI")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("quasi test runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn passing_files_report_ok() {
+    let output = quasi_test(&fixtures(), &["--jobs", "2", "passing.repl", "notebook.ipynb"]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    expect_file!["quasi-test/passing.out"].assert_eq(&stdout(&output));
+}
+
+#[test]
+fn failing_cells_show_file_line_and_diff() {
+    let output = quasi_test(&fixtures(), &["failing.repl", "untagged.ipynb"]);
+    assert_eq!(output.status.code(), Some(1));
+    expect_file!["quasi-test/failing.out"].assert_eq(&stdout(&output));
+}
+
+#[test]
+fn bless_rewrites_what_differs_and_keeps_wildcards() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let copy = folder.path().join("failing.repl");
+    let original = std::fs::read_to_string(fixtures().join("failing.repl")).expect("the fixture");
+    // A wildcard that still matches survives blessing.
+    std::fs::write(&copy, original.replace("4 : int", "[..] : int")).expect("a copy");
+    let refused = Command::new(env!("CARGO_BIN_EXE_quasi"))
+        .args(["test", "--bless", "failing.repl"])
+        .current_dir(folder.path())
+        .env("CI", "true")
+        .output()
+        .expect("quasi test runs");
+    assert_eq!(refused.status.code(), Some(2), "--bless is refused under CI");
+    let blessed = quasi_test(folder.path(), &["--bless", "failing.repl"]);
+    assert_eq!(blessed.status.code(), Some(0), "{}", stdout(&blessed));
+    assert_eq!(stdout(&blessed), "bless failing.repl: 2 of 4 cells rewritten\n1 passed, 0 failed\n");
+    let text = std::fs::read_to_string(&copy).expect("the blessed file");
+    expect_file!["quasi-test/failing.blessed.repl"].assert_eq(&text);
+    let again = quasi_test(folder.path(), &["failing.repl"]);
+    assert_eq!(stdout(&again), "ok   failing.repl (4 cells)\n1 passed, 0 failed\n");
+}
+
+#[test]
+fn bad_invocations_are_usage_errors() {
+    for arguments in [&[][..], &["--jobs", "0", "x.repl"], &["no-such.repl"], &["Cargo.toml"]] {
+        let output = quasi_test(Path::new(env!("CARGO_MANIFEST_DIR")), arguments);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}");
+        assert!(!output.stderr.is_empty(), "{arguments:?} says why");
+    }
+}
+
+/// The project's own suite passes under `quasi test` as it does under the cargo harness:
+/// every transcript, the language reference's examples, and the notebooks (gpu.ipynb's saved
+/// outputs are those of a machine without a CUDA driver, so it is left out where one exists).
+#[test]
+fn the_projects_own_transcripts_and_notebooks_pass() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+    let has_cuda = ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1"]
+        .iter()
+        .any(|path| Path::new(path).exists());
+    let mut arguments = vec!["tests".to_string(), "docs/language.md".to_string()];
+    for entry in std::fs::read_dir(root.join("notebooks")).expect("notebooks/").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".ipynb") && !(has_cuda && name == "gpu.ipynb") {
+            arguments.push(format!("notebooks/{name}"));
+        }
+    }
+    let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+    let output = quasi_test(root, &arguments);
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    let files = report.lines().filter(|line| line.starts_with("ok ")).count();
+    assert!(files > 70, "{report}");
+    assert!(report.ends_with(&format!("{files} passed, 0 failed\n")), "{report}");
+}
+
+#[test]
+fn a_file_that_runs_too_long_is_stopped_and_fails() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let endless = "> (declare n int64)\n> (while (ge n (int64 0)) (set n (add n (int64 1))))\n";
+    std::fs::write(folder.path().join("endless.repl"), endless).expect("a transcript");
+    std::fs::write(folder.path().join("quick.repl"), "> (add 1 2)\n3 : int\n").expect("a transcript");
+    let output = quasi_test(folder.path(), &["--timeout", "2", "endless.repl", "quick.repl"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stdout(&output),
+        "FAIL endless.repl: it ran longer than 2 s (--timeout) and was stopped\nok   quick.repl (1 cell)\n1 passed, 1 failed\n"
+    );
+}
