@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use quasi_lang::{completeness, Completeness, Item, Outcome, Session, SessionConfig};
+use quasi_lang::{completeness, Completeness, Completion, Outcome, Session, SessionConfig};
 use quasi_repl::transcript::{record_or_save, Recording};
 use tokio::sync::oneshot;
 
@@ -19,7 +19,7 @@ pub enum Event {
     /// Evaluate a cell.
     Execute { code: String, reply: oneshot::Sender<Outcome> },
     /// Completion candidates at a byte offset: where the word starts, and the candidates.
-    Complete { code: String, cursor: usize, reply: oneshot::Sender<(usize, Vec<String>)> },
+    Complete { code: String, cursor: usize, reply: oneshot::Sender<(usize, Vec<Completion>)> },
     /// Whether the text is a whole cell yet.
     IsComplete { code: String, reply: oneshot::Sender<Completeness> },
     /// The definition line of the name at a byte offset, if the session defines it.
@@ -87,7 +87,7 @@ impl Engine {
     }
 
     /// Completion at a byte offset.
-    pub async fn complete(&self, code: String, cursor: usize) -> Result<(usize, Vec<String>), EngineGone> {
+    pub async fn complete(&self, code: String, cursor: usize) -> Result<(usize, Vec<Completion>), EngineGone> {
         self.ask(|reply| Event::Complete { code, cursor, reply }).await
     }
 
@@ -135,14 +135,14 @@ fn handle(session: &mut Session, recording: &mut Recording, event: Event) {
             let _ = reply.send(outcome);
         }
         Event::Complete { code, cursor, reply } => {
-            let _ = reply.send(session.completions(&code, cursor));
+            let _ = reply.send(session.completion_items(&code, cursor));
         }
         Event::IsComplete { code, reply } => {
             let _ = reply.send(completeness(&code));
         }
         Event::Inspect { code, cursor, reply } => {
             let name = name_at(session, &code, cursor);
-            let _ = reply.send(name.and_then(|name| definition_line(session, &name)));
+            let _ = reply.send(name.and_then(|name| session.describe(&name)));
         }
         Event::Shutdown { .. } => {}
     }
@@ -160,23 +160,4 @@ fn name_at(session: &Session, code: &str, cursor: usize) -> Option<String> {
             .unwrap_or(rest.len());
     let name = code.get(start..end)?;
     (!name.is_empty()).then(|| name.to_string())
-}
-
-/// The `:defs` line of one name. `lang` has no query for a single definition, so this lists
-/// all definitions through the `:defs` command and keeps the matching line, asking first whether
-/// the name is defined at all: the command counts as a cell (it shifts the `cell N` names of
-/// later diagnostics), which should not happen for every hover over a form name.
-fn definition_line(session: &mut Session, name: &str) -> Option<String> {
-    if !session.defined_names().iter().any(|defined| defined == name) {
-        return None;
-    }
-    let outcome = session.eval(":defs");
-    let prefix = format!("{name} : ");
-    let struct_prefix = format!("struct {name} ");
-    outcome.items.iter().find_map(|item| match item {
-        Item::Message(lines) => {
-            lines.lines().find(|line| line.starts_with(&prefix) || line.starts_with(&struct_prefix)).map(str::to_string)
-        }
-        _ => None,
-    })
 }

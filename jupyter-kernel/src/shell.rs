@@ -2,15 +2,16 @@
 //! status; cells go to the engine, their outcomes out as iopub outputs and an execute_reply.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use jupyter_protocol::{
     CommInfoReply, CompleteReply, CompleteRequest, DisplayData, ErrorOutput, ExecuteInput, ExecuteReply,
     ExecuteRequest, ExecuteResult, ExecutionCount, ExecutionState, HistoryReply, InspectReply, InspectRequest,
     IsCompleteReply, IsCompleteRequest, JupyterMessage, JupyterMessageContent, Media, MediaType, Payload, ReplyError,
-    ReplyStatus, ShutdownReply, StreamContent, Transient,
+    ReplyStatus, ShutdownReply, StreamContent, Transient, UnknownMessage,
 };
 use jupyter_zmq_client::Connection;
-use quasi_lang::Completeness;
+use quasi_lang::{Completeness, CompletionKind};
 use quasi_repl::{render, Style};
 use tokio::sync::mpsc;
 use zeromq::{RouterRecvHalf, RouterSendHalf};
@@ -62,11 +63,18 @@ pub struct Shell {
     exit: mpsc::UnboundedSender<i32>,
 }
 
-/// Whether a request asks for the execute requests queued behind it to be aborted.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// After a failed cell, how long the execute requests already sent get to reach the queue:
+/// what the socket holds arrives only when the reader task (and zeromq's own) get turns on this
+/// thread, late on a loaded machine. Waited before the failure is answered, so nothing sent
+/// after it can be caught; it delays only the reply of a failed cell.
+const ABORT_GATHER: Duration = Duration::from_millis(25);
+
+/// What the shell does after a request.
 enum After {
     Continue,
-    AbortQueued,
+    /// A cell failed with `stop_on_error`: these execute requests were sent before the client
+    /// could know; they are answered `aborted`.
+    Abort(Vec<Request>),
 }
 
 impl Shell {
@@ -83,29 +91,41 @@ impl Shell {
     /// Serves the queue the reader fills until the kernel exits.
     pub async fn run(mut self, mut queued: mpsc::UnboundedReceiver<Request>) {
         while let Some(request) = queued.recv().await {
-            if self.handle(request, false).await == After::Continue {
-                continue;
-            }
-            // A cell failed with `stop_on_error`: the cells the client already sent were
-            // written expecting it to succeed, so, as ipykernel does, the execute requests
-            // that arrived before now are answered `aborted`; other requests are served.
-            let mut arrived = Vec::new();
-            while let Ok(request) = queued.try_recv() {
-                arrived.push(request);
-            }
-            for request in arrived {
-                self.handle(request, true).await;
+            // The cells the client sent before it saw a failure were written expecting success,
+            // so, as ipykernel does, the execute requests among them are answered `aborted`;
+            // other requests are served.
+            if let After::Abort(stale) = self.handle(request, &mut queued, false).await {
+                for request in stale {
+                    self.handle(request, &mut queued, true).await;
+                }
             }
         }
     }
 
-    async fn handle(&mut self, request: Request, aborting: bool) -> After {
+    /// The requests already sent, gathered before a failure is answered (`ABORT_GATHER`).
+    async fn gather_sent(queued: &mut mpsc::UnboundedReceiver<Request>) -> Vec<Request> {
+        let mut sent = Vec::new();
+        let deadline = tokio::time::Instant::now() + ABORT_GATHER;
+        while let Ok(Some(request)) = tokio::time::timeout_at(deadline, queued.recv()).await {
+            sent.push(request);
+        }
+        sent
+    }
+
+    async fn handle(
+        &mut self,
+        request: Request,
+        queued: &mut mpsc::UnboundedReceiver<Request>,
+        aborting: bool,
+    ) -> After {
         let parent = &request.message;
         debug!("shell: {}", request.message_type());
         self.publisher.status(ExecutionState::Busy, parent);
         let mut after = After::Continue;
         match &parent.content {
-            JupyterMessageContent::ExecuteRequest(execute) => after = self.execute(execute, parent, aborting).await,
+            JupyterMessageContent::ExecuteRequest(execute) => {
+                after = self.execute(execute, parent, queued, aborting).await
+            }
             JupyterMessageContent::KernelInfoRequest(_) => reply(&mut self.replies, kernel_info(), parent).await,
             JupyterMessageContent::CompleteRequest(complete) => self.complete(complete, parent).await,
             JupyterMessageContent::IsCompleteRequest(is_complete) => self.is_complete(is_complete, parent).await,
@@ -137,13 +157,19 @@ impl Shell {
         after
     }
 
-    async fn execute(&mut self, request: &ExecuteRequest, parent: &JupyterMessage, aborting: bool) -> After {
+    async fn execute(
+        &mut self,
+        request: &ExecuteRequest,
+        parent: &JupyterMessage,
+        queued: &mut mpsc::UnboundedReceiver<Request>,
+        aborting: bool,
+    ) -> After {
         if aborting {
-            let aborted = ExecuteReply {
-                status: ReplyStatus::Aborted,
-                execution_count: ExecutionCount::new(self.execution_count),
-                user_expressions: Some(HashMap::new()),
-                ..ExecuteReply::default()
+            // As ipykernel answers: the status alone. A count would make front ends number a
+            // cell that never ran (`[3]:` instead of `[ ]:`), and the count is not spent.
+            let aborted = UnknownMessage {
+                msg_type: "execute_reply".to_string(),
+                content: serde_json::json!({ "status": "aborted" }),
             };
             reply(&mut self.replies, aborted, parent).await;
             return After::Continue;
@@ -211,12 +237,13 @@ impl Shell {
             user_expressions: Some(HashMap::new()),
             error: error.map(Box::new),
         };
-        reply(&mut self.replies, execute_reply, parent).await;
-        if failed && request.stop_on_error && !silent {
-            After::AbortQueued
+        let after = if failed && request.stop_on_error && !silent {
+            After::Abort(Self::gather_sent(queued).await)
         } else {
             After::Continue
-        }
+        };
+        reply(&mut self.replies, execute_reply, parent).await;
+        after
     }
 
     async fn complete(&mut self, request: &CompleteRequest, parent: &JupyterMessage) {
@@ -224,9 +251,26 @@ impl Shell {
         let cursor = request.cursor_pos.min(request.code.chars().count());
         let cursor_byte = byte_offset(&request.code, cursor);
         let complete_reply = match self.engine.complete(request.code.clone(), cursor_byte).await {
-            Ok((start, matches)) => {
+            Ok((start, items)) => {
                 let cursor_start = request.code.get(..start).map_or(cursor, |before| before.chars().count());
-                CompleteReply { matches, cursor_start, cursor_end: cursor, ..CompleteReply::default() }
+                // JupyterLab shows each candidate's kind and signature from this (the key is
+                // IPython's, still "experimental" in the protocol).
+                let types: Vec<serde_json::Value> = items
+                    .iter()
+                    .map(|item| {
+                        serde_json::json!({
+                            "start": cursor_start,
+                            "end": cursor,
+                            "text": item.text,
+                            "type": completion_type(item.kind),
+                            "signature": item.detail,
+                        })
+                    })
+                    .collect();
+                let mut metadata = serde_json::Map::new();
+                metadata.insert("_jupyter_types_experimental".to_string(), types.into());
+                let matches = items.into_iter().map(|item| item.text).collect();
+                CompleteReply { matches, cursor_start, cursor_end: cursor, metadata, ..CompleteReply::default() }
             }
             Err(EngineGone) => CompleteReply {
                 status: ReplyStatus::Error,
@@ -272,6 +316,17 @@ impl Shell {
     async fn history(&mut self, request: &Request, parent: &JupyterMessage) {
         let query: Query = serde_json::from_value(request.content.clone()).unwrap_or_default();
         reply(&mut self.replies, HistoryReply::new(self.history.answer(&query)), parent).await;
+    }
+}
+
+/// The `type` JupyterLab shows next to a completion candidate.
+fn completion_type(kind: CompletionKind) -> &'static str {
+    match kind {
+        CompletionKind::Function => "function",
+        CompletionKind::Global => "instance",
+        CompletionKind::Struct => "class",
+        CompletionKind::Form => "keyword",
+        CompletionKind::Command => "magic",
     }
 }
 

@@ -32,7 +32,9 @@ mod value;
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use gpu::probe as gpu_probe;
 pub use reader::{completeness, Completeness};
-pub use session::{InterruptHandle, Session, SessionConfig, SessionError, DEFAULT_OPT_LEVEL};
+pub use session::{
+    Completion, CompletionKind, InterruptHandle, Session, SessionConfig, SessionError, DEFAULT_OPT_LEVEL,
+};
 pub use source::{SourceFile, SourceId, Span};
 pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Throughput, VariantReport};
 

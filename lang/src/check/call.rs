@@ -24,7 +24,14 @@ impl BodyChecker<'_, '_> {
         let Some(entry) = self.cell.lookup_function(name).cloned() else {
             let mut error = Diagnostic::error(Kind::UnknownName, format!("no function named `{name}`"))
                 .with_label(name_form.span, "");
-            error = error.with_note(format!("declare C functions first, e.g. (define (({name} int) (x int)))"));
+            // A C function of the process is declared the C-Lisp way; anything else is a session
+            // function that is not (or no longer, after a restart or `:reset`) defined.
+            let note = if (self.cell.resolve)(name).is_some() {
+                format!("`{name}` is a C function: declare it first, e.g. (define (({name} int) (x int)))")
+            } else {
+                "define it first: a session keeps only what was evaluated in it (a restart or `:reset` drops every definition)".to_string()
+            };
+            error = error.with_note(note);
             self.error(error);
             return None;
         };

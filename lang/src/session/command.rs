@@ -369,21 +369,22 @@ impl Session {
 
     /// Lines describing every definition, for `:defs`.
     fn definition_lines(&self) -> Vec<String> {
+        self.history.definitions_in_order().into_iter().filter_map(|key| self.definition_line(key)).collect()
+    }
+
+    /// One definition's line, as `:defs` and the cell that defined it print it.
+    pub(super) fn definition_line(&self, key: &DefinitionKey) -> Option<String> {
         let structs = &self.env.structs;
-        self.history
-            .definitions_in_order()
-            .into_iter()
-            .filter_map(|key| match key {
-                DefinitionKey::Struct(name) => structs.get(name).map(|entry| struct_line(name, entry)),
-                DefinitionKey::Global(name) => self.env.globals.get(name).map(|entry| {
-                    format!("{name} : {} = {}", entry.ty, self.program.global_value_text(name, &entry.ty, structs))
-                }),
-                DefinitionKey::Function(name) => self
-                    .env
-                    .functions
-                    .get(name)
-                    .map(|entry| format!("{name} : {}{}", entry.signature, function_note(entry, false))),
-            })
-            .collect()
+        match key {
+            DefinitionKey::Struct(name) => structs.get(name).map(|entry| struct_line(name, entry)),
+            DefinitionKey::Global(name) => self.env.globals.get(name).map(|entry| {
+                format!("{name} : {} = {}", entry.ty, self.program.global_value_text(name, &entry.ty, structs))
+            }),
+            DefinitionKey::Function(name) => self
+                .env
+                .functions
+                .get(name)
+                .map(|entry| format!("{name} : {}{}", entry.signature, function_note(entry, false))),
+        }
     }
 }

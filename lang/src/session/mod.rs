@@ -85,6 +85,33 @@ pub enum SessionError {
     Prelude(String, String),
 }
 
+/// What a completion candidate names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionKind {
+    /// A session function or a declared C function.
+    Function,
+    /// A session global.
+    Global,
+    /// A struct type.
+    Struct,
+    /// A form, opcode, cast or type name of the language.
+    Form,
+    /// A `:command`.
+    Command,
+}
+
+/// One completion candidate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The text that completes the word.
+    pub text: String,
+    /// What it names.
+    pub kind: CompletionKind,
+    /// A function's signature, a global's type, a struct's fields, a command's usage; empty
+    /// for forms.
+    pub detail: String,
+}
+
 /// Staging: Rhai's engine and scope, and whether its view of the session lags behind.
 struct Staging {
     stage: Stage,
@@ -238,24 +265,57 @@ impl Session {
     /// forms and opcodes, or `:commands` at the start of a line. Returns the byte offset where
     /// the word starts and the sorted candidates.
     pub fn completions(&self, text: &str, cursor: usize) -> (usize, Vec<String>) {
+        let (start, items) = self.completion_items(text, cursor);
+        (start, items.into_iter().map(|item| item.text).collect())
+    }
+
+    /// `completions` with what each candidate is: its kind and a detail (a function's signature,
+    /// a global's type, a command's description). Asks nothing of the session's code and changes
+    /// nothing: no cell runs.
+    pub fn completion_items(&self, text: &str, cursor: usize) -> (usize, Vec<Completion>) {
         let cursor = cursor.min(text.len());
+        let cursor = (0..=cursor).rev().find(|index| text.is_char_boundary(*index)).unwrap_or(0);
         let before = &text[..cursor];
         let start = before
             .rfind(|character: char| character.is_whitespace() || "()[]\"`,;".contains(character))
             .map_or(0, |index| index + 1);
         let word = &before[start..];
-        let mut candidates: Vec<String> = if word.starts_with(':') && before[..start].trim().is_empty() {
+        let mut items: Vec<Completion> = if word.starts_with(':') && before[..start].trim().is_empty() {
             crate::command::COMMANDS
                 .iter()
-                .map(|(name, _)| name.split_whitespace().next().unwrap_or(name).to_string())
+                .map(|(usage, description)| Completion {
+                    text: usage.split_whitespace().next().unwrap_or(usage).to_string(),
+                    kind: CompletionKind::Command,
+                    detail: format!("{usage}: {description}"),
+                })
                 .collect()
         } else {
-            self.defined_names().into_iter().chain(check::FORM_NAMES.iter().map(|name| name.to_string())).collect()
+            let functions = self.env.functions.iter().map(|(name, entry)| Completion {
+                text: name.clone(),
+                kind: CompletionKind::Function,
+                detail: format!("{}{}", entry.signature, report::function_note(entry, false)),
+            });
+            let globals = self.env.globals.iter().map(|(name, entry)| Completion {
+                text: name.clone(),
+                kind: CompletionKind::Global,
+                detail: entry.ty.to_string(),
+            });
+            let structs = self.env.structs.iter().map(|(name, entry)| Completion {
+                text: name.clone(),
+                kind: CompletionKind::Struct,
+                detail: report::struct_line(name, entry),
+            });
+            let forms = check::FORM_NAMES.iter().map(|name| Completion {
+                text: name.to_string(),
+                kind: CompletionKind::Form,
+                detail: String::new(),
+            });
+            functions.chain(globals).chain(structs).chain(forms).collect()
         };
-        candidates.retain(|candidate| candidate.starts_with(word));
-        candidates.sort();
-        candidates.dedup();
-        (start, candidates)
+        items.retain(|item| item.text.starts_with(word));
+        items.sort_by(|left, right| left.text.cmp(&right.text));
+        items.dedup_by(|later, earlier| later.text == earlier.text);
+        (start, items)
     }
 
     /// Names for completion: defined functions, globals and structs.
@@ -265,6 +325,18 @@ impl Session {
         names.sort();
         names.dedup();
         names
+    }
+
+    /// What the session knows of a name, as `:defs` prints it (`sq : (int) -> int`), without
+    /// evaluating anything: for inspection (Shift-Tab) and hovers.
+    pub fn describe(&self, name: &str) -> Option<String> {
+        [
+            DefinitionKey::Function(name.to_string()),
+            DefinitionKey::Global(name.to_string()),
+            DefinitionKey::Struct(name.to_string()),
+        ]
+        .iter()
+        .find_map(|key| self.definition_line(key))
     }
 
     fn fail(&self, mut outcome: Outcome, diagnostics: Vec<Diagnostic>) -> Outcome {
