@@ -7,7 +7,7 @@ use quasi_lang::{Diagnostic, Item, Outcome, Stream};
 use quasi_repl::notebook::{self, CellOutput, OutputKind, OutputSource};
 use quasi_repl::{render_diagnostic, Style};
 
-use crate::html;
+use crate::{chart, html};
 
 /// One output message of a cell.
 #[derive(Clone, Debug)]
@@ -66,9 +66,20 @@ fn rich_item(item: &Item, plain: &str) -> Vec<MediaType> {
             MediaType::Html(html::listing(title, text)),
         ],
         Item::Timing(timing) => vec![MediaType::Html(html::timing(timing))],
-        Item::Bench(report) => vec![MediaType::Html(html::bench(plain, report))],
-        Item::Autotune(report) => vec![MediaType::Html(html::autotune(report))],
+        Item::Bench(report) => with_chart(html::bench(plain, report), chart::bench(report)),
+        Item::Autotune(report) => with_chart(html::autotune(report), chart::autotune(report)),
         Item::Message(_) | Item::Output { .. } | Item::Defined { .. } => Vec::new(),
+    }
+}
+
+/// A table and its chart: the chart as `image/svg+xml`, and in the HTML below the table too.
+/// Front ends show one MIME type of a bundle and rank HTML above SVG (JupyterLab's renderers:
+/// `text/html` 50, `image/svg+xml` 80; the classic notebook and nbconvert alike), so a chart only
+/// in `image/svg+xml` would never be seen. A chart plotters cannot draw leaves the table alone.
+fn with_chart(table: String, chart: Result<String, chart::ChartError>) -> Vec<MediaType> {
+    match chart {
+        Ok(svg) => vec![MediaType::Html(format!("{table}<div class=\"quasi-chart\">{svg}</div>")), MediaType::Svg(svg)],
+        Err(_) => vec![MediaType::Html(table)],
     }
 }
 
@@ -97,15 +108,8 @@ mod tests {
     /// Runs cells in one session and shows the outputs of the last, one line per output with
     /// the MIME types of bundles.
     fn check(cells: &[&str], expected: Expect) {
-        let mut session =
-            Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).expect("a session starts");
-        let mut outcome = None;
-        for cell in cells {
-            outcome = Some(session.eval(cell));
-        }
-        let outcome = outcome.expect("at least one cell");
         let mut shown = String::new();
-        for output in super::outputs(&outcome) {
+        for output in outputs(cells) {
             match output {
                 Output::Stream { name, text } => shown.push_str(&format!("stream {name:?}: {text:?}\n")),
                 Output::Display(media) => shown.push_str(&format!("display {}\n", bundle(&media.content))),
@@ -116,6 +120,17 @@ mod tests {
             }
         }
         expected.assert_eq(&shown);
+    }
+
+    /// The outputs of the last of `cells`, run in one session.
+    fn outputs(cells: &[&str]) -> Vec<Output> {
+        let mut session =
+            Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).expect("a session starts");
+        let mut outcome = None;
+        for cell in cells {
+            outcome = Some(session.eval(cell));
+        }
+        super::outputs(&outcome.expect("at least one cell"))
     }
 
     fn bundle(content: &[MediaType]) -> String {
@@ -172,5 +187,34 @@ mod tests {
             display text/plain "sq : (int) -> int"
         "#]],
         );
+    }
+
+    /// Bench and autotune outputs carry a chart as SVG and below their HTML table; timings
+    /// vary, so this shows the MIME types and what the HTML holds.
+    #[test]
+    fn bench_and_autotune_carry_charts() {
+        let shown = |cells: &[&str]| -> String {
+            let output = outputs(cells).into_iter().find_map(|output| match output {
+                Output::Display(media) | Output::Result(media) => Some(media),
+                Output::Stream { .. } | Output::Error { .. } => None,
+            });
+            let content = output.map(|media| media.content).unwrap_or_default();
+            content
+                .iter()
+                .map(|media| match media {
+                    MediaType::Html(html) => {
+                        format!("text/html (table: {}, svg: {})", html.contains("<table"), html.contains("<svg"))
+                    }
+                    other => other.mime_type().to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let square = "(define ((sq int) (x int)) (ret (mul x x)))";
+        expect!["text/plain, text/html (table: true, svg: true), image/svg+xml"]
+            .assert_eq(&shown(&[square, "(bench (call sq 3) (iters 20))"]));
+        let generator = r#"(rhai "fn gen_add(k) { quote(\"(define ((add_k int) (x int)) (ret (add x (mul ,k 0))))\", #{ k: k }) }")"#;
+        expect!["text/plain, text/html (table: true, svg: true), image/svg+xml"]
+            .assert_eq(&shown(&[generator, "(autotune add_k (gen gen_add k) (params (k 1 2)) (run (call add_k 3)))"]));
     }
 }

@@ -5,6 +5,7 @@
 //! session are `quasi-lang`'s, the text of every output `quasi-repl`'s.
 
 mod channel;
+mod chart;
 mod control;
 mod display;
 mod engine;

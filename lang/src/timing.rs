@@ -120,7 +120,15 @@ pub struct BenchReport {
     pub std: Duration,
     /// Work per second at the median, when the user gave the work per run.
     pub throughput: Option<Throughput>,
+    /// Per-run durations in nanoseconds (a batch's mean when runs were timed in batches),
+    /// sorted, for charts: at most `SAMPLES_KEPT`, at evenly spaced ranks when there were more,
+    /// always with the fastest and the slowest.
+    pub samples: Vec<f64>,
 }
+
+/// How many samples a report keeps: enough for a histogram, few enough for every variant of an
+/// autotuning run to keep its own.
+const SAMPLES_KEPT: usize = 1000;
 
 impl BenchReport {
     /// Statistics over per-run durations in nanoseconds (not empty).
@@ -144,8 +152,18 @@ impl BenchReport {
             mean: nanos(mean),
             std: nanos(variance.sqrt()),
             throughput: None,
+            samples: keep_evenly(samples, SAMPLES_KEPT),
         }
     }
+}
+
+/// At most `count` of the sorted `samples`, at evenly spaced ranks from the first to the last.
+fn keep_evenly(samples: Vec<f64>, count: usize) -> Vec<f64> {
+    if samples.len() <= count || count < 2 {
+        return samples;
+    }
+    let step = (samples.len() - 1) as f64 / (count - 1) as f64;
+    (0..count).map(|index| samples[((index as f64 * step).round() as usize).min(samples.len() - 1)]).collect()
 }
 
 /// One variant of an autotuning run.
@@ -168,4 +186,24 @@ pub struct AutotuneReport {
     pub variants: Vec<VariantReport>,
     /// Median of the first variant (in parameter order), the baseline of "vs first".
     pub baseline: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::BenchReport;
+
+    #[test]
+    fn report_keeps_few_samples_with_both_extremes() {
+        let samples: Vec<f64> = (0..100_000).rev().map(f64::from).collect();
+        let report = BenchReport::from_samples(samples, 0, Duration::ZERO);
+        assert_eq!(report.runs, 100_000);
+        assert_eq!(report.samples.len(), super::SAMPLES_KEPT);
+        assert_eq!(report.samples.first(), Some(&0.0));
+        assert_eq!(report.samples.last(), Some(&99_999.0));
+        assert!(report.samples.windows(2).all(|pair| pair[0] <= pair[1]));
+        let few = BenchReport::from_samples(vec![3.0, 1.0, 2.0], 0, Duration::ZERO);
+        assert_eq!(few.samples, [1.0, 2.0, 3.0]);
+    }
 }
