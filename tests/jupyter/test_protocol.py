@@ -243,6 +243,9 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         (bench,) = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
         self.assertIn("<table", bench["text/html"])
         self.assertTrue(bench["text/plain"].startswith("bench: 20 runs"))
+        # The chart: as an image, and inside the HTML (which front ends prefer to show).
+        self.assertTrue(bench["image/svg+xml"].lstrip().startswith("<svg"))
+        self.assertIn("<svg", bench["text/html"])
         _, messages = self.run_cell(":ir sq")
         (listing,) = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
         self.assertIn("```llvm", listing["text/markdown"])
