@@ -38,9 +38,14 @@ pub fn kernel_info() -> KernelInfoReply {
             version,
             mimetype: Some("text/x-c-lisp".to_string()),
             file_extension: Some(".cl".to_string()),
-            // C-Lisp is an S-expression language: Scheme's lexer and editor mode fit it best.
+            // nbconvert has no C-Lisp lexer; Scheme's fits an S-expression language best.
             pygments_lexer: Some("scheme".to_string()),
-            codemirror_mode: Some(CodeMirrorMode::Simple("scheme".to_string())),
+            // JupyterLab picks the editor language by `codemirror_mode` first, by name: "c-lisp"
+            // is the language the quasi-jupyterlab extension registers (`quasi-kernel install`
+            // writes it), which knows C-Lisp's forms, opcodes, types and comments. "scheme" would
+            // win over it and colour little more than `define` and `if`. Without the extension,
+            // JupyterLab finds no such language and shows plain text.
+            codemirror_mode: Some(CodeMirrorMode::Simple("c-lisp".to_string())),
             nbconvert_exporter: None,
         },
         banner: format!(

@@ -1,4 +1,6 @@
-//! Install: writes the `quasi` kernelspec (kernel.json and logos) where Jupyter looks for it.
+//! Install: writes the `quasi` kernelspec (kernel.json and logos) and the prebuilt JupyterLab
+//! extension `quasi-jupyterlab` (C-Lisp highlighting, `crate::labextension`) where Jupyter looks
+//! for them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +11,9 @@ use jupyter_protocol::JupyterKernelspec;
 /// The kernelspec's directory name: `jupyter console --kernel quasi`.
 pub const KERNEL_NAME: &str = "quasi";
 
+/// The JupyterLab extension's directory name under `labextensions/`: its npm package's name.
+const LABEXTENSION_NAME: &str = "quasi-jupyterlab";
+
 const LOGO_32: &[u8] = include_bytes!("../assets/logo-32x32.png");
 const LOGO_64: &[u8] = include_bytes!("../assets/logo-64x64.png");
 
@@ -17,7 +22,7 @@ pub const USAGE: &str = "usage: quasi-kernel install [--user | --sys-prefix | --
   --sys-prefix  the active virtual environment (VIRTUAL_ENV, CONDA_PREFIX or python3's sys.prefix)
   --prefix DIR  DIR/share/jupyter";
 
-/// Where the kernelspec goes.
+/// Which Jupyter data directory the kernelspec and the extension go to.
 #[derive(Debug, PartialEq, Eq)]
 enum Target {
     User,
@@ -50,6 +55,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let executable = std::env::current_exe().context("finding this executable")?;
     write_kernelspec(&directory, &executable)?;
     println!("installed the Quasi kernelspec in {}", directory.display());
+    let extension = data_dir.join("labextensions").join(LABEXTENSION_NAME);
+    write_labextension(&extension)?;
+    println!("installed the JupyterLab extension {LABEXTENSION_NAME} (C-Lisp highlighting) in {}", extension.display());
     Ok(())
 }
 
@@ -92,6 +100,34 @@ fn write_kernelspec(directory: &Path, executable: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes the prebuilt extension, replacing an earlier one: its files have other content hashes
+/// in their names, and a stale `remoteEntry` left beside the new one would only confuse.
+fn write_labextension(directory: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_dir_all(directory) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(error).with_context(|| format!("removing the earlier {}", directory.display()));
+        }
+        _ => {}
+    }
+    for (path, bytes) in crate::labextension::FILES {
+        let file = directory.join(path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&file, bytes).with_context(|| format!("writing {}", file.display()))?;
+    }
+    // What `jupyter labextension list` and the extension manager say installed it.
+    let install = serde_json::json!({
+        "packageManager": "quasi-kernel",
+        "packageName": "quasi-kernel",
+        "uninstallInstructions": format!("Delete {}", directory.display()),
+    });
+    let file = directory.join("install.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&install)? + "\n")
+        .with_context(|| format!("writing {}", file.display()))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{parse, Target};
@@ -126,5 +162,47 @@ mod tests {
               "env": {}
             }"#]]
         .assert_eq(&json);
+    }
+
+    /// The embedded list is what scripts/build-labextension.sh last built, file for file.
+    #[test]
+    fn labextension_files_match_the_prebuilt_folder() {
+        let prebuilt = Path::new(env!("CARGO_MANIFEST_DIR")).join("labextension/quasi_jupyterlab/labextension");
+        let mut on_disk = Vec::new();
+        let mut folders = vec![prebuilt.clone()];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).expect("reading the built extension").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if let Ok(relative) = path.strip_prefix(&prebuilt) {
+                    on_disk.push(relative.to_string_lossy().into_owned());
+                }
+            }
+        }
+        on_disk.sort();
+        let embedded: Vec<String> = crate::labextension::FILES.iter().map(|(path, _)| path.to_string()).collect();
+        assert_eq!(embedded, on_disk, "run scripts/build-labextension.sh to list the prebuilt files again");
+    }
+
+    #[test]
+    fn install_writes_the_labextension() {
+        let directory = tempfile::tempdir().expect("a temporary directory");
+        let extension = directory.path().join("labextensions").join(super::LABEXTENSION_NAME);
+        let stale = extension.join("static/remoteEntry.0000.js");
+        std::fs::create_dir_all(stale.parent().unwrap_or(&extension)).expect("creating a stale install");
+        std::fs::write(&stale, "stale").expect("writing a stale file");
+
+        super::write_labextension(&extension).expect("writing the extension");
+        let package: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(extension.join("package.json")).expect("package.json"))
+                .expect("package.json is JSON");
+        assert_eq!(package["name"], "quasi-jupyterlab");
+        // JupyterLab loads the extension from the remoteEntry that package.json names.
+        let entry = package["jupyterlab"]["_build"]["load"].as_str().unwrap_or_default();
+        assert!(entry.starts_with("static/remoteEntry."), "{entry}");
+        assert!(extension.join(entry).is_file(), "{entry} is written");
+        assert!(extension.join("install.json").is_file());
+        assert!(!stale.exists(), "an earlier install's files are removed");
     }
 }

@@ -1,5 +1,6 @@
 //! `quasi-kernel`: Quasi's Jupyter kernel. `quasi-kernel --connection-file FILE` serves one
-//! session over ZeroMQ (Jupyter protocol 5.3); `quasi-kernel install` writes the kernelspec.
+//! session over ZeroMQ (Jupyter protocol 5.3); `quasi-kernel install` writes the kernelspec and
+//! the JupyterLab extension that highlights C-Lisp.
 //!
 //! Only this crate knows ZeroMQ, Jupyter messages and MIME types; the language and the
 //! session are `quasi-lang`'s, the text of every output `quasi-repl`'s.
@@ -15,6 +16,7 @@ mod install;
 mod interrupt;
 mod iopub;
 mod kernel;
+mod labextension;
 mod logging;
 mod parent;
 mod shell;

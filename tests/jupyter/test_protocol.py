@@ -102,7 +102,7 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         info = reply["content"]["language_info"]
         self.assertEqual(reply["content"]["protocol_version"], "5.3")
         self.assertEqual(info["mimetype"], "text/x-c-lisp")
-        self.assertEqual(info["codemirror_mode"], "scheme")
+        self.assertEqual(info["codemirror_mode"], "c-lisp")
         self.assertIn(info["pygments_lexer"], ("scheme", "commonlisp"))
 
     def test_silent_cell_publishes_nothing_and_keeps_the_count(self):
