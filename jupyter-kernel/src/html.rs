@@ -20,13 +20,17 @@ pub fn escape(text: &str) -> String {
 const ERROR_COLOUR: &str = "#c62828";
 const WARNING_COLOUR: &str = "#b26a00";
 const DIM: &str = "color:#757575";
+/// JupyterLab gives a `<pre>` in an HTML output margins and padding that plain-text outputs do not
+/// have: definitions and values then stood 20 px right of printed output, with a band above and
+/// below that pushed a result's `[n]:` prompt off its line (seen in the browser test).
+const FLUSH: &str = "margin:0;padding:0";
 
 /// A diagnostic as rendered by `quasi_repl::render_diagnostic` (plain), in a `<pre>` with the
 /// headline coloured, and the caret line and the source text it points at highlighted.
 pub fn diagnostic(plain: &str, is_error: bool) -> String {
     let colour = if is_error { ERROR_COLOUR } else { WARNING_COLOUR };
     let lines: Vec<&str> = plain.lines().collect();
-    let mut html = String::from("<pre class=\"quasi-diagnostic\">");
+    let mut html = format!("<pre class=\"quasi-diagnostic\" style=\"{FLUSH}\">");
     for (index, line) in lines.iter().enumerate() {
         if index == 0 {
             html.push_str(&format!("<span style=\"color:{colour};font-weight:bold\">{}</span>", escape(line)));
@@ -81,12 +85,16 @@ fn highlight(line: &str, columns: &[usize], style: &str) -> String {
 
 /// A value line `TEXT : TYPE`, the type dimmed.
 pub fn value(text: &str, ty: &str) -> String {
-    format!("<pre class=\"quasi-value\">{} <span style=\"{DIM}\">: {}</span></pre>", escape(text), escape(ty))
+    format!(
+        "<pre class=\"quasi-value\" style=\"{FLUSH}\">{} <span style=\"{DIM}\">: {}</span></pre>",
+        escape(text),
+        escape(ty)
+    )
 }
 
 /// Definition lines `NAME : DESCRIPTION`, the names in bold.
 pub fn definitions(lines: &[(&str, &str)]) -> String {
-    let mut html = String::from("<pre class=\"quasi-definitions\">");
+    let mut html = format!("<pre class=\"quasi-definitions\" style=\"{FLUSH}\">");
     for (index, (name, description)) in lines.iter().enumerate() {
         if index > 0 {
             html.push('\n');
@@ -219,7 +227,7 @@ mod tests {
         check(
             super::diagnostic(plain, true),
             expect![[r#"
-                <pre class="quasi-diagnostic"><span style="color:#c62828;font-weight:bold">error[type]: operands of `add` must have one integer type</span>
+                <pre class="quasi-diagnostic" style="margin:0;padding:0"><span style="color:#c62828;font-weight:bold">error[type]: operands of `add` must have one integer type</span>
                   --&gt; cell 3:1:6
                   |
                 1 | (add 1 <span style="background:#c6282826;border-bottom:2px solid #c62828">2.5</span> &lt;x&gt;)
@@ -235,13 +243,13 @@ mod tests {
         check(
             super::value("\"<b>\"", "(ptr int8)"),
             expect![[
-                r#"<pre class="quasi-value">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#
+                r#"<pre class="quasi-value" style="margin:0;padding:0">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#
             ]],
         );
         check(
             super::definitions(&[("sq", "(int) -> int"), ("a<b", "int = 0")]),
             expect![[r#"
-                <pre class="quasi-definitions"><b>sq</b> <span style="color:#757575">:</span> (int) -&gt; int
+                <pre class="quasi-definitions" style="margin:0;padding:0"><b>sq</b> <span style="color:#757575">:</span> (int) -&gt; int
                 <b>a&lt;b</b> <span style="color:#757575">:</span> int = 0</pre>"#]],
         );
     }
