@@ -1,11 +1,18 @@
 //! Run: every call into compiled code goes through `Runner::call`, on one executor thread with
 //! a 64 MiB stack, inside the fault guard; C stdio is flushed after each call and, when the
-//! session captures output, file descriptor 1 is redirected for the call.
+//! session captures output, file descriptors 1 and 2 are redirected into memory files for the
+//! call, which the caller's thread reads while it waits, so output streams as it is written.
 
 use std::ffi::c_void;
-use std::sync::mpsc;
-use std::sync::Once;
+use std::sync::{mpsc, Mutex, Once};
 use std::thread;
+use std::time::Duration;
+
+use crate::Stream;
+
+/// How often the waiting thread collects what a running call has written: the latency of
+/// streamed output, and the rate of an idle wake-up while compiled code runs.
+const STREAM_INTERVAL: Duration = Duration::from_millis(30);
 
 /// Compiled code runs on a stack of at least this size (the language promises 64 MiB).
 const STACK_SIZE: usize = 64 << 20;
@@ -21,6 +28,11 @@ extern "C" {
     fn quasi_rt_dprint(n: f64) -> f64;
     fn quasi_rt_ptr_print(p: *mut c_void) -> *mut c_void;
     fn quasi_rt_int64_print(n: i64) -> i64;
+    /// C's `stdout` stream (glibc exports it as a variable).
+    static stdout: *mut libc::FILE;
+    // POSIX stream locks (the libc crate has no Linux binding for them).
+    fn ftrylockfile(file: *mut libc::FILE) -> i32;
+    fn funlockfile(file: *mut libc::FILE);
 }
 
 /// How a guarded call ended abnormally.
@@ -135,23 +147,42 @@ impl Runner {
     }
 
     /// Calls an entry `void (ptr out)` at `address` with an output buffer of `result_size`
-    /// bytes. This is the one place compiled code is entered.
-    pub fn call(&self, address: usize, result_size: usize, capture: bool) -> CallReport {
+    /// bytes. This is the one place compiled code is entered. When output is captured, what the
+    /// call writes is handed to `progress` while it runs (every `STREAM_INTERVAL`), and the
+    /// report holds the rest.
+    pub fn call(
+        &self,
+        address: usize,
+        result_size: usize,
+        capture: bool,
+        progress: &mut dyn FnMut(Stream, Vec<u8>),
+    ) -> CallReport {
+        let lost = || CallReport {
+            result: Vec::new(),
+            output: Vec::new(),
+            errors: Vec::new(),
+            fault: Some(Fault::Signal { signal: 0, address: 0 }),
+            allocations: Vec::new(),
+        };
         let (done, result) = mpsc::sync_channel(1);
         let job: Job = Box::new(move || {
             let report = guarded_call(address, result_size, capture);
             let _ = done.send(report);
         });
-        let sent = self.jobs.as_ref().map(|jobs| jobs.send(job));
-        match (sent, result.recv()) {
-            (Some(Ok(())), Ok(report)) => report,
-            _ => CallReport {
-                result: Vec::new(),
-                output: Vec::new(),
-                errors: Vec::new(),
-                fault: Some(Fault::Signal { signal: 0, address: 0 }),
-                allocations: Vec::new(),
-            },
+        if !matches!(self.jobs.as_ref().map(|jobs| jobs.send(job)), Some(Ok(()))) {
+            return lost();
+        }
+        loop {
+            match result.recv_timeout(STREAM_INTERVAL) {
+                Ok(report) => return report,
+                Err(mpsc::RecvTimeoutError::Timeout) if capture => {
+                    for (stream, bytes) in Capture::take_written() {
+                        progress(stream, bytes);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return lost(),
+            }
         }
     }
 }
@@ -169,58 +200,127 @@ impl Drop for Runner {
 struct Capture {
     target: i32,
     saved: i32,
-    file: i32,
 }
 
-thread_local! {
-    /// One memory file per captured descriptor, made once per executor thread and emptied
-    /// after each call: creating them per call was most of a small cell's capture cost.
-    static CAPTURE_FILES: std::cell::Cell<[i32; 3]> = const { std::cell::Cell::new([-1; 3]) };
+/// The memory files output is captured in, one per descriptor (made once: creating them per
+/// call was most of a small cell's capture cost), and how much of each the waiting thread has
+/// already taken. Shared by the executor thread, which redirects into them, and the thread that
+/// waits for the call and reads them while it runs.
+struct CaptureFiles {
+    files: [i32; 3],
+    taken: [usize; 3],
+}
+
+static CAPTURE_FILES: Mutex<CaptureFiles> = Mutex::new(CaptureFiles { files: [-1; 3], taken: [0; 3] });
+
+fn capture_files() -> std::sync::MutexGuard<'static, CaptureFiles> {
+    CAPTURE_FILES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl CaptureFiles {
+    /// The bytes of descriptor `slot`'s file past what was taken, now taken.
+    fn take(&mut self, slot: usize) -> Vec<u8> {
+        let file = self.files[slot];
+        let mut bytes = Vec::new();
+        if file < 0 {
+            return bytes;
+        }
+        // SAFETY: fstat and pread on a memory file this process owns; neither moves the file
+        // offset that the redirected descriptor writes at.
+        unsafe {
+            let mut status: libc::stat = std::mem::zeroed();
+            if libc::fstat(file, &mut status) != 0 {
+                return bytes;
+            }
+            let length = usize::try_from(status.st_size).unwrap_or(0);
+            if length > self.taken[slot] {
+                bytes.resize(length - self.taken[slot], 0);
+                let read = libc::pread(file, bytes.as_mut_ptr().cast(), bytes.len(), self.taken[slot] as libc::off_t);
+                bytes.truncate(read.max(0) as usize);
+                self.taken[slot] += bytes.len();
+            }
+        }
+        bytes
+    }
 }
 
 impl Capture {
     fn start(target: i32) -> Option<Capture> {
-        let mut files = CAPTURE_FILES.with(std::cell::Cell::get);
-        let slot = usize::try_from(target).ok().filter(|slot| *slot < files.len())?;
-        // SAFETY: plain fd syscalls; the memory file lives for the thread, `saved` is closed in
+        let slot = usize::try_from(target).ok().filter(|slot| *slot < 3)?;
+        let mut captured = capture_files();
+        // SAFETY: plain fd syscalls; the memory file lives for the process, `saved` is closed in
         // `finish`.
         unsafe {
-            if files[slot] < 0 {
-                files[slot] = libc::memfd_create(c"quasi-output".as_ptr(), libc::MFD_CLOEXEC);
-                if files[slot] < 0 {
+            if captured.files[slot] < 0 {
+                captured.files[slot] = libc::memfd_create(c"quasi-output".as_ptr(), libc::MFD_CLOEXEC);
+                if captured.files[slot] < 0 {
                     return None;
                 }
-                CAPTURE_FILES.with(|cell| cell.set(files));
             }
-            let file = files[slot];
+            captured.taken[slot] = 0;
             libc::fflush(std::ptr::null_mut());
             let saved = libc::dup(target);
-            if saved < 0 || libc::dup2(file, target) < 0 {
+            if saved < 0 || libc::dup2(captured.files[slot], target) < 0 {
                 return None;
             }
-            Some(Capture { target, saved, file })
+            Some(Capture { target, saved })
         }
     }
 
+    /// Restores the descriptor; returns what was written and not yet taken, and empties the file
+    /// for the next call.
     fn finish(self) -> Vec<u8> {
-        let mut output = Vec::new();
-        // SAFETY: restores the descriptor, reads the memory file back and empties it for the
-        // next call.
+        // SAFETY: flushes C's buffers into the file and restores the descriptor.
         unsafe {
             libc::fflush(std::ptr::null_mut());
             libc::dup2(self.saved, self.target);
             libc::close(self.saved);
-            let length = libc::lseek(self.file, 0, libc::SEEK_END);
-            if length > 0 {
-                output.resize(length as usize, 0);
-                let read = libc::pread(self.file, output.as_mut_ptr().cast(), output.len(), 0);
-                output.truncate(read.max(0) as usize);
-                libc::ftruncate(self.file, 0);
-            }
-            libc::lseek(self.file, 0, libc::SEEK_SET);
         }
-        output
+        let slot = self.target as usize;
+        let mut captured = capture_files();
+        let rest = captured.take(slot);
+        // SAFETY: empties the memory file and rewinds the shared offset for the next call.
+        unsafe {
+            libc::ftruncate(captured.files[slot], 0);
+            libc::lseek(captured.files[slot], 0, libc::SEEK_SET);
+        }
+        captured.taken[slot] = 0;
+        rest
     }
+
+    /// On the waiting thread, while a call runs: what it wrote since the last time. C's stdout
+    /// buffer (a memory file makes it fully buffered) is flushed first, but only if its lock is
+    /// free: compiled code may hold it, or have faulted inside printf while holding it.
+    fn take_written() -> Vec<(Stream, Vec<u8>)> {
+        // SAFETY: `stdout` is C's stream; ftrylockfile never blocks, and the stream is unlocked
+        // again right after the flush it allowed.
+        unsafe {
+            if ftrylockfile(stdout) == 0 {
+                libc::fflush(stdout);
+                funlockfile(stdout);
+            }
+        }
+        let mut captured = capture_files();
+        [(Stream::Stdout, 1), (Stream::Stderr, 2)]
+            .into_iter()
+            .map(|(stream, slot)| (stream, captured.take(slot)))
+            .filter(|(_, bytes)| !bytes.is_empty())
+            .collect()
+    }
+}
+
+/// Text from bytes that may end inside a UTF-8 sequence: complete text out, the incomplete tail
+/// kept in `pending` for the next chunk. Invalid bytes become U+FFFD.
+pub(crate) fn complete_text(pending: &mut Vec<u8>, bytes: &[u8]) -> String {
+    pending.extend_from_slice(bytes);
+    let cut = match std::str::from_utf8(pending) {
+        Ok(_) => pending.len(),
+        Err(error) if error.error_len().is_none() => error.valid_up_to(),
+        Err(_) => pending.len(),
+    };
+    let text = String::from_utf8_lossy(&pending[..cut]).into_owned();
+    pending.drain(..cut);
+    text
 }
 
 fn guarded_call(address: usize, result_size: usize, capture: bool) -> CallReport {

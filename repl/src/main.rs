@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 use quasi_lang::{completeness, Completeness, Outcome, Session, SessionConfig, Stream};
 use quasi_repl::transcript::{record_or_save, Recording};
-use quasi_repl::{render, render_streams, Style};
+use quasi_repl::{render_streams, Style};
 use rustyline::completion::Completer;
 use rustyline::error::ReadlineError;
 use rustyline::highlight::{CmdKind, Highlighter};
@@ -165,7 +165,6 @@ fn piped() -> i32 {
     let mut recording = Recording::default();
     let mut pending = String::new();
     let stdin = std::io::stdin();
-    let mut stdout = std::io::stdout();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
         if pending.is_empty() && line.trim().is_empty() {
@@ -176,19 +175,14 @@ fn piped() -> i32 {
         if let Completeness::Incomplete { .. } = completeness(&pending) {
             continue;
         }
-        let mut outcome = session.eval(pending.trim_end());
-        record_or_save(&mut recording, pending.trim_end(), &mut outcome);
+        let outcome = run_cell(&mut session, &mut recording, pending.trim_end(), Shown::new(Style::Plain, false));
         pending.clear();
-        let _ = write!(stdout, "{}", render(&outcome, Style::Plain));
-        let _ = stdout.flush();
         if outcome.quit {
             return 0;
         }
     }
     if !pending.trim().is_empty() {
-        let mut outcome = session.eval(pending.trim_end());
-        record_or_save(&mut recording, pending.trim_end(), &mut outcome);
-        let _ = write!(stdout, "{}", render(&outcome, Style::Plain));
+        run_cell(&mut session, &mut recording, pending.trim_end(), Shown::new(Style::Plain, false));
     }
     0
 }
@@ -238,9 +232,7 @@ fn interactive() -> i32 {
         }
         // Recorded before running, so a cell that brings the process down is still recalled.
         history.record(&mut editor, &buffer);
-        let mut outcome = session.borrow_mut().eval(cell.trim_end());
-        record_or_save(&mut recording, cell.trim_end(), &mut outcome);
-        show(&outcome, style);
+        let outcome = run_cell(&mut session.borrow_mut(), &mut recording, cell.trim_end(), Shown::new(style, true));
         if outcome.quit {
             return 0;
         }
@@ -265,26 +257,84 @@ fn new_editor(session: Rc<RefCell<Session>>) -> rustyline::Result<Editor<CellHel
     Ok(editor)
 }
 
-/// Writes an outcome to the terminal: program output to stderr goes to stderr, the rest to
-/// stdout, in cell order; the next prompt starts on a fresh line.
-fn show(outcome: &Outcome, style: Style) {
-    let mut ends_line = true;
-    for (stream, text) in render_streams(outcome, style) {
-        // A closed or broken terminal stream is no reason to stop the session.
-        let _ = match stream {
-            Stream::Stdout => write_flushed(&mut std::io::stdout(), &text),
-            Stream::Stderr => write_flushed(&mut std::io::stderr(), &text),
-        };
-        ends_line = text.ends_with('\n');
+/// Writes a cell to the terminal as it runs: program output to stderr goes to stderr, the rest
+/// to stdout, in cell order. `lang` promises that each outcome it shows while a cell runs renders
+/// as a prefix of the next, so only the new part is written each time.
+struct Shown {
+    style: Style,
+    /// A terminal: program output to stderr goes to stderr and the next prompt starts on a fresh
+    /// line. Otherwise (the pipe mode) everything goes to stdout, exactly the renderer's text.
+    terminal: bool,
+    /// Bytes of the cell's rendering already written.
+    written: usize,
+    ends_line: bool,
+}
+
+impl Shown {
+    fn new(style: Style, terminal: bool) -> Shown {
+        Shown { style, terminal, written: 0, ends_line: true }
     }
-    if !ends_line {
-        let _ = write_flushed(&mut std::io::stdout(), "\n");
+
+    /// Writes what `outcome` adds to what was written.
+    fn update(&mut self, outcome: &Outcome) {
+        let mut start = 0;
+        for (stream, text) in render_streams(outcome, self.style) {
+            let end = start + text.len();
+            if end > self.written {
+                let new = text.get(self.written.saturating_sub(start)..).unwrap_or_default();
+                // A closed or broken terminal stream is no reason to stop the session.
+                let (out, err) = terminal_streams();
+                let _ = match stream {
+                    Stream::Stderr if self.terminal => write_flushed(&mut &*err, new),
+                    _ => write_flushed(&mut &*out, new),
+                };
+                if !new.is_empty() {
+                    self.ends_line = new.ends_with('\n');
+                }
+                self.written = end;
+            }
+            start = end;
+        }
     }
+
+    /// The whole cell is shown; on a terminal the next prompt starts on a fresh line.
+    fn finish(self) {
+        if self.terminal && !self.ends_line {
+            let _ = write_flushed(&mut &terminal_streams().0, "\n");
+        }
+    }
+}
+
+/// Runs a cell, showing it as it runs, and records it for `:save`.
+fn run_cell(session: &mut Session, recording: &mut Recording, cell: &str, shown: Shown) -> Outcome {
+    let mut shown = shown;
+    let mut outcome = session.eval_streaming(cell, &mut |partial| shown.update(partial));
+    record_or_save(recording, cell, &mut outcome);
+    shown.update(&outcome);
+    shown.finish();
+    outcome
 }
 
 fn write_flushed(stream: &mut dyn Write, text: &str) -> std::io::Result<()> {
     stream.write_all(text.as_bytes())?;
     stream.flush()
+}
+
+/// The terminal's stdout and stderr as they were when `quasi` started. While compiled code runs,
+/// the session redirects file descriptors 1 and 2 into its capture files (process-wide), and what
+/// is shown meanwhile must not land there: it goes to these duplicates instead.
+fn terminal_streams() -> &'static (std::fs::File, std::fs::File) {
+    use std::os::fd::AsFd;
+    static STREAMS: std::sync::OnceLock<(std::fs::File, std::fs::File)> = std::sync::OnceLock::new();
+    STREAMS.get_or_init(|| {
+        let duplicate = |fd: std::os::fd::BorrowedFd<'_>| {
+            fd.try_clone_to_owned().map(std::fs::File::from).unwrap_or_else(|error| {
+                eprintln!("quasi: cannot duplicate the terminal's streams: {error}");
+                std::process::exit(1)
+            })
+        };
+        (duplicate(std::io::stdout().as_fd()), duplicate(std::io::stderr().as_fd()))
+    })
 }
 
 /// The cell an edit buffer holds: its text after the prompts, without the margins that

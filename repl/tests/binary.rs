@@ -147,3 +147,43 @@ fn run_of_a_missing_file_says_so() {
     assert_eq!(finished.status.code(), Some(1));
     assert!(finished.stderr.contains("cannot read `/nonexistent/quasi-test.cl`"), "{}", finished.stderr);
 }
+
+/// Program output streams while the cell runs: each `tick` reaches the pipe when it is printed
+/// (C's stdout is flushed every few tens of milliseconds while compiled code runs), not when the
+/// cell ends. The cell prints three ticks 700 ms apart, then its value.
+#[test]
+fn output_streams_while_the_cell_runs() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the quasi binary starts");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let cells = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((usleep int) (us int)))\n\
+                 (declare i int)\n(for ((set i 1) (le i 3) (set i (add i 1))) (call printf \"tick %d\\n\" i) (call usleep 700000))\n\
+                 (add 40 2)\n";
+    stdin.write_all(cells.as_bytes()).expect("cells written");
+    drop(stdin);
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().expect("stdout is piped")).lines() {
+        let line = line.expect("a line of output");
+        lines.push((started.elapsed(), line));
+    }
+    assert!(child.wait().expect("quasi ends").success());
+    let at = |wanted: &str| {
+        lines
+            .iter()
+            .find(|(_, line)| line == wanted)
+            .map(|(when, _)| *when)
+            .unwrap_or_else(|| panic!("no `{wanted}` in {lines:?}"))
+    };
+    // Each tick is 700 ms after the one before; had output waited for the end of the cell, all
+    // three would arrive together, after the last sleep.
+    assert!(at("tick 2") >= at("tick 1") + Duration::from_millis(400), "{lines:?}");
+    assert!(at("tick 3") >= at("tick 2") + Duration::from_millis(400), "{lines:?}");
+    assert!(at("42 : int") >= at("tick 3"), "{lines:?}");
+}

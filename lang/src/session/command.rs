@@ -115,7 +115,7 @@ impl Session {
                 self.history.attach_sources(&mut outcome);
                 outcome
             }
-            Ok(text) => self.eval_source(path.to_string(), text, EvalMode::Cell),
+            Ok(text) => self.eval_source(path.to_string(), text, EvalMode::Cell, &mut |_| {}),
             Err(error) => {
                 let mut outcome = Outcome::default();
                 outcome.diagnostics.push(Diagnostic::error(Kind::Io, format!("cannot read `{path}`: {error}")));

@@ -198,6 +198,16 @@ impl Session {
 
     /// Evaluates one cell: forms, or one `:command` line.
     pub fn eval(&mut self, text: &str) -> Outcome {
+        self.eval_streaming(text, &mut |_| {})
+    }
+
+    /// `eval`, showing the cell while it runs: `progress` is called with the outcome so far
+    /// whenever the running code wrote output (every few tens of milliseconds at most) or a
+    /// top-level item gave its value. Invariant: the rendering of every outcome `progress` sees
+    /// is a prefix of the final one's (items are only appended, and only a runtime fault, which
+    /// renders last, is added as a diagnostic meanwhile), so a front end may print each new part
+    /// as it comes. Cells with `(bench …)` or `(autotune …)` show nothing before they end.
+    pub fn eval_streaming(&mut self, text: &str, progress: &mut dyn FnMut(&Outcome)) -> Outcome {
         self.history.cell_count += 1;
         self.interrupt.store(false, Ordering::SeqCst);
         let name = format!("cell {}", self.history.cell_count);
@@ -205,7 +215,7 @@ impl Session {
             return self.run_command(text);
         }
         self.history.last_cell = Some(text.to_string());
-        let mut outcome = self.eval_source(name, text.to_string(), EvalMode::Cell);
+        let mut outcome = self.eval_source(name, text.to_string(), EvalMode::Cell, progress);
         self.history.last_timing = Some(outcome.timing.clone());
         if self.history.show_timing {
             outcome.items.push(Item::Timing(outcome.timing.clone()));
@@ -217,7 +227,7 @@ impl Session {
     /// and `main` is called if defined. Returns the outcome and the exit status.
     pub fn run_file(&mut self, path: &str, text: String, args: &[String]) -> (Outcome, i32) {
         self.history.cell_count += 1;
-        let mut outcome = self.eval_source(path.to_string(), text, EvalMode::Script);
+        let mut outcome = self.eval_source(path.to_string(), text, EvalMode::Script, &mut |_| {});
         if outcome.failed() {
             let faulted = outcome.diagnostics.iter().any(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
             return (outcome, if faulted { 2 } else { 1 });
@@ -246,7 +256,7 @@ impl Session {
         };
         // The call of `main` is a cell of its own (its entry must not reuse the file's names).
         self.history.cell_count += 1;
-        let main_outcome = self.eval_source(format!("{path} (main)"), call, EvalMode::Main);
+        let main_outcome = self.eval_source(format!("{path} (main)"), call, EvalMode::Main, &mut |_| {});
         let status = match main_outcome.items.iter().find_map(|item| match item {
             Item::Value { text, .. } => text.parse::<i64>().ok(),
             _ => None,
@@ -350,7 +360,13 @@ impl Session {
     }
 
     /// One cell through the whole pipeline.
-    fn eval_source(&mut self, name: String, text: String, mode: EvalMode) -> Outcome {
+    fn eval_source(
+        &mut self,
+        name: String,
+        text: String,
+        mode: EvalMode,
+        progress: &mut dyn FnMut(&Outcome),
+    ) -> Outcome {
         let mut outcome = Outcome::default();
         let forms = match self.read(name, text, &mut outcome.timing) {
             Ok(forms) => forms,
@@ -393,7 +409,9 @@ impl Session {
             outcome.items.extend(defined);
         }
         let run_start = Instant::now();
-        self.run_top_level(&cell, &entries, mode, &mut outcome);
+        // A bench's report is its output: nothing to show before it ends.
+        let progress: &mut dyn FnMut(&Outcome) = if session_forms.is_empty() { progress } else { &mut |_| {} };
+        self.run_top_level(&cell, &entries, mode, &mut outcome, progress);
         if !session_forms.is_empty() && !outcome.failed() {
             bench::run_session_forms(self, &session_forms, &mut outcome);
         }
@@ -557,17 +575,36 @@ impl Session {
 
     /// Run: the cell's top-level code, item by item, until one faults; values are shown as the
     /// language spells them.
-    fn run_top_level(&mut self, cell: &TypedCell, entries: &[usize], mode: EvalMode, outcome: &mut Outcome) {
+    fn run_top_level(
+        &mut self,
+        cell: &TypedCell,
+        entries: &[usize],
+        mode: EvalMode,
+        outcome: &mut Outcome,
+        progress: &mut dyn FnMut(&Outcome),
+    ) {
         let top: Vec<&FunctionDef> = cell.top.iter().map(|item| &item.function).collect();
         self.prepare_launches(&top, &mut outcome.timing);
+        // Bytes of a UTF-8 sequence cut by a chunk boundary wait for the next chunk.
+        let mut pending = [Vec::new(), Vec::new()];
         for (item, address) in cell.top.iter().zip(entries) {
             let size = item.value.as_ref().map_or(0, |ty| value::size_align(ty, &self.env.structs).0);
-            let report = self.runner.call(*address, size, self.config.capture_output);
+            let mut streamed = |stream: Stream, bytes: Vec<u8>| {
+                let text = crate::run::complete_text(&mut pending[stream as usize], &bytes);
+                if !text.is_empty() {
+                    outcome.items.push(Item::Output { stream, text });
+                    progress(outcome);
+                }
+            };
+            let report = self.runner.call(*address, size, self.config.capture_output, &mut streamed);
             outcome.timing.device.extend(self.gpu.runtime.take_rows());
             self.program.keep_allocations(report.allocations);
             for (stream, bytes) in [(Stream::Stdout, &report.output), (Stream::Stderr, &report.errors)] {
-                if !bytes.is_empty() {
-                    outcome.items.push(Item::Output { stream, text: String::from_utf8_lossy(bytes).into_owned() });
+                let mut text = crate::run::complete_text(&mut pending[stream as usize], bytes);
+                // The call is over: a sequence still cut short is what the program wrote.
+                text.push_str(&String::from_utf8_lossy(&std::mem::take(&mut pending[stream as usize])));
+                if !text.is_empty() {
+                    outcome.items.push(Item::Output { stream, text });
                 }
             }
             if let Some(fault) = report.fault {
@@ -580,6 +617,7 @@ impl Session {
                 });
                 outcome.items.push(Item::Value { text, ty: ty.to_string() });
             }
+            progress(outcome);
         }
     }
 
@@ -609,7 +647,8 @@ impl Pipeline for Session {
 
     fn call_for_value(&mut self, entry: usize, size: usize, span: Span) -> Result<Vec<u8>, Vec<Diagnostic>> {
         self.prepare_launches(&[], &mut PhaseTimes::default());
-        let report = self.runner.call(entry, size, self.config.capture_output);
+        // Bench and autotune runs: their output is not shown, only what they measure.
+        let report = self.runner.call(entry, size, self.config.capture_output, &mut |_, _| {});
         self.gpu.runtime.take_rows();
         self.program.keep_allocations(report.allocations);
         match report.fault {
