@@ -1,7 +1,9 @@
 //! quasi-repl: the one text renderer of session outcomes, used by the terminal, the kernel's
 //! `text/plain` and the transcript harness alike; the transcript engine (`transcript`) and the
-//! notebook outputs of a cell (`notebook`) that `quasi test`, the harness and the kernel share.
+//! notebook outputs of a cell (`notebook`) that `quasi test`, the harness and the kernel share;
+//! the one highlighter of listings (`highlight`), for the terminal's colours and the kernel's HTML.
 
+pub mod highlight;
 pub mod notebook;
 pub mod transcript;
 
