@@ -263,7 +263,7 @@ mod tests {
         check(
             body.to_string(),
             expect![[
-                r#"<pre><span class="ql-source ql-c-lisp"><span class="ql-punctuation ql-section ql-parens ql-begin ql-c-lisp">(</span><span class="ql-support ql-function ql-opcode ql-c-lisp">add</span> <span class="ql-constant ql-numeric ql-c-lisp">1</span> <span class="ql-constant ql-numeric ql-c-lisp">2</span>)</span></pre></div>"#
+                r#"<pre><span class="ql-source ql-c-lisp">(<span class="ql-support ql-function ql-opcode ql-c-lisp">add</span> <span class="ql-constant ql-numeric ql-c-lisp">1</span> <span class="ql-constant ql-numeric ql-c-lisp">2</span>)</span></pre></div>"#
             ]],
         );
         check(
