@@ -17,9 +17,10 @@ use syntect::util::LinesWithEndings;
 /// The prefix of every class `html` writes, so no stylesheet of the page styles them by accident.
 const CLASS_PREFIX: &str = "ql-";
 
-/// Listings longer than this are shown plain: a grammar costs some microseconds a line, and a
-/// listing this long (a large PTX module) is read by searching, not by colour.
-const MAX_HIGHLIGHTED_BYTES: usize = 512 * 1024;
+/// Listings longer than this are shown plain. The LLVM IR grammar, the slowest, takes about
+/// 60 µs a line in a release build (10 µs for assembly and PTX), so this bounds the cost near a
+/// third of a second; a listing this long is read by searching, not by colour.
+const MAX_HIGHLIGHTED_BYTES: usize = 256 * 1024;
 
 /// Each grammar with the name it declares.
 const GRAMMARS: [(Language, &str, &str); 4] = [
