@@ -63,7 +63,7 @@ fn rich_item(item: &Item, plain: &str) -> Vec<MediaType> {
         // Listings go as Markdown code blocks too, which front ends highlight by language.
         Item::Listing { title, language, text } => vec![
             MediaType::Markdown(html::listing_markdown(title, *language, text)),
-            MediaType::Html(html::listing(title, text)),
+            MediaType::Html(html::listing(title, *language, text)),
         ],
         Item::Timing(timing) => vec![MediaType::Html(html::timing(timing))],
         Item::Bench(report) => with_chart(html::bench(plain, report), chart::bench(report)),

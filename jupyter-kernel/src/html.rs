@@ -113,12 +113,21 @@ pub fn listing_markdown(title: &str, language: quasi_lang::Language, text: &str)
         quasi_lang::Language::Assembly => "asm",
         quasi_lang::Language::Ptx => "ptx",
     };
-    format!("**{}**\n\n```{tag}\n{text}\n```\n", title.replace('*', "\\*"))
+    let heading = if title.is_empty() { String::new() } else { format!("**{}**\n\n", title.replace('*', "\\*")) };
+    format!("{heading}```{tag}\n{text}\n```\n")
 }
 
-/// A listing as HTML: its title, then the text.
-pub fn listing(title: &str, text: &str) -> String {
-    format!("<div class=\"quasi-listing\"><b>{}</b><pre>{}</pre></div>", escape(title), escape(text))
+/// A listing as HTML: its title, then the text highlighted by `quasi_repl::highlight`. The
+/// classes are coloured by the theme's editor colours through a `<style>` of this output's own,
+/// which JupyterLab keeps for outputs of the running kernel (trusted) and drops, with the colours
+/// only, from an untrusted notebook.
+pub fn listing(title: &str, language: quasi_lang::Language, text: &str) -> String {
+    let heading = if title.is_empty() { String::new() } else { format!("<b>{}</b>", escape(title)) };
+    format!(
+        "<div class=\"quasi-listing\"><style>{}</style>{heading}<pre>{}</pre></div>",
+        quasi_repl::highlight::css(".quasi-listing"),
+        quasi_repl::highlight::html(language, text)
+    )
 }
 
 fn table(header: &[String], rows: &[Vec<String>]) -> String {
@@ -235,6 +244,43 @@ mod tests {
                   |
                   = note: C-Lisp converts only with explicit casts
                 </pre>"#]],
+        );
+    }
+
+    #[test]
+    fn listing_is_highlighted_with_scope_classes_and_theme_colours() {
+        let html = super::listing("sq: LLVM IR", quasi_lang::Language::LlvmIr, "  %0 = mul i32 %x, 2 ; <sq>");
+        let (style, body) = html.split_once("</style>").expect("a style element");
+        check(
+            body.to_string(),
+            expect![[
+                r#"<b>sq: LLVM IR</b><pre><span class="ql-source ql-llvm">  <span class="ql-variable ql-other ql-local ql-llvm">%0</span> = <span class="ql-keyword ql-instruction ql-llvm">mul</span> <span class="ql-storage ql-type ql-llvm">i32</span> <span class="ql-variable ql-other ql-local ql-llvm">%x</span>, <span class="ql-constant ql-numeric ql-llvm">2</span> <span class="ql-comment ql-line ql-semicolon ql-llvm">; &lt;sq&gt;</span></span></pre></div>"#
+            ]],
+        );
+        assert!(
+            style.contains(".quasi-listing .ql-keyword { color: var(--jp-mirror-editor-keyword-color, #008000)"),
+            "{style}"
+        );
+        assert!(style.contains(".quasi-listing .ql-comment { color: var(--jp-mirror-editor-comment-color"), "{style}");
+    }
+
+    #[test]
+    fn an_expansion_listing_has_no_heading() {
+        let html = super::listing("", quasi_lang::Language::CLisp, "(add 1 2)");
+        let (_, body) = html.split_once("</style>").expect("a style element");
+        check(
+            body.to_string(),
+            expect![[
+                r#"<pre><span class="ql-source ql-c-lisp">(<span class="ql-support ql-function ql-opcode ql-c-lisp">add</span> <span class="ql-constant ql-numeric ql-c-lisp">1</span> <span class="ql-constant ql-numeric ql-c-lisp">2</span>)</span></pre></div>"#
+            ]],
+        );
+        check(
+            super::listing_markdown("", quasi_lang::Language::CLisp, "(add 1 2)"),
+            expect![[r#"
+            ```lisp
+            (add 1 2)
+            ```
+        "#]],
         );
     }
 

@@ -98,9 +98,11 @@ pub enum Item {
     },
     /// A message from a command (`:help`, `:opt`…).
     Message(String),
-    /// A listing of one stage of a definition (`:ir`, `:asm`, `:stages`…).
+    /// A listing of one stage of a definition (`:ir`, `:asm`, `:stages`…) or of an expansion
+    /// (`:expand`).
     Listing {
-        /// What it shows, e.g. `fib: LLVM IR (opt 1)`.
+        /// What it shows, e.g. `fib: LLVM IR (opt 1)`; empty for `:expand`, whose forms are shown
+        /// bare.
         title: String,
         /// How to highlight it.
         language: Language,

@@ -1,7 +1,9 @@
 //! quasi-repl: the one text renderer of session outcomes, used by the terminal, the kernel's
 //! `text/plain` and the transcript harness alike; the transcript engine (`transcript`) and the
-//! notebook outputs of a cell (`notebook`) that `quasi test`, the harness and the kernel share.
+//! notebook outputs of a cell (`notebook`) that `quasi test`, the harness and the kernel share;
+//! the one highlighter of listings (`highlight`), for the terminal's colours and the kernel's HTML.
 
+pub mod highlight;
 pub mod notebook;
 pub mod transcript;
 
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use comfy_table::{presets, Table};
 use quasi_lang::{
-    AutotuneReport, BenchReport, Diagnostic, Item, Kind, Outcome, PhaseTimes, Severity, Stream, Throughput,
+    AutotuneReport, BenchReport, Diagnostic, Item, Kind, Language, Outcome, PhaseTimes, Severity, Stream, Throughput,
 };
 
 /// Whether to colour diagnostics (terminals) or not (transcripts, files).
@@ -83,7 +85,11 @@ fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stre
         if std::mem::take(&mut open_line) {
             push(Stream::Stdout, "\n".to_string());
         }
-        push(stream, render_item(item, masking));
+        let text = match item {
+            Item::Listing { title, language, text } => render_listing(title, *language, text, style),
+            _ => render_item(item, masking),
+        };
+        push(stream, text);
     }
     if open_line && !faults.is_empty() {
         push(Stream::Stdout, "\n".to_string());
@@ -106,12 +112,26 @@ pub fn render_item(item: &Item, masking: Masking) -> String {
             format!("{name} : {kept}autotuned: <fastest>)\n")
         }
         Item::Defined { name, description } => format!("{name} : {description}\n"),
-        Item::Listing { title, text, .. } => format!("== {title} ==\n{text}\n"),
+        Item::Listing { title, language, text } => render_listing(title, *language, text, Style::Plain),
         Item::Timing(timing) => render_timing(timing, masking),
         Item::Bench(report) => render_bench(report, masking),
         Item::Autotune(report) => render_autotune(report, masking),
         Item::Output { text, .. } => text.clone(),
         Item::Message(message) => format!("{message}\n"),
+    }
+}
+
+/// A listing under its title (`:expand` has none, so its forms print bare), coloured by its
+/// grammar under `Style::Color`.
+fn render_listing(title: &str, language: Language, text: &str, style: Style) -> String {
+    let (heading, text) = match style {
+        Style::Plain => (format!("== {title} =="), text.to_string()),
+        Style::Color => (format!("\x1b[1m== {title} ==\x1b[0m"), highlight::ansi(language, text)),
+    };
+    if title.is_empty() {
+        format!("{text}\n")
+    } else {
+        format!("{heading}\n{text}\n")
     }
 }
 

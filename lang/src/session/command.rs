@@ -130,8 +130,7 @@ impl Session {
         self.refresh_view_if_stale();
         let mut outcome = Outcome::default();
         if let (None, false, Some(forms)) = (text, single_level, &self.history.last_expansion) {
-            let listing: Vec<String> = forms.iter().map(|form| expand::pretty(form, 0)).collect();
-            outcome.items.push(Item::Message(listing.join("\n")));
+            outcome.items.push(expansion_listing(forms.iter().map(|form| expand::pretty(form, 0))));
             return outcome;
         }
         let Some(text) = text.map(str::to_string).or_else(|| self.history.last_cell.clone()) else {
@@ -151,8 +150,7 @@ impl Session {
         self.staging.stage.restore(saved);
         match expanded {
             Ok(expanded) => {
-                let listing: Vec<String> = expanded.forms.iter().map(|form| expand::pretty(form, 0)).collect();
-                outcome.items.push(Item::Message(listing.join("\n")));
+                outcome.items.push(expansion_listing(expanded.forms.iter().map(|form| expand::pretty(form, 0))));
                 outcome
             }
             Err(diagnostics) => self.fail(outcome, diagnostics),
@@ -387,4 +385,9 @@ impl Session {
                 .map(|entry| format!("{name} : {}{}", entry.signature, function_note(entry, false))),
         }
     }
+}
+
+/// `:expand`'s forms as a C-Lisp listing without a title, which text renders as the bare forms.
+fn expansion_listing(forms: impl Iterator<Item = String>) -> Item {
+    Item::Listing { title: String::new(), language: Language::CLisp, text: forms.collect::<Vec<_>>().join("\n") }
 }
