@@ -22,10 +22,54 @@ pub enum Output {
     Error { ename: String, evalue: String, traceback: Vec<String> },
 }
 
-/// Converts an outcome into outputs: `quasi_repl::notebook` decides what a cell shows and in
-/// which order (so `quasi test` compares notebooks against the same), this adds the MIME types.
+/// A finished cell's outputs: `quasi_repl::notebook` decides what a cell shows and in which order
+/// (so `quasi test` compares notebooks against the same), this adds the MIME types. The kernel
+/// publishes them as they come, through `Published`.
+#[cfg(test)]
 pub fn outputs(outcome: &Outcome) -> Vec<Output> {
-    notebook::outputs(outcome).into_iter().map(|output| message(output, outcome)).collect()
+    Published::default().take(outcome, true)
+}
+
+/// What of a running cell's outputs has been published, so that each step publishes only what
+/// is new: `lang` only appends to a running cell's outcome, so its outputs only grow.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// Outputs published whole.
+    complete: usize,
+    /// Bytes published of the output at `complete`: a stream that may still grow.
+    partial: usize,
+}
+
+impl Published {
+    /// The outputs of `outcome` not published yet. While the cell runs (`finished` false) its
+    /// last output is held back unless it is a stream — the last value may not stay the last,
+    /// which decides whether it is the cell's result — and a stream goes out as it grows.
+    pub fn take(&mut self, outcome: &Outcome, finished: bool) -> Vec<Output> {
+        let all = notebook::outputs(outcome);
+        let count = all.len();
+        let mut new = Vec::new();
+        for (index, output) in all.into_iter().enumerate().skip(self.complete) {
+            let last = index + 1 == count;
+            if let OutputKind::Stream(_) = output.kind {
+                let sent = if index == self.complete { self.partial } else { 0 };
+                let rest = output.plain.get(sent..).unwrap_or_default().to_string();
+                if !rest.is_empty() {
+                    new.push(message(CellOutput { plain: rest, ..output.clone() }, outcome));
+                }
+                if last && !finished {
+                    self.partial = output.plain.len();
+                    break;
+                }
+            } else if last && !finished {
+                break;
+            } else {
+                new.push(message(output, outcome));
+            }
+            self.complete = index + 1;
+            self.partial = 0;
+        }
+        new
+    }
 }
 
 fn message(output: CellOutput<'_>, outcome: &Outcome) -> Output {
@@ -103,13 +147,22 @@ mod tests {
     use super::Output;
     use expect_test::{expect, Expect};
     use jupyter_protocol::MediaType;
-    use quasi_lang::{Session, SessionConfig};
+    use quasi_lang::{Item, Outcome, Session, SessionConfig, Stream};
 
     /// Runs cells in one session and shows the outputs of the last, one line per output with
     /// the MIME types of bundles.
     fn check(cells: &[&str], expected: Expect) {
+        expected.assert_eq(&shown(outputs(cells)));
+    }
+
+    /// A hand-made outcome's outputs, one line each.
+    fn show(outcome: &Outcome, expected: Expect) {
+        expected.assert_eq(&shown(super::outputs(outcome)));
+    }
+
+    fn shown(outputs: Vec<Output>) -> String {
         let mut shown = String::new();
-        for output in outputs(cells) {
+        for output in outputs {
             match output {
                 Output::Stream { name, text } => shown.push_str(&format!("stream {name:?}: {text:?}\n")),
                 Output::Display(media) => shown.push_str(&format!("display {}\n", bundle(&media.content))),
@@ -119,13 +172,16 @@ mod tests {
                 }
             }
         }
-        expected.assert_eq(&shown);
+        shown
     }
 
     /// The outputs of the last of `cells`, run in one session.
     fn outputs(cells: &[&str]) -> Vec<Output> {
         let mut session =
-            Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).expect("a session starts");
+            // Not capturing: a capture redirects file descriptor 1 for the whole process, and the
+            // test harness reports other tests on it meanwhile.
+            Session::new(SessionConfig { capture_output: false, ..SessionConfig::default() })
+                .expect("a session starts");
         let mut outcome = None;
         for cell in cells {
             outcome = Some(session.eval(cell));
@@ -158,8 +214,12 @@ mod tests {
 
     #[test]
     fn program_output_is_a_stream_in_order() {
-        check(
-            &["(define ((printf int) (fmt (ptr int8)) ...))", "(call printf \"a\\n\")\n(call printf \"b\\n\")"],
+        // What a capturing session gives for `(call printf "a\n")` `(call printf "b\n")`.
+        let output = |text: &str| Item::Output { stream: Stream::Stdout, text: text.to_string() };
+        let value = Item::Value { text: "2".to_string(), ty: "int".to_string() };
+        let outcome = Outcome { items: vec![output("a\n"), value.clone(), output("b\n"), value], ..Outcome::default() };
+        show(
+            &outcome,
             expect![[r#"
                 stream Stdout: "a\n"
                 display text/plain "2 : int", text/html
@@ -216,5 +276,35 @@ mod tests {
         let generator = r#"(rhai "fn gen_add(k) { quote(\"(define ((add_k int) (x int)) (ret (add x (mul ,k 0))))\", #{ k: k }) }")"#;
         expect!["text/plain, text/html (table: true, svg: true), image/svg+xml"]
             .assert_eq(&shown(&[generator, "(autotune add_k (gen gen_add k) (params (k 1 2)) (run (call add_k 3)))"]));
+    }
+
+    fn kinds(outputs: &[Output]) -> Vec<String> {
+        outputs
+            .iter()
+            .map(|output| match output {
+                Output::Stream { text, .. } => format!("stream {text:?}"),
+                Output::Display(_) => "display".to_string(),
+                Output::Result(_) => "result".to_string(),
+                Output::Error { .. } => "error".to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_running_cell_publishes_streams_as_they_grow_and_holds_back_its_last_value() {
+        let output = |text: &str| Item::Output { stream: Stream::Stdout, text: text.to_string() };
+        let value = |text: &str| Item::Value { text: text.to_string(), ty: "int".to_string() };
+        let mut published = super::Published::default();
+        let mut outcome = Outcome { items: vec![output("tick 1\n")], ..Outcome::default() };
+        assert_eq!(kinds(&published.take(&outcome, false)), ["stream \"tick 1\\n\""]);
+        outcome.items.push(output("tick 2\n"));
+        assert_eq!(kinds(&published.take(&outcome, false)), ["stream \"tick 2\\n\""]);
+        outcome.items.push(value("9"));
+        assert!(published.take(&outcome, false).is_empty(), "the last value may not stay the last");
+        outcome.items.push(output("after\n"));
+        assert_eq!(kinds(&published.take(&outcome, false)), ["result", "stream \"after\\n\""]);
+        outcome.items.push(value("10"));
+        assert_eq!(kinds(&published.take(&outcome, true)), ["result"]);
+        assert!(published.take(&outcome, true).is_empty());
     }
 }

@@ -12,12 +12,15 @@ use quasi_lang::{completeness, Completeness, Completion, Outcome, Session, Sessi
 use quasi_repl::transcript::{record_or_save, Recording};
 use tokio::sync::oneshot;
 
+use crate::display::{Output, Published};
 use crate::logging::warning;
 
 /// Everything the kernel asks of the session.
 pub enum Event {
     /// Evaluate a cell.
-    Execute { code: String, reply: oneshot::Sender<Outcome> },
+    /// Evaluate a cell. Its outputs go to `outputs` as they come (the last of them before the
+    /// reply), the finished outcome to `reply`.
+    Execute { code: String, outputs: tokio::sync::mpsc::UnboundedSender<Vec<Output>>, reply: oneshot::Sender<Outcome> },
     /// Completion candidates at a byte offset: where the word starts, and the candidates.
     Complete { code: String, cursor: usize, reply: oneshot::Sender<(usize, Vec<Completion>)> },
     /// Whether the text is a whole cell yet.
@@ -82,8 +85,12 @@ impl Engine {
     }
 
     /// Evaluates a cell.
-    pub async fn execute(&self, code: String) -> Result<Outcome, EngineGone> {
-        self.ask(|reply| Event::Execute { code, reply }).await
+    pub async fn execute(
+        &self,
+        code: String,
+        outputs: tokio::sync::mpsc::UnboundedSender<Vec<Output>>,
+    ) -> Result<Outcome, EngineGone> {
+        self.ask(|reply| Event::Execute { code, outputs, reply }).await
     }
 
     /// Completion at a byte offset.
@@ -129,9 +136,17 @@ fn serve(mut session: Session, events: mpsc::Receiver<Event>) {
 
 fn handle(session: &mut Session, recording: &mut Recording, event: Event) {
     match event {
-        Event::Execute { code, reply } => {
-            let mut outcome = session.eval(&code);
+        Event::Execute { code, outputs, reply } => {
+            // Program output streams while the cell runs; the rest follows when it ends.
+            let mut published = Published::default();
+            let mut outcome = session.eval_streaming(&code, &mut |partial| {
+                let new = published.take(partial, false);
+                if !new.is_empty() {
+                    let _ = outputs.send(new);
+                }
+            });
             record_or_save(recording, &code, &mut outcome);
+            let _ = outputs.send(published.take(&outcome, true));
             let _ = reply.send(outcome);
         }
         Event::Complete { code, cursor, reply } => {

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use zeromq::{RouterRecvHalf, RouterSendHalf};
 
 use crate::channel::{kernel_info, note_read_error, reply, shut_down};
-use crate::display::{self, Output};
+use crate::display::Output;
 use crate::engine::{Engine, EngineGone};
 use crate::history::{History, Query};
 use crate::html;
@@ -185,50 +185,42 @@ impl Shell {
             self.publisher.publish(ExecuteInput { code: request.code.clone(), execution_count: count }, parent);
         }
         self.interrupter.set_running(true);
-        let evaluated = self.engine.execute(request.code.clone()).await;
+        // Outputs are published as the engine sends them, while the cell runs.
+        let (sender, mut outputs) = mpsc::unbounded_channel::<Vec<Output>>();
+        let execution = self.engine.execute(request.code.clone(), sender);
+        tokio::pin!(execution);
+        let mut error = None;
+        let evaluated = loop {
+            tokio::select! {
+                Some(batch) = outputs.recv() => {
+                    for output in batch {
+                        error = self.publish(output, count, silent, parent).or(error);
+                    }
+                }
+                evaluated = &mut execution => break evaluated,
+            }
+        };
         self.interrupter.set_running(false);
-        let (outputs, quit) = match evaluated {
+        // The engine sends a cell's last outputs before its outcome.
+        while let Ok(batch) = outputs.try_recv() {
+            for output in batch {
+                error = self.publish(output, count, silent, parent).or(error);
+            }
+        }
+        let quit = match evaluated {
             Ok(outcome) => {
                 if store_history {
                     self.history.push(self.execution_count, &request.code, render(&outcome, Style::Plain));
                 }
-                (display::outputs(&outcome), outcome.quit)
+                outcome.quit
             }
-            Err(EngineGone) => (vec![internal_error()], false),
+            Err(EngineGone) => {
+                error = self.publish(internal_error(), count, silent, parent).or(error);
+                false
+            }
         };
-        let mut error = None;
         // `:quit`: ask the front end to leave (jupyter console does; notebooks ignore it).
         let payload = if quit { vec![Payload::AskExit { keepkernel: false }] } else { Vec::new() };
-        for output in outputs {
-            match output {
-                Output::Stream { name, text } if !silent => {
-                    self.publisher.publish(StreamContent { name, text }, parent)
-                }
-                Output::Display(data) if !silent => self.publisher.publish(DisplayData::new(data), parent),
-                Output::Result(data) if !silent => {
-                    // `transient` is sent as `{}`: clients validate it as an object, never null.
-                    self.publisher.publish(
-                        ExecuteResult {
-                            execution_count: count,
-                            data,
-                            metadata: Default::default(),
-                            transient: Some(Transient::default()),
-                        },
-                        parent,
-                    )
-                }
-                Output::Error { ename, evalue, traceback } => {
-                    if !silent {
-                        self.publisher.publish(
-                            ErrorOutput { ename: ename.clone(), evalue: evalue.clone(), traceback: traceback.clone() },
-                            parent,
-                        );
-                    }
-                    error = Some(ReplyError { ename, evalue, traceback });
-                }
-                _ => {}
-            }
-        }
         let failed = error.is_some();
         let execute_reply = ExecuteReply {
             status: if failed { ReplyStatus::Error } else { ReplyStatus::Ok },
@@ -244,6 +236,44 @@ impl Shell {
         };
         reply(&mut self.replies, execute_reply, parent).await;
         after
+    }
+
+    /// Publishes one output of a cell (nothing when `silent`); an error is also returned, for the
+    /// reply.
+    fn publish(
+        &self,
+        output: Output,
+        count: ExecutionCount,
+        silent: bool,
+        parent: &JupyterMessage,
+    ) -> Option<ReplyError> {
+        match output {
+            Output::Stream { name, text } if !silent => self.publisher.publish(StreamContent { name, text }, parent),
+            Output::Display(data) if !silent => self.publisher.publish(DisplayData::new(data), parent),
+            Output::Result(data) if !silent => {
+                // `transient` is sent as `{}`: clients validate it as an object, never null.
+                self.publisher.publish(
+                    ExecuteResult {
+                        execution_count: count,
+                        data,
+                        metadata: Default::default(),
+                        transient: Some(Transient::default()),
+                    },
+                    parent,
+                )
+            }
+            Output::Error { ename, evalue, traceback } => {
+                if !silent {
+                    self.publisher.publish(
+                        ErrorOutput { ename: ename.clone(), evalue: evalue.clone(), traceback: traceback.clone() },
+                        parent,
+                    );
+                }
+                return Some(ReplyError { ename, evalue, traceback });
+            }
+            _ => {}
+        }
+        None
     }
 
     async fn complete(&mut self, request: &CompleteRequest, parent: &JupyterMessage) {

@@ -272,3 +272,27 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         self.flush_channels()
         reply, _ = self.run_cell(":quit")
         self.assertEqual(reply["content"]["payload"], [{"source": "ask_exit", "keepkernel": False}])
+
+    def test_program_output_streams_while_the_cell_runs(self):
+        self.flush_channels()
+        self.run_cell("(define ((usleep int) (us int)))")
+        self.run_cell(PRINTF)
+        code = '(declare k int)\n(for ((set k 1) (le k 3) (set k (add k 1))) (call printf "tick %d\\n" k) (call usleep 700000))'
+        msg_id = self.kc.execute(code)
+        started = time.monotonic()
+        arrived = {}
+        while True:
+            message = self.kc.get_iopub_msg(timeout=TIMEOUT)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] == "stream":
+                for line in message["content"]["text"].splitlines():
+                    arrived[line] = time.monotonic() - started
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                break
+        self.assertEqual(self.shell_reply(msg_id)["content"]["status"], "ok")
+        # 700 ms apart as printed; had output waited for the end of the cell, all three would
+        # arrive in one message after the last sleep.
+        self.assertGreaterEqual(arrived["tick 2"] - arrived["tick 1"], 0.4, arrived)
+        self.assertGreaterEqual(arrived["tick 3"] - arrived["tick 2"], 0.4, arrived)
+
