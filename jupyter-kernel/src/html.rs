@@ -99,7 +99,11 @@ pub fn definitions(lines: &[(&str, &str)]) -> String {
         if index > 0 {
             html.push('\n');
         }
-        html.push_str(&format!("<b>{}</b> <span style=\"{DIM}\">:</span> {}", escape(name), escape(description)));
+        let separator = match quasi_repl::definition_separator(name) {
+            " : " => format!(" <span style=\"{DIM}\">:</span> "),
+            separator => separator.to_string(),
+        };
+        html.push_str(&format!("<b>{}</b>{separator}{}", escape(name), escape(description)));
     }
     html.push_str("</pre>");
     html

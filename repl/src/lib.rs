@@ -100,6 +100,16 @@ fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stre
     chunks
 }
 
+/// What stands between a defined name and its description (§5.3 of docs/language.md): a struct's
+/// line reads `struct point { x : int, y : int }`, every other `NAME : …`.
+pub fn definition_separator(name: &str) -> &'static str {
+    if name.starts_with("struct ") {
+        " "
+    } else {
+        " : "
+    }
+}
+
 /// One item as text, ending with a newline unless it is raw program output.
 pub fn render_item(item: &Item, masking: Masking) -> String {
     match item {
@@ -111,7 +121,7 @@ pub fn render_item(item: &Item, masking: Masking) -> String {
             let kept = description.split("autotuned: ").next().unwrap_or("");
             format!("{name} : {kept}autotuned: <fastest>)\n")
         }
-        Item::Defined { name, description } => format!("{name} : {description}\n"),
+        Item::Defined { name, description } => format!("{name}{}{description}\n", definition_separator(name)),
         Item::Listing { title, language, text } => render_listing(title, *language, text, Style::Plain),
         Item::Timing(timing) => render_timing(timing, masking),
         Item::Bench(report) => render_bench(report, masking),

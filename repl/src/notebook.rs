@@ -108,8 +108,11 @@ fn flush_definitions<'o>(definitions: &mut Vec<(&'o str, &'o str)>, outputs: &mu
     if definitions.is_empty() {
         return;
     }
-    let plain =
-        definitions.iter().map(|(name, description)| format!("{name} : {description}")).collect::<Vec<_>>().join("\n");
+    let plain = definitions
+        .iter()
+        .map(|(name, description)| format!("{name}{}{description}", crate::definition_separator(name)))
+        .collect::<Vec<_>>()
+        .join("\n");
     outputs.push(CellOutput {
         kind: OutputKind::Display,
         plain,
