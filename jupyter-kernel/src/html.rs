@@ -22,8 +22,9 @@ const WARNING_COLOUR: &str = "#b26a00";
 const DIM: &str = "color:#757575";
 /// JupyterLab gives a `<pre>` in an HTML output margins and padding that plain-text outputs do not
 /// have: definitions and values then stood 20 px right of printed output, with a band above and
-/// below that pushed a result's `[n]:` prompt off its line (seen in the browser test).
-const FLUSH: &str = "margin:0;padding:0";
+/// below that pushed a result's `[n]:` prompt off its line (seen in the browser test). Its text
+/// outputs are indented by one character (`padding-left: 1ch`), so these are too.
+const FLUSH: &str = "margin:0;padding:0 0 0 1ch";
 
 /// A diagnostic as rendered by `quasi_repl::render_diagnostic` (plain), in a `<pre>` with the
 /// headline coloured, and the caret line and the source text it points at highlighted.
@@ -240,7 +241,7 @@ mod tests {
         check(
             super::diagnostic(plain, true),
             expect![[r#"
-                <pre class="quasi-diagnostic" style="margin:0;padding:0"><span style="color:#c62828;font-weight:bold">error[type]: operands of `add` must have one integer type</span>
+                <pre class="quasi-diagnostic" style="margin:0;padding:0 0 0 1ch"><span style="color:#c62828;font-weight:bold">error[type]: operands of `add` must have one integer type</span>
                   --&gt; cell 3:1:6
                   |
                 1 | (add 1 <span style="background:#c6282826;border-bottom:2px solid #c62828">2.5</span> &lt;x&gt;)
@@ -292,14 +293,12 @@ mod tests {
     fn value_and_definitions() {
         check(
             super::value("\"<b>\"", "(ptr int8)"),
-            expect![[
-                r#"<pre class="quasi-value" style="margin:0;padding:0">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#
-            ]],
+            expect![[r#"<pre class="quasi-value" style="margin:0;padding:0 0 0 1ch">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#]],
         );
         check(
             super::definitions(&[("sq", "(int) -> int"), ("a<b", "int = 0")]),
             expect![[r#"
-                <pre class="quasi-definitions" style="margin:0;padding:0"><b>sq</b> <span style="color:#757575">:</span> (int) -&gt; int
+                <pre class="quasi-definitions" style="margin:0;padding:0 0 0 1ch"><b>sq</b> <span style="color:#757575">:</span> (int) -&gt; int
                 <b>a&lt;b</b> <span style="color:#757575">:</span> int = 0</pre>"#]],
         );
     }

@@ -401,8 +401,59 @@ def expect(predicate, what):
 # Checks of each code cell: (cell, saved cell) -> problems. A notebook's own checks go in
 # NOTEBOOK_CHECKS by notebook and code cell number (its `[k]:`), for what its saved outputs do
 # not say, e.g. {"bench.ipynb": {3: [expect(has_svg_chart, "SVG chart")]}}.
-CELL_CHECKS = [check_prompts]
-NOTEBOOK_CHECKS = {}
+ALIGNMENT = """
+// Where the text of each output starts: the left edge of its first non-empty text.
+return [...arguments[0].querySelectorAll('.jp-OutputArea-output')].map(output => {
+    const walker = document.createTreeWalker(output, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        if (!node.textContent.trim() || node.parentElement.closest('svg, style, table')) continue;
+        const range = document.createRange();
+        range.selectNodeContents(node);
+        const box = [...range.getClientRects()].find(rect => rect.width > 0);
+        if (box) return box.left;
+    }
+    return null;
+});
+"""
+
+
+def check_alignment(cell, saved_cell):
+    """Definitions, values, printed output and tracebacks start at one left edge (an HTML `<pre>`
+    with JupyterLab's margins once stood 20 px right of printed output)."""
+    edges = [edge for edge in cell.element.parent.execute_script(ALIGNMENT, cell.element) if edge is not None]
+    if edges and max(edges) - min(edges) > 2:
+        return [f"outputs start at different left edges: {[round(edge) for edge in edges]}"]
+    return []
+
+
+EDITOR_TOKENS = """
+// The colour of each word of the cell's source as the editor shows it.
+const colours = {};
+for (const span of arguments[0].querySelectorAll('.cm-content .cm-line span')) {
+    const word = span.textContent.trim();
+    if (word && !(word in colours)) colours[word] = getComputedStyle(span).color;
+}
+const plain = getComputedStyle(arguments[0].querySelector('.cm-content .cm-line')).color;
+return {colours, plain};
+"""
+
+
+def editor_colours(words):
+    """A check that the editor colours `words` (the C-Lisp mode of the JupyterLab extension):
+    each is in a span of a colour other than plain text's."""
+
+    def check(cell, saved_cell):
+        found = cell.element.parent.execute_script(EDITOR_TOKENS, cell.element)
+        colours, plain = found["colours"], found["plain"]
+        plain_words = [word for word in words if colours.get(word, plain) == plain]
+        return [f"the editor shows {plain_words} uncoloured (is the C-Lisp mode installed?)"] if plain_words else []
+
+    return check
+
+
+CELL_CHECKS = [check_prompts, check_alignment]
+# The tour's first cell: forms, opcodes and types coloured by the extension's C-Lisp mode.
+NOTEBOOK_CHECKS = {"tour.ipynb": {1: [editor_colours(["define", "ret", "call", "int", "add", "sub"])]}}
 
 
 def notebook_problems(driver, name, saved):
