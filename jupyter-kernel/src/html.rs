@@ -293,7 +293,9 @@ mod tests {
     fn value_and_definitions() {
         check(
             super::value("\"<b>\"", "(ptr int8)"),
-            expect![[r#"<pre class="quasi-value" style="margin:0;padding:0 0 0 1ch">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#]],
+            expect![[
+                r#"<pre class="quasi-value" style="margin:0;padding:0 0 0 1ch">&quot;&lt;b&gt;&quot; <span style="color:#757575">: (ptr int8)</span></pre>"#
+            ]],
         );
         check(
             super::definitions(&[("sq", "(int) -> int"), ("a<b", "int = 0")]),
