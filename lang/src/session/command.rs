@@ -14,7 +14,7 @@ use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand;
 use crate::gpu::ptx::{self, DeviceSource};
 use crate::inspect::{self, Stage};
-use crate::reader;
+use crate::reader::{self, Sexp};
 use crate::source::Span;
 use crate::timing::Phase;
 use crate::tree::TypedCell;
@@ -140,21 +140,24 @@ impl Session {
             );
             return outcome;
         };
-        let source = self.history.add_source(format!("cell {}", self.history.cell_count), text.clone());
-        let forms = match reader::read(source, &text) {
-            Ok(forms) => forms,
-            Err(diagnostics) => return self.fail(outcome, diagnostics),
-        };
-        let saved = self.staging.stage.snapshot();
-        let expanded = self.staging.stage.expand(forms, &mut self.history.sources, single_level);
-        self.staging.stage.restore(saved);
-        match expanded {
-            Ok(expanded) => {
-                outcome.items.push(expansion_listing(expanded.forms.iter().map(|form| expand::pretty(form, 0))));
+        match self.expand_and_undo(&text, single_level) {
+            Ok(forms) => {
+                outcome.items.push(expansion_listing(forms.iter().map(|form| expand::pretty(form, 0))));
                 outcome
             }
             Err(diagnostics) => self.fail(outcome, diagnostics),
         }
+    }
+
+    /// A command's subject cell, read and expanded with the Rhai effects of the expansion undone
+    /// (the scope, functions and gensym counter as they were), so inspecting changes nothing.
+    fn expand_and_undo(&mut self, text: &str, single_level: bool) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
+        let source = self.history.add_source(format!("cell {}", self.history.cell_count), text.to_string());
+        let forms = reader::read(source, text)?;
+        let saved = self.staging.stage.snapshot();
+        let expanded = self.staging.stage.expand(forms, &mut self.history.sources, single_level);
+        self.staging.stage.restore(saved);
+        expanded.map(|expanded| expanded.forms)
     }
 
     /// `:stages`, `:types`, `:ir [opt]`, `:asm`: listings of a definition (or, without a name,
@@ -179,16 +182,8 @@ impl Session {
             }
             (Some(text), None) => {
                 // A cell's text (`:types (add 1 2)`): expanded here, never committed.
-                let source = self.history.add_source(format!("cell {}", self.history.cell_count), text.to_string());
-                let forms = match reader::read(source, text) {
-                    Ok(forms) => forms,
-                    Err(diagnostics) => return self.fail(outcome, diagnostics),
-                };
-                let saved = self.staging.stage.snapshot();
-                let expanded = self.staging.stage.expand(forms, &mut self.history.sources, false);
-                self.staging.stage.restore(saved);
-                match expanded {
-                    Ok(expanded) => ("cell".to_string(), expanded.forms, Some(text.to_string())),
+                match self.expand_and_undo(text, false) {
+                    Ok(forms) => ("cell".to_string(), forms, Some(text.to_string())),
                     Err(diagnostics) => return self.fail(outcome, diagnostics),
                 }
             }
