@@ -127,6 +127,21 @@ fn run_passes_arguments_to_main() {
     assert_eq!(quasi(&["run", &file, "one", "--two"], "").status.code(), Some(3));
 }
 
+/// `main` with `argv` sees the arguments, and its result is the exit status (it used to be lost:
+/// the call sat inside a compound statement, which has no value).
+#[test]
+fn run_passes_argv_and_exits_with_mains_status() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let program = "(define ((puts int) (s (ptr int8))))\n\
+                   (define ((main int) (argc int) (argv (ptr (ptr int8))))\n\
+                   (call puts (load (ptradd argv 2)))\n\
+                   (ret (add argc 40)))\n";
+    let file = write_file(directory.path(), "argv.cl", program);
+    let finished = quasi(&["run", &file, "one", "two"], "");
+    assert_eq!(finished.stdout, "two\n");
+    assert_eq!(finished.status.code(), Some(43));
+}
+
 #[test]
 fn run_of_an_ill_typed_file_fails_before_running() {
     let directory = tempfile::tempdir().expect("a temporary directory");

@@ -237,16 +237,17 @@ impl Session {
             0 => "(call main)".to_string(),
             1 => format!("(call main {})", args.len() + 1),
             _ => {
-                // argv: a session array of C strings, built in compiled code from literals.
+                // argv: a session array of C strings, built in compiled code from literals, by
+                // top-level statements; the call of `main` is the cell's one value, the status.
                 let mut program = format!(
-                    "((declare quasi-argv (ptr (ptr int8))) (set quasi-argv (alloc (ptr int8) {}))",
+                    "(declare quasi-argv (ptr (ptr int8))) (set quasi-argv (alloc (ptr int8) {}))",
                     args.len() + 2
                 );
                 for (index, arg) in std::iter::once(&path.to_string()).chain(args).enumerate() {
                     program.push_str(&format!(" (store (ptradd quasi-argv {index}) {:?})", arg));
                 }
                 program.push_str(&format!(
-                    " (store (ptradd quasi-argv {}) (inttoptr 0 (ptr int8))) (call main {} (bitcast quasi-argv {})))",
+                    " (store (ptradd quasi-argv {}) (inttoptr 0 (ptr int8))) (call main {} (bitcast quasi-argv {}))",
                     args.len() + 1,
                     args.len() + 1,
                     main.signature.params[1]
