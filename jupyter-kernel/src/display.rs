@@ -123,7 +123,11 @@ fn rich_item(item: &Item, plain: &str) -> Vec<MediaType> {
 fn with_chart(table: String, chart: Result<String, chart::ChartError>) -> Vec<MediaType> {
     match chart {
         Ok(svg) => vec![MediaType::Html(format!("{table}<div class=\"quasi-chart\">{svg}</div>")), MediaType::Svg(svg)],
-        Err(_) => vec![MediaType::Html(table)],
+        // The table has every number; a chart that cannot be drawn is logged, not shown.
+        Err(error) => {
+            crate::logging::warning!("no chart for a bench or autotune table: {error}");
+            vec![MediaType::Html(table)]
+        }
     }
 }
 
