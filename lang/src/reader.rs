@@ -119,7 +119,7 @@ pub(crate) fn read_template(source: SourceId, text: &str) -> Result<Vec<Sexp>, V
 
 fn read_forms(source: SourceId, text: &str, allow_trailing_hash: bool) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
     let mut reader =
-        Reader { source, text, bytes: text.as_bytes(), position: 0, open: Vec::new(), allow_trailing_hash };
+        Reader { source, text, bytes: text.as_bytes(), position: 0, open: Vec::new(), nesting: 0, allow_trailing_hash };
     let mut forms = Vec::new();
     loop {
         match reader.next_form() {
@@ -142,6 +142,7 @@ pub fn completeness(text: &str) -> Completeness {
         bytes: text.as_bytes(),
         position: 0,
         open: Vec::new(),
+        nesting: 0,
         allow_trailing_hash: false,
     };
     loop {
@@ -169,10 +170,14 @@ struct Reader<'a> {
     position: usize,
     /// Byte offsets of the brackets still open, innermost last.
     open: Vec<usize>,
+    /// Lists, prefixes (`` ` `` `,` `,@`) and `#;` comments being read, innermost last: the
+    /// reader recurses into each (see `MAX_NESTING`).
+    nesting: usize,
     allow_trailing_hash: bool,
 }
 
-/// How deeply lists may nest in one text.
+/// How deeply lists, prefixes and datum comments may nest in one text: the reader recurses into
+/// each, and no input may exhaust the stack (8,000 backquotes in a row once did).
 const MAX_NESTING: usize = 1000;
 
 fn is_delimiter(byte: u8) -> bool {
@@ -194,6 +199,18 @@ impl<'a> Reader<'a> {
             diagnostic: Diagnostic::error(Kind::Syntax, message).with_label(self.span(start, end), ""),
             at_end: false,
         }
+    }
+
+    /// Enters a construct the reader recurses into, or fails with `error[limit]` at `MAX_NESTING`.
+    fn enter(&mut self, start: usize, length: usize) -> Result<(), ReadError> {
+        if self.nesting >= MAX_NESTING {
+            let mut error =
+                self.error(start, start + length, format!("forms nest deeper than {MAX_NESTING} levels here"));
+            error.diagnostic.kind = Kind::Limit;
+            return Err(error);
+        }
+        self.nesting += 1;
+        Ok(())
     }
 
     fn peek(&self) -> Option<u8> {
@@ -220,8 +237,11 @@ impl<'a> Reader<'a> {
                 Some(b'#') if self.peek_at(1) == Some(b'|') => self.skip_block_comment()?,
                 Some(b'#') if self.peek_at(1) == Some(b';') => {
                     let start = self.position;
+                    self.enter(start, 2)?;
                     self.position += 2;
-                    if self.next_form()?.is_none() {
+                    let commented = self.next_form()?;
+                    self.nesting -= 1;
+                    if commented.is_none() {
                         let mut error = self.error(start, start + 2, "`#;` must be followed by a form to comment out");
                         error.at_end = true;
                         return Err(error);
@@ -282,12 +302,7 @@ impl<'a> Reader<'a> {
 
     fn read_list(&mut self, opener: u8) -> Result<Sexp, ReadError> {
         let start = self.position;
-        // The reader recurses per list; bound the depth so no input can exhaust the stack.
-        if self.open.len() >= MAX_NESTING {
-            let mut error = self.error(start, start + 1, format!("lists nest deeper than {MAX_NESTING} levels here"));
-            error.diagnostic.kind = Kind::Limit;
-            return Err(error);
-        }
+        self.enter(start, 1)?;
         let closer = if opener == b'(' { b')' } else { b']' };
         self.position += 1;
         self.open.push(start);
@@ -304,6 +319,7 @@ impl<'a> Reader<'a> {
                 Some(byte) if byte == closer => {
                     self.position += 1;
                     self.open.pop();
+                    self.nesting -= 1;
                     return Ok(Sexp { kind: SexpKind::List(items), span: self.span(start, self.position) });
                 }
                 Some(byte @ (b')' | b']')) => {
@@ -343,7 +359,10 @@ impl<'a> Reader<'a> {
             error.at_end = self.peek().is_none();
             return Err(error);
         }
-        let Some(inner) = self.next_form()? else {
+        self.enter(start, length)?;
+        let inner = self.next_form()?;
+        self.nesting -= 1;
+        let Some(inner) = inner else {
             let mut error = self.error(start, start + length, format!("`{name}` at the end of the input"));
             error.at_end = true;
             return Err(error);
@@ -687,5 +706,30 @@ mod tests {
         assert_eq!(completeness("\"abc"), Completeness::Incomplete { depth: 1 });
         assert_eq!(completeness("(f))"), Completeness::Invalid);
         assert_eq!(completeness(":help"), Completeness::Complete);
+    }
+
+    #[test]
+    fn every_kind_of_nesting_is_bounded() {
+        // On a stack the size of a terminal's main thread (8 MiB; the kernel's session thread has
+        // 64 MiB), not the test harness's 2 MiB.
+        std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(nesting_is_bounded)
+            .expect("a thread")
+            .join()
+            .expect("no overflow");
+    }
+
+    fn nesting_is_bounded() {
+        // Each of these once recursed once per character, and 8,000 of them overflowed the stack.
+        for prefix in ["`", ",", ",@", "#;", "(", "["] {
+            let text = format!("{}x", prefix.repeat(20_000));
+            let errors = read(SourceId(0), &text).expect_err(prefix);
+            assert_eq!(errors[0].kind, Kind::Limit, "{prefix}");
+            assert!(errors[0].message.contains("nest deeper than 1000"), "{prefix}: {}", errors[0].message);
+        }
+        let within = format!("{}x", "`".repeat(999));
+        assert!(read(SourceId(0), &within).is_ok());
+        assert!(matches!(completeness(&"`".repeat(20_000)), Completeness::Invalid | Completeness::Incomplete { .. }));
     }
 }

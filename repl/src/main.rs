@@ -12,7 +12,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use quasi_lang::{completeness, Completeness, Outcome, Session, SessionConfig, Stream};
+use quasi_lang::{completeness, Completeness, Diagnostic, Kind, Outcome, Session, SessionConfig, Severity, Stream};
 use quasi_repl::transcript::{record_or_save, Recording};
 use quasi_repl::{render_streams, Style};
 use rustyline::completion::Completer;
@@ -164,9 +164,31 @@ fn piped() -> i32 {
     let mut session = new_session();
     let mut recording = Recording::default();
     let mut pending = String::new();
-    let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
-        let Ok(line) = line else { break };
+    let mut input = std::io::stdin().lock();
+    let mut line_number = 0;
+    loop {
+        let mut bytes = Vec::new();
+        match input.read_until(b'\n', &mut bytes) {
+            Ok(0) => break,
+            Ok(_) => line_number += 1,
+            Err(error) => {
+                eprintln!("quasi: cannot read the input: {error}");
+                return 1;
+            }
+        }
+        let line = match String::from_utf8(bytes) {
+            Ok(line) => line.trim_end_matches('\n').trim_end_matches('\r').to_string(),
+            // A cell cannot be read past bytes that are not text: it is dropped, saying so, and
+            // the next cells run.
+            Err(error) => {
+                let (column, byte) =
+                    (error.utf8_error().valid_up_to(), error.as_bytes()[error.utf8_error().valid_up_to()]);
+                let outcome = not_utf8(line_number, column + 1, byte, !pending.is_empty());
+                pending.clear();
+                Shown::new(Style::Plain, false).update(&outcome);
+                continue;
+            }
+        };
         if pending.is_empty() && line.trim().is_empty() {
             continue;
         }
@@ -185,6 +207,21 @@ fn piped() -> i32 {
         run_cell(&mut session, &mut recording, pending.trim_end(), Shown::new(Style::Plain, false));
     }
     0
+}
+
+/// The outcome that reports a line of piped input that is not UTF-8.
+fn not_utf8(line: usize, column: usize, byte: u8, inside_a_cell: bool) -> Outcome {
+    let dropped = if inside_a_cell { "the cell it continues is dropped" } else { "the line is dropped" };
+    Outcome {
+        diagnostics: vec![Diagnostic {
+            severity: Severity::Error,
+            kind: Kind::Syntax,
+            message: format!("line {line} of the input is not UTF-8 (byte 0x{byte:02x} at column {column})"),
+            labels: Vec::new(),
+            notes: vec![format!("{dropped}; the cells after it run")],
+        }],
+        ..Outcome::default()
+    }
 }
 
 // ---------------------------------------------------------------------------------------

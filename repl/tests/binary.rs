@@ -202,3 +202,25 @@ fn output_streams_while_the_cell_runs() {
     assert!(at("tick 3") >= at("tick 2") + Duration::from_millis(400), "{lines:?}");
     assert!(at("42 : int") >= at("tick 3"), "{lines:?}");
 }
+
+/// A line of piped input that is not UTF-8 is reported and dropped; the cells after it run (they
+/// used to be dropped without a word).
+#[test]
+fn input_that_is_not_utf8_is_reported_and_the_next_cells_run() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the quasi binary starts");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin.write_all(b"(add 1 2)\n(add 1 \xff)\n(add 3 4)\n").expect("input written");
+    drop(stdin);
+    let output = child.wait_with_output().expect("quasi ends");
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "3 : int\nerror[syntax]: line 2 of the input is not UTF-8 (byte 0xff at column 8)\n = note: the line is dropped; the cells after it run\n\n7 : int\n"
+    );
+}
