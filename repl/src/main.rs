@@ -161,6 +161,8 @@ fn run_file(path: &str, args: &[String], warnings: bool) -> i32 {
 /// list is closed, as in the interactive REPL. The output is exactly `render`'s text, which
 /// transcripts and the docs rely on.
 fn piped() -> i32 {
+    // Before any cell runs: a cell redirects fds 1 and 2 while its code runs.
+    terminal_streams();
     let mut session = new_session();
     let mut recording = Recording::default();
     let mut pending = String::new();
@@ -239,6 +241,8 @@ const MARGIN: &str = "  ";
 const INDENT: &str = "  ";
 
 fn interactive() -> i32 {
+    // Before any cell runs: a cell redirects fds 1 and 2 while its code runs.
+    terminal_streams();
     let session = Rc::new(RefCell::new(new_session()));
     let mut editor = match new_editor(Rc::clone(&session)) {
         Ok(editor) => editor,
@@ -359,7 +363,8 @@ fn write_flushed(stream: &mut dyn Write, text: &str) -> std::io::Result<()> {
 
 /// The terminal's stdout and stderr as they were when `quasi` started. While compiled code runs,
 /// the session redirects file descriptors 1 and 2 into its capture files (process-wide), and what
-/// is shown meanwhile must not land there: it goes to these duplicates instead.
+/// is shown meanwhile must not land there: it goes to these duplicates instead. Taken first
+/// thing, before any cell can redirect the descriptors.
 fn terminal_streams() -> &'static (std::fs::File, std::fs::File) {
     use std::os::fd::AsFd;
     static STREAMS: std::sync::OnceLock<(std::fs::File, std::fs::File)> = std::sync::OnceLock::new();

@@ -224,3 +224,16 @@ fn input_that_is_not_utf8_is_reported_and_the_next_cells_run() {
         "3 : int\nerror[syntax]: line 2 of the input is not UTF-8 (byte 0xff at column 8)\n = note: the line is dropped; the cells after it run\n\n7 : int\n"
     );
 }
+
+/// The first cell of a session may stream: what it prints still reaches the terminal (the
+/// duplicates of the terminal's streams are taken before any cell redirects them).
+#[test]
+fn the_first_cell_streams_to_the_terminal() {
+    // One line, one cell: it declares what it calls and loops with sleeps, so its output streams.
+    let cells = "(define ((printf int) (fmt (ptr int8)) ...)) (define ((usleep int) (us int))) (declare k int) \
+                 (for ((set k 1) (le k 2) (set k (add k 1))) (call printf \"tick %d\\n\" k) (call usleep 100000))\n\
+                 (add 1 2)\n";
+    let finished = quasi(&[], cells);
+    assert!(finished.status.success(), "{}", finished.stderr);
+    assert!(finished.stdout.ends_with("tick 1\ntick 2\n3 : int\n"), "{}", finished.stdout);
+}
