@@ -392,14 +392,25 @@ impl<'a> CellChecker<'a> {
                 break;
             }
         }
-        let mut globals: Vec<(&String, &GlobalEntry)> =
-            self.env.globals.iter().filter(|(name, _)| !self.overlay.globals.contains_key(*name)).collect();
-        globals.sort_by(|a, b| a.0.cmp(b.0));
+        let mut globals: Vec<(String, GlobalEntry)> = self
+            .env
+            .globals
+            .iter()
+            .filter(|(name, _)| !self.overlay.globals.contains_key(*name))
+            .map(|(name, global)| (name.clone(), global.clone()))
+            .collect();
+        globals.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, global) in globals {
             let Some((inner, span)) = changed_structs.iter().find(|(inner, _)| holds_by_value(&global.ty, inner))
             else {
                 continue;
             };
+            // The new layout is held to a global's limit too: a struct grown past it must not
+            // make its globals again at that size (it once overflowed the allocation).
+            let what = format!("the global `{name}`, made again for the new layout,");
+            if !self.require_size(&global.ty, *span, &what, MAX_VALUE_BYTES) {
+                continue;
+            }
             self.cell.warnings.push(Diagnostic::warning(Kind::Type, format!("the global `{name}` holds a `(struct {inner})`, whose layout changed: it is made again, zeroed")).with_label(*span, ""));
             self.cell.globals.push(GlobalDef {
                 name: name.clone(),
