@@ -15,9 +15,9 @@ struct Finished {
     stderr: String,
 }
 
-/// Runs `quasi` with `arguments`, feeding it `input` and closing stdin; a run that outlives
-/// `TIMEOUT` is killed and fails the test.
-fn quasi(arguments: &[&str], input: &str) -> Finished {
+/// Runs `quasi` with `arguments`, feeding it `input` (text, or bytes that need not be UTF-8) and
+/// closing stdin; a run that outlives `TIMEOUT` is killed and fails the test.
+fn quasi(arguments: &[&str], input: impl AsRef<[u8]>) -> Finished {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
         .args(arguments)
         .env("NO_COLOR", "1")
@@ -27,10 +27,10 @@ fn quasi(arguments: &[&str], input: &str) -> Finished {
         .spawn()
         .expect("the quasi binary starts");
     let mut stdin = child.stdin.take().expect("stdin is piped");
-    let input = input.to_string();
+    let input = input.as_ref().to_vec();
     // Written from a thread so that a child that stops reading cannot block the test.
     let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
+        let _ = stdin.write_all(&input);
     });
     let stdout = drain(child.stdout.take().expect("stdout is piped"));
     let stderr = drain(child.stderr.take().expect("stderr is piped"));
@@ -207,20 +207,10 @@ fn output_streams_while_the_cell_runs() {
 /// used to be dropped without a word).
 #[test]
 fn input_that_is_not_utf8_is_reported_and_the_next_cells_run() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the quasi binary starts");
-    let mut stdin = child.stdin.take().expect("stdin is piped");
-    stdin.write_all(b"(add 1 2)\n(add 1 \xff)\n(add 3 4)\n").expect("input written");
-    drop(stdin);
-    let output = child.wait_with_output().expect("quasi ends");
-    assert!(output.status.success());
+    let finished = quasi(&[], b"(add 1 2)\n(add 1 \xff)\n(add 3 4)\n");
+    assert!(finished.status.success());
     assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
+        finished.stdout,
         "3 : int\nerror[syntax]: line 2 of the input is not UTF-8 (byte 0xff at column 8)\n = note: the line is dropped; the cells after it run\n\n7 : int\n"
     );
 }
