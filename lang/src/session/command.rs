@@ -6,13 +6,13 @@ use std::time::Instant;
 
 use super::history::DefinitionKey;
 use super::report::{function_note, struct_line};
-use super::{EvalMode, Session, SessionConfig, SessionError};
+use super::{device_source, EvalMode, Session, SessionConfig, SessionError};
 use crate::check::{self, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule};
 use crate::command::{self, Command, TimeSetting};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand;
-use crate::gpu::ptx::{self, DeviceSource};
+use crate::gpu::ptx;
 use crate::inspect::{self, Stage};
 use crate::reader::{self, Sexp};
 use crate::source::Span;
@@ -225,8 +225,7 @@ impl Session {
                     .iter()
                     .any(|stage| matches!(stage, Stage::Ir | Stage::OptimisedIr | Stage::Assembly | Stage::Ptx)) =>
             {
-                let source =
-                    DeviceSource { env: &self.env, backend: &self.backend, struct_names: self.program.struct_names() };
+                let source = device_source(&self.env, &self.backend, &self.program);
                 match self.gpu.ptx_listing(&source, name) {
                     Ok(listing) => Some(listing),
                     Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),

@@ -624,8 +624,7 @@ impl Session {
 
     /// Builds current PTX for every function host code can launch, before code runs.
     fn prepare_launches(&mut self, top: &[&FunctionDef], timing: &mut PhaseTimes) {
-        let source = DeviceSource { env: &self.env, backend: &self.backend, struct_names: self.program.struct_names() };
-        self.gpu.prepare_launches(&source, top, timing);
+        self.gpu.prepare_launches(&device_source(&self.env, &self.backend, &self.program), top, timing);
     }
 }
 
@@ -666,6 +665,12 @@ impl Pipeline for Session {
     fn env(&self) -> &Env {
         &self.env
     }
+}
+
+/// What device code is lowered from, lent by the session's parts (not by `&self`: the GPU part
+/// that takes it is borrowed mutably beside them).
+fn device_source<'s>(env: &'s Env, backend: &'s Backend, program: &'s Program) -> DeviceSource<'s> {
+    DeviceSource { env, backend, struct_names: program.struct_names() }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
