@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::logging::{debug, warning};
 
 /// Where interrupts go: the session's `InterruptHandle`, taken when the engine starts. It
-/// stops Rhai expansion at once (the cell ends with `error[interrupted]`, the session is kept);
-/// compiled loops do not check the flag yet, so a running loop runs to its end.
+/// stops Rhai expansion at once and compiled code where it stands (the cell ends with
+/// `error[interrupted]`, the session is kept).
 #[derive(Clone)]
 pub struct Interrupter {
     /// A cell is being evaluated (set by the shell around `Engine::execute`).
@@ -23,7 +23,7 @@ impl Interrupter {
     pub fn interrupt(&self, source: &str) {
         if self.running.load(Ordering::Relaxed) {
             self.handle.interrupt();
-            warning!("interrupt ({source}): staging stops at once; compiled code runs to its end");
+            debug!("interrupt ({source}): the running cell stops");
         } else {
             // jupyter_client interrupts before every shutdown; with nothing running that is news
             // to no one.

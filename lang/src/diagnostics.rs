@@ -128,6 +128,12 @@ impl Diagnostic {
         self.severity == Severity::Error
     }
 
+    /// Whether this is what stopped running code (a runtime fault or an interrupt): it is shown
+    /// after what the code printed and the values before it, where the run stopped.
+    pub fn ends_the_run(&self) -> bool {
+        matches!(self.kind, Kind::RuntimeFault | Kind::Interrupted)
+    }
+
     /// Where the primary label starts, for ordering a cell's diagnostics by source position.
     pub(crate) fn sort_key(&self) -> (u32, u32) {
         self.labels.first().map_or((u32::MAX, u32::MAX), |label| (label.span.source.0, label.span.start))

@@ -7,7 +7,7 @@
 //! Invariant: a cell's names are chosen before code generation but become the program's only
 //! in `commit`, after ORC linked the cell; a cell that fails to link leaves no code behind.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::check::Env;
@@ -19,6 +19,9 @@ use crate::tree::{Constant, TypedCell};
 use crate::types::StructEntry;
 use crate::types::Ty;
 use crate::value;
+
+/// What `Program::function_at` calls a cell's top-level code.
+pub(crate) const TOP_LEVEL: &str = "top-level code";
 
 /// Storage of one global, owned by the session and read by compiled code by symbol.
 struct GlobalStorage {
@@ -131,6 +134,9 @@ pub(crate) struct Program {
     body_symbols: HashMap<String, String>,
     /// Memory compiled code allocated for the session (`alloc` at the top level), freed with it.
     memory: Vec<usize>,
+    /// Where each linked function body and top-level entry starts, to name the function an
+    /// instruction address lies in (a cell's code is one contiguous block).
+    code_starts: BTreeMap<usize, String>,
 }
 
 impl Program {
@@ -148,6 +154,7 @@ impl Program {
             fault_sites: Vec::new(),
             body_symbols: HashMap::new(),
             memory: Vec::new(),
+            code_starts: BTreeMap::new(),
         }
     }
 
@@ -291,7 +298,7 @@ impl Program {
     /// every body it linked in its function's slot. Returns the cell's traps by name, for the
     /// session to route unresolved and invalidated functions to. Nothing here can fail.
     pub(crate) fn commit(&mut self, linked: Linked) -> Vec<(String, usize)> {
-        let Linked { bodies, body_symbols, traps, code, fault_sites, new_globals, struct_names, .. } = linked;
+        let Linked { bodies, body_symbols, traps, entries, code, fault_sites, new_globals, struct_names } = linked;
         self.cells.push(code);
         self.fault_sites.extend(fault_sites);
         // Struct LLVM names: the next module looks them up by these.
@@ -303,7 +310,11 @@ impl Program {
             }
         }
         self.body_symbols.extend(body_symbols);
+        for address in entries {
+            self.code_starts.insert(address, TOP_LEVEL.to_string());
+        }
         for (name, address) in bodies {
+            self.code_starts.insert(address, name.clone());
             self.set_slot(&name, address);
         }
         traps
@@ -345,6 +356,11 @@ impl Program {
     }
 
     /// The runtime-check site a fault reported.
+    /// The function compiled code at `pc` belongs to: the C-Lisp name, or `TOP_LEVEL`.
+    pub(crate) fn function_at(&self, pc: usize) -> Option<&str> {
+        self.code_starts.range(..=pc).next_back().map(|(_, name)| name.as_str())
+    }
+
     pub(crate) fn fault_site(&self, index: u32) -> Option<&FaultSite> {
         self.fault_sites.get(index as usize)
     }

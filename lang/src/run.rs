@@ -4,7 +4,9 @@
 //! call, which the caller's thread reads while it waits, so output streams as it is written.
 
 use std::ffi::c_void;
-use std::sync::{mpsc, Mutex, Once};
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, Once};
 use std::thread;
 use std::time::Duration;
 
@@ -14,14 +16,31 @@ use crate::Stream;
 /// streamed output, and the rate of an idle wake-up while compiled code runs.
 const STREAM_INTERVAL: Duration = Duration::from_millis(30);
 
+/// How often the interrupter looks for an interrupt request while a call runs, and sends the
+/// interrupt signal again until the call stops (it is ignored outside compiled code).
+const INTERRUPT_POLL: Duration = Duration::from_millis(5);
+
 /// Compiled code runs on a stack of at least this size (the language promises 64 MiB).
 const STACK_SIZE: usize = 64 << 20;
 
 extern "C" {
     fn quasi_guarded_call(entry: extern "C" fn(*mut c_void), out: *mut c_void) -> i64;
-    fn quasi_fault_info(code: *mut i64, site: *mut i64, signal: *mut i64, address: *mut usize);
+    fn quasi_fault_info(
+        code: *mut i64,
+        site: *mut i64,
+        signal: *mut i64,
+        address: *mut usize,
+        pc: *mut usize,
+        detail: *mut i64,
+    );
     fn quasi_fault(code: i64, site: i64);
     fn quasi_install_fault_handlers();
+    fn quasi_request_interrupt(executor: libc::pthread_t) -> i32;
+    fn quasi_rt_exit(status: i32);
+    fn quasi_rt__exit(status: i32);
+    fn quasi_rt__Exit(status: i32);
+    fn quasi_rt_quick_exit(status: i32);
+    fn quasi_rt_abort();
     fn quasi_prepare_thread() -> i32;
     fn quasi_rt_print(n: i32) -> i32;
     fn quasi_rt_fprint(n: f32) -> f32;
@@ -40,9 +59,27 @@ extern "C" {
 pub(crate) enum Fault {
     /// A check in compiled code: the code and the fault site id.
     Check { code: u64, site: u32 },
-    /// A signal (SIGSEGV…) at an address.
-    Signal { signal: i32, address: usize },
+    /// A signal (SIGSEGV…) at an address, raised by the instruction at `pc`; `write` tells
+    /// whether a segmentation fault was a store.
+    Signal { signal: i32, address: usize, pc: usize, write: bool },
+    /// The user interrupted the call while compiled code at `pc` ran.
+    Interrupted { pc: usize },
+    /// The program called `exit` (or `_exit`, `_Exit`, `quick_exit`: the name) with a status.
+    Exit { function: &'static str, status: i32 },
+    /// The program called `abort`.
+    Abort,
+    /// The executor thread is gone.
+    Lost,
 }
+
+/// The guard's own fault codes (csrc/guard.c).
+const CODE_SIGNAL: i64 = 100;
+const CODE_INTERRUPT: i64 = 101;
+const CODE_EXIT: i64 = 102;
+const CODE_ABORT: i64 = 103;
+/// The functions that end a C program, which user code reaches through `quasi#NAME`, in the
+/// order of the guard's `which`.
+const EXITS: [&str; 4] = ["exit", "_exit", "_Exit", "quick_exit"];
 
 /// What one call produced.
 pub(crate) struct CallReport {
@@ -60,6 +97,63 @@ type Job = Box<dyn FnOnce() + Send>;
 pub(crate) struct Runner {
     jobs: Option<mpsc::Sender<Job>>,
     worker: Option<thread::JoinHandle<()>>,
+    /// Watches the session's interrupt flag while a call runs.
+    interrupter: Interrupter,
+}
+
+/// A thread that, while a call runs and an interrupt is asked for, signals the executor every
+/// `INTERRUPT_POLL` until the call ends. Its own thread, so an interrupt lands however long the
+/// waiting thread spends showing output (a program flooding the terminal is what users stop).
+struct Interrupter {
+    /// Whether a call runs, and whether the interrupter should end.
+    state: Arc<(Mutex<InterrupterState>, std::sync::Condvar)>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct InterrupterState {
+    calling: bool,
+    stop: bool,
+}
+
+impl Interrupter {
+    fn new(executor: libc::pthread_t, interrupt: Arc<AtomicBool>) -> std::io::Result<Interrupter> {
+        let state = Arc::new((Mutex::new(InterrupterState::default()), std::sync::Condvar::new()));
+        let shared = Arc::clone(&state);
+        let thread = thread::Builder::new().name("quasi-interrupt".into()).spawn(move || {
+            let (lock, changed) = &*shared;
+            let mut state = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            while !state.stop {
+                state = if state.calling {
+                    if interrupt.load(Ordering::SeqCst) {
+                        // SAFETY: signals the executor thread, which lives as long as the runner
+                        // (it is joined after this thread); the handler only jumps out of
+                        // compiled code, inside a guarded call.
+                        unsafe { quasi_request_interrupt(executor) };
+                    }
+                    changed.wait_timeout(state, INTERRUPT_POLL).unwrap_or_else(|poisoned| poisoned.into_inner()).0
+                } else {
+                    changed.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner())
+                };
+            }
+        })?;
+        Ok(Interrupter { state, thread: Some(thread) })
+    }
+
+    fn set(&self, change: impl FnOnce(&mut InterrupterState)) {
+        let (lock, changed) = &*self.state;
+        change(&mut lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        changed.notify_one();
+    }
+}
+
+impl Drop for Interrupter {
+    fn drop(&mut self) {
+        self.set(|state| state.stop = true);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The executor thread's stack top, to tell a stack overflow from other segmentation faults.
@@ -109,12 +203,21 @@ pub(crate) fn runtime_symbols() -> Vec<(String, usize)> {
         ("quasi#dprint".to_string(), quasi_rt_dprint as *const () as usize),
         ("quasi#ptr_print".to_string(), quasi_rt_ptr_print as *const () as usize),
         ("quasi#int64_print".to_string(), quasi_rt_int64_print as *const () as usize),
+        ("quasi#exit".to_string(), quasi_rt_exit as *const () as usize),
+        ("quasi#_exit".to_string(), quasi_rt__exit as *const () as usize),
+        ("quasi#_Exit".to_string(), quasi_rt__Exit as *const () as usize),
+        ("quasi#quick_exit".to_string(), quasi_rt_quick_exit as *const () as usize),
+        ("quasi#abort".to_string(), quasi_rt_abort as *const () as usize),
     ]
 }
 
-/// The built-in test runtime's link name for a declaration, if it is one.
+/// The runtime's link name for a declaration, if the runtime provides it: llama.lisp's test
+/// runtime (`print`…), and the functions that would end the process (`exit`, `abort`…), which
+/// end the running cell instead.
 pub(crate) fn runtime_function(name: &str) -> Option<String> {
-    matches!(name, "print" | "fprint" | "dprint" | "ptr_print" | "int64_print").then(|| format!("quasi#{name}"))
+    matches!(name, "print" | "fprint" | "dprint" | "ptr_print" | "int64_print" | "abort")
+        .then(|| format!("quasi#{name}"))
+        .or_else(|| EXITS.contains(&name).then(|| format!("quasi#{name}")))
 }
 
 /// Finds a symbol in the running process (libc, libm, loaded libraries).
@@ -128,7 +231,8 @@ pub(crate) fn process_symbol(name: &str) -> Option<usize> {
 static INSTALL_HANDLERS: Once = Once::new();
 
 impl Runner {
-    pub fn new() -> std::io::Result<Runner> {
+    /// The executor thread, which stops the running call when `interrupt` is set.
+    pub fn new(interrupt: Arc<AtomicBool>) -> std::io::Result<Runner> {
         // SAFETY: installs process-wide handlers once; they chain to the previous handlers
         // for faults outside guarded calls.
         INSTALL_HANDLERS.call_once(|| unsafe { quasi_install_fault_handlers() });
@@ -143,7 +247,8 @@ impl Runner {
                 job();
             }
         })?;
-        Ok(Runner { jobs: Some(sender), worker: Some(worker) })
+        let interrupter = Interrupter::new(worker.as_pthread_t(), interrupt)?;
+        Ok(Runner { jobs: Some(sender), worker: Some(worker), interrupter })
     }
 
     /// Calls an entry `void (ptr out)` at `address` with an output buffer of `result_size`
@@ -161,7 +266,7 @@ impl Runner {
             result: Vec::new(),
             output: Vec::new(),
             errors: Vec::new(),
-            fault: Some(Fault::Signal { signal: 0, address: 0 }),
+            fault: Some(Fault::Lost),
             allocations: Vec::new(),
         };
         let (done, result) = mpsc::sync_channel(1);
@@ -172,18 +277,21 @@ impl Runner {
         if !matches!(self.jobs.as_ref().map(|jobs| jobs.send(job)), Some(Ok(()))) {
             return lost();
         }
-        loop {
+        self.interrupter.set(|state| state.calling = true);
+        let report = loop {
             match result.recv_timeout(STREAM_INTERVAL) {
-                Ok(report) => return report,
+                Ok(report) => break report,
                 Err(mpsc::RecvTimeoutError::Timeout) if capture => {
                     for (stream, bytes) in Capture::take_written() {
                         progress(stream, bytes);
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => return lost(),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break lost(),
             }
-        }
+        };
+        self.interrupter.set(|state| state.calling = false);
+        report
     }
 }
 
@@ -339,13 +447,15 @@ fn guarded_call(address: usize, result_size: usize, capture: bool) -> CallReport
     let output = capture_out.map(Capture::finish).unwrap_or_default();
     let errors = capture_err.map(Capture::finish).unwrap_or_default();
     let fault = faulted.then(|| {
-        let (mut code, mut site, mut signal, mut fault_address) = (0, 0, 0, 0);
+        let (mut code, mut site, mut signal, mut fault_address, mut pc, mut detail) = (0, 0, 0, 0, 0, 0);
         // SAFETY: reads the thread-local fault record the guard just wrote.
-        unsafe { quasi_fault_info(&mut code, &mut site, &mut signal, &mut fault_address) };
-        if signal != 0 {
-            Fault::Signal { signal: signal as i32, address: fault_address }
-        } else {
-            Fault::Check { code: code as u64, site: site as u32 }
+        unsafe { quasi_fault_info(&mut code, &mut site, &mut signal, &mut fault_address, &mut pc, &mut detail) };
+        match code {
+            CODE_SIGNAL => Fault::Signal { signal: signal as i32, address: fault_address, pc, write: detail != 0 },
+            CODE_INTERRUPT => Fault::Interrupted { pc },
+            CODE_EXIT => Fault::Exit { function: EXITS[site.clamp(0, 3) as usize], status: detail as i32 },
+            CODE_ABORT => Fault::Abort,
+            _ => Fault::Check { code: code as u64, site: site as u32 },
         }
     });
     let allocations = ALLOCATIONS.with(|allocations| std::mem::take(&mut *allocations.borrow_mut()));

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use comfy_table::{presets, Table};
 use quasi_lang::{
-    AutotuneReport, BenchReport, Diagnostic, Item, Kind, Language, Outcome, PhaseTimes, Severity, Stream, Throughput,
+    AutotuneReport, BenchReport, Diagnostic, Item, Language, Outcome, PhaseTimes, Severity, Stream, Throughput,
 };
 
 /// Whether to colour diagnostics (terminals) or not (transcripts, files).
@@ -67,7 +67,7 @@ fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stre
         _ => chunks.push((stream, text)),
     };
     let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) =
-        outcome.diagnostics.iter().partition(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
+        outcome.diagnostics.iter().partition(|diagnostic| diagnostic.ends_the_run());
     for diagnostic in others {
         push(Stream::Stdout, render_diagnostic(diagnostic, outcome, style));
     }

@@ -11,6 +11,8 @@ use std::ffi::OsString;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use quasi_lang::{completeness, Completeness, Diagnostic, Kind, Outcome, Session, SessionConfig, Severity, Stream};
 use quasi_repl::transcript::{record_or_save, Recording};
@@ -115,12 +117,45 @@ fn parse_run(arguments: &[String]) -> Result<Invocation, String> {
 
 fn new_session() -> Session {
     match Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }) {
-        Ok(session) => session,
+        Ok(session) => {
+            watch_interrupts(&session);
+            session
+        }
         Err(error) => {
             eprintln!("quasi: cannot start a session: {error}");
             std::process::exit(1);
         }
     }
+}
+
+/// Whether no cell is running: SIGINT then ends the process as usual (piped input, `quasi run`
+/// before its code runs). In the terminal rustyline reads Ctrl-C as a key while it edits.
+static IDLE: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Ctrl-C (SIGINT) while a cell runs stops the cell: Rhai at once, compiled code where it
+/// stands (`error[interrupted]`), and the session keeps every definition.
+fn watch_interrupts(session: &Session) {
+    let idle = IDLE.get_or_init(|| Arc::new(AtomicBool::new(true)));
+    let handle = session.interrupt_handle();
+    // Registered in this order, the handlers run in this order: when idle the default action
+    // ends the process before the interrupt is asked for.
+    let registered = signal_hook::flag::register_conditional_default(signal_hook::consts::SIGINT, Arc::clone(idle))
+        .and_then(|_| {
+            // SAFETY: the action only stores to an atomic flag, which is async-signal-safe.
+            unsafe { signal_hook::low_level::register(signal_hook::consts::SIGINT, move || handle.interrupt()) }
+        });
+    if let Err(error) = registered {
+        eprintln!("quasi: Ctrl-C will end the process, not the cell: {error}");
+    }
+}
+
+/// Runs `work` as a cell: SIGINT interrupts it instead of ending the process.
+fn as_cell<T>(work: impl FnOnce() -> T) -> T {
+    let idle = IDLE.get();
+    idle.inspect(|idle| idle.store(false, Ordering::SeqCst));
+    let result = work();
+    idle.inspect(|idle| idle.store(true, Ordering::SeqCst));
+    result
 }
 
 /// Colour only for a terminal, and never when the user asked for none (no-color.org).
@@ -149,7 +184,8 @@ fn run_file(path: &str, args: &[String], warnings: bool) -> i32 {
             return 1;
         }
     };
-    let (outcome, status) = session.run_file(path, text, args);
+    watch_interrupts(&session);
+    let (outcome, status) = as_cell(|| session.run_file(path, text, args));
     let style = terminal_style(std::io::stderr().is_terminal());
     for diagnostic in outcome.diagnostics.iter().filter(|diagnostic| warnings || diagnostic.is_error()) {
         eprint!("{}", quasi_repl::render_diagnostic(diagnostic, &outcome, style));
@@ -349,7 +385,7 @@ impl Shown {
 /// Runs a cell, showing it as it runs, and records it for `:save`.
 fn run_cell(session: &mut Session, recording: &mut Recording, cell: &str, shown: Shown) -> Outcome {
     let mut shown = shown;
-    let mut outcome = session.eval_streaming(cell, &mut |partial| shown.update(partial));
+    let mut outcome = as_cell(|| session.eval_streaming(cell, &mut |partial| shown.update(partial)));
     record_or_save(recording, cell, &mut outcome);
     shown.update(&outcome);
     shown.finish();

@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use quasi_lang::{Diagnostic, Item, Kind, Outcome, Stream};
+use quasi_lang::{Diagnostic, Item, Outcome, Stream};
 use regex::Regex;
 
 use crate::{render_diagnostic, render_item, Masking, Style};
@@ -85,7 +85,7 @@ pub fn outputs(outcome: &Outcome) -> Vec<CellOutput<'_>> {
         .diagnostics
         .iter()
         .filter(|diagnostic| diagnostic.is_error())
-        .partition(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
+        .partition(|diagnostic| diagnostic.ends_the_run());
     let errors: Vec<&Diagnostic> = others.into_iter().chain(faults).collect();
     if !errors.is_empty() {
         let plain = errors

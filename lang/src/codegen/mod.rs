@@ -356,6 +356,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
+    /// C-Lisp's accesses through null fault where they stand, at every level: without this
+    /// attribute (clang's `-fno-delete-null-pointer-checks`) LLVM treats them as unreachable and
+    /// deletes them with the code around them, so execution runs off the function's end.
+    fn keep_null_accesses(&self, function: FunctionValue<'ctx>) {
+        let kind = Attribute::get_named_enum_kind_id("null_pointer_is_valid");
+        function.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(kind, 0));
+    }
+
     fn mark_inline(&self, function: FunctionValue<'ctx>) {
         let kind = Attribute::get_named_enum_kind_id("alwaysinline");
         function.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(kind, 0));

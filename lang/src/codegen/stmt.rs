@@ -15,6 +15,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         function: FunctionValue<'ctx>,
         result: Option<&Ty>,
     ) -> Result<()> {
+        if self.device.is_none() {
+            self.keep_null_accesses(function);
+        }
         let allocas = self.context.append_basic_block(function, "frame");
         let entry = self.context.append_basic_block(function, "entry");
         self.builder.position_at_end(allocas);

@@ -27,7 +27,7 @@ use crate::intrinsics;
 use crate::jit::Jit;
 use crate::link::{Emitted, Linked, Program};
 use crate::reader::{self, Sexp, Span};
-use crate::run::{self, Runner};
+use crate::run::{self, Fault, Runner};
 use crate::timing::{Phase, PhaseTimes};
 use crate::tree::{FunctionDef, GlobalEntry, TypedCell};
 use crate::types::StructEntry;
@@ -59,8 +59,9 @@ impl Default for SessionConfig {
     }
 }
 
-/// Lets another thread interrupt what a session is doing (Rhai expansion today; compiled
-/// loops check it in a later version).
+/// Lets another thread interrupt what a session is doing: Rhai expansion, and compiled code,
+/// which the executor thread stops where it stands (never inside libc or the runtime). The
+/// handle only stores to an atomic flag, so a signal handler may use it.
 #[derive(Clone, Debug)]
 pub struct InterruptHandle(Arc<AtomicBool>);
 
@@ -137,6 +138,8 @@ pub struct Session {
     /// Sources, the cell counter, the last cell and its expansion and timing, definition order.
     history: History,
     interrupt: Arc<AtomicBool>,
+    /// The status a script's code passed to `exit` (or its kin), which ends `quasi run`.
+    script_exit: Option<i32>,
     /// The GPU runtime, the target and the PTX built.
     gpu: SessionGpu,
 }
@@ -153,13 +156,14 @@ impl Session {
         let interrupt = expand::new_interrupt_flag();
         let mut session = Session {
             opt_level: config.opt_level.min(3),
-            runner: Runner::new()?,
+            runner: Runner::new(interrupt.clone())?,
             program: Program::new(jit),
             backend,
             env: Env::default(),
             staging: Staging { stage: Stage::new(interrupt.clone()), view_stale: false },
             history: History::default(),
             interrupt,
+            script_exit: None,
             gpu,
             config,
         };
@@ -227,10 +231,14 @@ impl Session {
     /// and `main` is called if defined. Returns the outcome and the exit status.
     pub fn run_file(&mut self, path: &str, text: String, args: &[String]) -> (Outcome, i32) {
         self.history.cell_count += 1;
+        self.interrupt.store(false, Ordering::SeqCst);
         let mut outcome = self.eval_source(path.to_string(), text, EvalMode::Script, &mut |_| {});
+        if let Some(status) = self.script_exit.take() {
+            return (outcome, status & 0xff);
+        }
         if outcome.failed() {
-            let faulted = outcome.diagnostics.iter().any(|diagnostic| diagnostic.kind == Kind::RuntimeFault);
-            return (outcome, if faulted { 2 } else { 1 });
+            let status = failure_status(&outcome);
+            return (outcome, status);
         }
         let Some(main) = self.env.functions.get("main").cloned() else { return (outcome, 0) };
         let call = match main.signature.params.len() {
@@ -265,11 +273,15 @@ impl Session {
             Some(value) => (value & 0xff) as i32,
             None => 0,
         };
-        let faulted = main_outcome.failed();
+        let status = match self.script_exit.take() {
+            Some(exit) => exit & 0xff,
+            None if main_outcome.failed() => failure_status(&main_outcome),
+            None => status,
+        };
         outcome.items.extend(main_outcome.items);
         outcome.diagnostics.extend(main_outcome.diagnostics);
         outcome.sources.extend(main_outcome.sources);
-        (outcome, if faulted { 2 } else { status })
+        (outcome, status)
     }
 
     /// Completion candidates for the word that ends at byte `cursor` of `text`: session names,
@@ -608,9 +620,17 @@ impl Session {
                     outcome.items.push(Item::Output { stream, text });
                 }
             }
-            if let Some(fault) = report.fault {
-                outcome.diagnostics.push(self.fault_diagnostic(&fault, item.function.span));
-                break;
+            match report.fault {
+                // A script that calls exit ends as a C program does: with that status, quietly.
+                Some(Fault::Exit { status, .. }) if mode != EvalMode::Cell => {
+                    self.script_exit = Some(status);
+                    break;
+                }
+                Some(fault) => {
+                    outcome.diagnostics.push(self.fault_diagnostic(&fault, item.function.span));
+                    break;
+                }
+                None => {}
             }
             if let (Some(ty), false) = (&item.value, mode == EvalMode::Script) {
                 let text = value::format_value_with(&report.result, 0, ty, &self.env.structs, &|handle, element| {
@@ -671,6 +691,20 @@ impl Pipeline for Session {
 /// that takes it is borrowed mutably beside them).
 fn device_source<'s>(env: &'s Env, backend: &'s Backend, program: &'s Program) -> DeviceSource<'s> {
     DeviceSource { env, backend, struct_names: program.struct_names() }
+}
+
+/// `quasi run`'s status after an error: 130 if interrupted, 2 after a runtime fault or GPU
+/// error, 1 for an error before running.
+fn failure_status(outcome: &Outcome) -> i32 {
+    let has =
+        |kind: Kind| outcome.diagnostics.iter().any(|diagnostic| diagnostic.is_error() && diagnostic.kind == kind);
+    if has(Kind::Interrupted) {
+        130
+    } else if has(Kind::RuntimeFault) || has(Kind::Gpu) {
+        2
+    } else {
+        1
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

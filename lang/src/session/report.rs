@@ -68,21 +68,78 @@ impl Session {
                 }
                 diagnostic.with_note(note)
             }
-            Fault::Signal { signal, address } => {
+            Fault::Signal { signal, address, pc, write } => {
+                let place = self.program.function_at(*pc).map(|name| format!(" in {}", function_phrase(name)));
+                let place = place.unwrap_or_default();
                 let what = match *signal {
-                    libc::SIGSEGV if run::is_stack_overflow(*address) => {
-                        "stack overflow in compiled code (its stack is 64 MiB; is the recursion unbounded?)".to_string()
+                    libc::SIGSEGV if run::is_stack_overflow(*address) => format!(
+                        "stack overflow{place} (compiled code's stack is 64 MiB; is the recursion unbounded?)"
+                    ),
+                    libc::SIGSEGV => {
+                        let access = if *write { "write to" } else { "read of" };
+                        format!("segmentation fault{place}: {access} address {address:#x}")
                     }
-                    libc::SIGSEGV => format!("segmentation fault at address {address:#x}"),
-                    libc::SIGBUS => format!("bus error at address {address:#x}"),
-                    libc::SIGFPE => "arithmetic exception".to_string(),
-                    libc::SIGILL => "illegal instruction".to_string(),
-                    _ => "the executor thread stopped".to_string(),
+                    libc::SIGBUS => format!("bus error{place} at address {address:#x}"),
+                    libc::SIGFPE => format!("arithmetic exception{place}"),
+                    libc::SIGILL => format!("illegal instruction{place}"),
+                    libc::SIGTRAP => format!("trap instruction{place} (SIGTRAP)"),
+                    libc::SIGABRT => {
+                        "the program aborted (SIGABRT; glibc does this when it finds the heap corrupted, e.g. a double free)"
+                            .to_string()
+                    }
+                    other => format!("the program raised signal {}", signal_name(other)),
                 };
                 Diagnostic::error(Kind::RuntimeFault, what).with_label(item_span, "").with_note(note)
             }
+            Fault::Exit { function, status } => {
+                Diagnostic::error(Kind::RuntimeFault, format!("the program called {function}({status})"))
+                    .with_label(item_span, "")
+                    .with_note(note)
+            }
+            Fault::Abort => Diagnostic::error(Kind::RuntimeFault, "the program called abort()")
+                .with_label(item_span, "")
+                .with_note(note),
+            Fault::Interrupted { pc } => {
+                let place =
+                    self.program.function_at(*pc).map(function_phrase).unwrap_or_else(|| "compiled code".into());
+                Diagnostic::error(Kind::Interrupted, format!("interrupted in {place}"))
+                    .with_label(item_span, "")
+                    .with_note(note)
+            }
+            Fault::Lost => {
+                Diagnostic::error(Kind::RuntimeFault, "the executor thread stopped").with_label(item_span, "")
+            }
         }
     }
+}
+
+/// `function `f`` or `top-level code`, for messages.
+fn function_phrase(name: &str) -> String {
+    if name == crate::link::TOP_LEVEL {
+        name.to_string()
+    } else {
+        format!("function `{name}`")
+    }
+}
+
+/// A signal's conventional name (SIGTERM), or its number.
+fn signal_name(signal: i32) -> String {
+    let names = [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+        (libc::SIGSTKFLT, "SIGSTKFLT"),
+        (libc::SIGPWR, "SIGPWR"),
+        (libc::SIGSYS, "SIGSYS"),
+    ];
+    names.iter().find(|(number, _)| *number == signal).map_or_else(|| format!("{signal}"), |(_, name)| name.to_string())
 }
 
 /// Says which unquote generated the code a diagnostic points at, and what it expanded to.
