@@ -558,6 +558,7 @@ impl Session {
                     description: format!("{}{}", entry.signature, function_note(&entry, redefined)),
                 });
             }
+            self.gpu.note_defined(&function.name, function);
             self.env.functions.insert(function.name.clone(), entry);
             self.history.note_definition(DefinitionKey::Function(function.name.clone()));
         }
