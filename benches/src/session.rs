@@ -37,7 +37,8 @@ pub fn run(_options: &Options) -> Result<()> {
          around cell 100 against the p50 of the last {WINDOW}. The session captures output as the REPL does.\n"
     );
     let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
-    let definitions = measure(&mut session, |index| format!("(define ((f{index} int) (x int)) (ret (add x {index})))"))?;
+    let definitions =
+        measure(&mut session, |index| format!("(define ((f{index} int) (x int)) (ret (add x {index})))"))?;
     let expressions = measure(&mut session, |index| format!("(call f{index} 2)"))?;
     let mut table = new_table(
         &["cells", "retained bytes / cell", "goal", "p50 ms near cell 100", "p50 ms at cell 10,000", "ratio", "goal"],
@@ -103,7 +104,8 @@ fn many_forms() -> Result<()> {
         let elapsed = start.elapsed();
         check(&outcome, "(add 1 2) …")?;
         let gained = resident_bytes().saturating_sub(before);
-        let goal = if forms == 8_000 { verdict(elapsed <= Duration::from_millis(200), "<= 200 ms") } else { "-".into() };
+        let goal =
+            if forms == 8_000 { verdict(elapsed <= Duration::from_millis(200), "<= 200 ms") } else { "-".into() };
         table.add_row(vec![forms.to_string(), ms(elapsed), format!("{:.1}", gained as f64 / 1e6), goal]);
     }
     println!("{table}\n");
