@@ -130,8 +130,24 @@ impl Jit {
         // by LLVMOrcJITDylibDefine whatever it returns.
         unsafe {
             let unit = LLVMOrcAbsoluteSymbols(pairs.as_mut_ptr(), pairs.len());
-            take_error(LLVMOrcJITDylibDefine(self.dylib, unit)).map_or(Ok(()), |message| Err(JitError::Define(message)))
+            if let Some(message) = take_error(LLVMOrcJITDylibDefine(self.dylib, unit)) {
+                return Err(JitError::Define(message));
+            }
         }
+        // Materialise the unit now: until one of its symbols is looked up it keeps two hash
+        // tables of its own (2.5 KB for a single slot), and a function no cell calls yet would
+        // keep them for the rest of the session. One lookup materialises all its symbols.
+        let (first, _) = &symbols[0];
+        self.lookup(first).map(|_| ())
+    }
+
+    /// The address of a symbol of the JIT, materialising what defines it.
+    fn lookup(&mut self, symbol: &str) -> Result<usize, JitError> {
+        let symbol_name = CString::new(symbol).map_err(|error| JitError::Link(error.to_string()))?;
+        let mut address = 0;
+        // SAFETY: the JIT is live and the name a C string for the duration of the call.
+        let error = unsafe { LLVMOrcLLJITLookup(self.lljit, &mut address, symbol_name.as_ptr()) };
+        take_error(error).map_or(Ok(address as usize), |message| Err(JitError::Link(message)))
     }
 
     /// Adds a cell's object file and resolves the given symbols; on failure nothing stays.
@@ -153,13 +169,13 @@ impl Jit {
             }
             let mut addresses = Vec::with_capacity(lookups.len());
             for symbol in lookups {
-                let symbol_name = CString::new(symbol.as_str()).unwrap_or_default();
-                let mut address = 0;
-                if let Some(message) = take_error(LLVMOrcLLJITLookup(self.lljit, &mut address, symbol_name.as_ptr())) {
-                    code.remove();
-                    return Err(JitError::Link(message));
+                match self.lookup(symbol) {
+                    Ok(address) => addresses.push(address),
+                    Err(error) => {
+                        code.remove();
+                        return Err(error);
+                    }
                 }
-                addresses.push(address as usize);
             }
             Ok((code, addresses))
         }
