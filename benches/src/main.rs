@@ -48,7 +48,7 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] 
             the cost of collecting phase times
   session   a long session: memory retained per definition and per expression cell after
             10,000 of each, p50 near cell 100 against cell 10,000, a cell of 8,000 forms
-Without a section name, all four run (start-up first, so its first Session::new is cold).
+Without a section name, all five run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5) and repetitions (3), for a first look.";
 
 fn parse_options() -> Result<Options> {
@@ -101,7 +101,8 @@ fn parse_options() -> Result<Options> {
         }
     }
     if !(options.latency || options.startup || options.kernels || options.staging || options.session) {
-        (options.latency, options.startup, options.kernels, options.staging) = (true, true, true, true);
+        (options.latency, options.startup, options.kernels, options.staging, options.session) =
+            (true, true, true, true, true);
     }
     Ok(options)
 }

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use quasi_lang::{Outcome, Session, SessionConfig};
+use quasi_lang::{Outcome, Phase, Session, SessionConfig};
 
 use crate::stats::{ms, Samples};
 use crate::{new_table, Options};
@@ -94,7 +94,10 @@ fn measure(session: &mut Session, mut cell: impl FnMut(usize) -> String) -> Resu
 /// One cell of many `(add 1 2)` forms, in a fresh session: its wall time and resident growth.
 fn many_forms() -> Result<()> {
     println!("== Long sessions: one cell of N top-level forms `(add 1 2)`, in a fresh session ==");
-    let mut table = new_table(&["forms", "wall ms", "resident MB gained", "goal"], &[0, 1, 2]);
+    let mut table = new_table(
+        &["forms", "wall ms", "check+codegen ms", "optimise ms", "link ms", "run ms", "resident MB gained", "goal"],
+        &[0, 1, 2, 3, 4, 5, 6],
+    );
     for forms in FORMS {
         let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
         let text = "(add 1 2) ".repeat(forms);
@@ -106,7 +109,17 @@ fn many_forms() -> Result<()> {
         let gained = resident_bytes().saturating_sub(before);
         let goal =
             if forms == 8_000 { verdict(elapsed <= Duration::from_millis(200), "<= 200 ms") } else { "-".into() };
-        table.add_row(vec![forms.to_string(), ms(elapsed), format!("{:.1}", gained as f64 / 1e6), goal]);
+        let phase = |phases: &[Phase]| ms(phases.iter().map(|phase| outcome.timing.get(*phase)).sum());
+        table.add_row(vec![
+            forms.to_string(),
+            ms(elapsed),
+            phase(&[Phase::Check, Phase::Codegen]),
+            phase(&[Phase::Optimise]),
+            phase(&[Phase::Link]),
+            phase(&[Phase::Run]),
+            format!("{:.1}", gained as f64 / 1e6),
+            goal,
+        ]);
     }
     println!("{table}\n");
     Ok(())
