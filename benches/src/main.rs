@@ -2,10 +2,11 @@
 //!
 //! Harness-less on purpose: a run prints measurements side by side and never asserts a time
 //! (machines differ; ratios taken in one run are what compares). Sections:
-//! `quasi-bench [latency] [startup] [kernels] [--iterations N] [--runs N] [--reps N] [--quick]`.
+//! `quasi-bench [latency] [startup] [kernels] [staging] [session] [--iterations N] [--runs N] [--reps N] [--quick]`.
 
 mod kernels;
 mod latency;
+mod session;
 mod staging;
 mod startup;
 mod stats;
@@ -23,6 +24,7 @@ pub struct Options {
     pub startup: bool,
     pub kernels: bool,
     pub staging: bool,
+    pub session: bool,
     /// Timed iterations per latency row (after warm-up).
     pub iterations: usize,
     /// Untimed iterations before each latency row.
@@ -37,14 +39,16 @@ pub struct Options {
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] [session] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
   kernels   six compute kernels in C-Lisp (:opt 3) against clang -O3 -march=native
   staging   expansion share of a 64-way unrolled macro cell; MetaOCaml vector-add variants;
             the cost of collecting phase times
-Without a section name, all four run (start-up first, so its first Session::new is cold).
+  session   a long session: memory retained per definition and per expression cell after
+            10,000 of each, p50 near cell 100 against cell 10,000, a cell of 8,000 forms
+Without a section name, all five run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5) and repetitions (3), for a first look.";
 
 fn parse_options() -> Result<Options> {
@@ -53,6 +57,7 @@ fn parse_options() -> Result<Options> {
         startup: false,
         kernels: false,
         staging: false,
+        session: false,
         iterations: 200,
         warmup: 20,
         runs: 25,
@@ -75,6 +80,7 @@ fn parse_options() -> Result<Options> {
             "startup" => options.startup = true,
             "kernels" => options.kernels = true,
             "staging" => options.staging = true,
+            "session" => options.session = true,
             "--iterations" => options.iterations = number("--iterations")?,
             "--warmup" => options.warmup = number("--warmup")?,
             "--runs" => options.runs = number("--runs")?,
@@ -94,8 +100,9 @@ fn parse_options() -> Result<Options> {
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
     }
-    if !(options.latency || options.startup || options.kernels || options.staging) {
-        (options.latency, options.startup, options.kernels, options.staging) = (true, true, true, true);
+    if !(options.latency || options.startup || options.kernels || options.staging || options.session) {
+        (options.latency, options.startup, options.kernels, options.staging, options.session) =
+            (true, true, true, true, true);
     }
     Ok(options)
 }
@@ -115,6 +122,9 @@ fn main() -> Result<()> {
     }
     if options.staging {
         staging::run(&options)?;
+    }
+    if options.session {
+        session::run(&options)?;
     }
     println!("load average at the end: {}", load_average());
     Ok(())

@@ -114,11 +114,31 @@ impl Linked {
     }
 }
 
+/// A committed cell's code, and how many slots point into it (at its bodies or traps).
+struct LiveCell {
+    code: CellCode,
+    slots: usize,
+    /// Its runtime-check sites, a range of `Program::fault_sites`.
+    sites: std::ops::Range<usize>,
+    /// Where its entries and bodies start, keys of `Program::code_starts`.
+    starts: Vec<usize>,
+}
+
 /// The session's linked program: the JIT and every cell's code, slots, global storage, and the
 /// names chosen so far.
+///
+/// Invariant: a cell's code stays linked while a slot points into it or its top-level code may
+/// still run; then it is removed and its memory reused. Only slots lead from one cell's code to
+/// another's, so code no slot points into is unreachable once its cell has run (read-only data
+/// stays: see `jit::memory`).
 pub(crate) struct Program {
-    // Field order matters for drop: the cells' code is removed before the JIT is freed.
-    cells: Vec<CellCode>,
+    // Field order matters for drop: the cells' code is released before the JIT is freed.
+    cells: HashMap<u64, LiveCell>,
+    /// The cell whose code each slot points into.
+    slot_owners: HashMap<String, u64>,
+    /// Cells committed since `release_finished`: their top-level code may not have run yet.
+    running: Vec<u64>,
+    cell_counter: u64,
     jit: Jit,
     /// One slot per function name, at a fixed address for the session's life.
     slots: HashMap<String, Box<AtomicUsize>>,
@@ -143,7 +163,10 @@ impl Program {
     /// An empty program over a JIT that already resolves the runtime's symbols.
     pub(crate) fn new(jit: Jit) -> Program {
         Program {
-            cells: Vec::new(),
+            cells: HashMap::new(),
+            slot_owners: HashMap::new(),
+            running: Vec::new(),
+            cell_counter: 0,
             jit,
             slots: HashMap::new(),
             globals: HashMap::new(),
@@ -296,10 +319,15 @@ impl Program {
 
     /// Makes a linked cell part of the program: its code, fault sites, names and storage, and
     /// every body it linked in its function's slot. Returns the cell's traps by name, for the
-    /// session to route unresolved and invalidated functions to. Nothing here can fail.
+    /// session to route unresolved and invalidated functions to (with `set_slot`, before the
+    /// next commit). Nothing here can fail.
     pub(crate) fn commit(&mut self, linked: Linked) -> Vec<(String, usize)> {
         let Linked { bodies, body_symbols, traps, entries, code, fault_sites, new_globals, struct_names } = linked;
-        self.cells.push(code);
+        self.cell_counter += 1;
+        let sites = self.fault_sites.len()..self.fault_sites.len() + fault_sites.len();
+        let starts = entries.iter().chain(bodies.iter().map(|(_, address)| address)).copied().collect();
+        self.cells.insert(self.cell_counter, LiveCell { code, slots: 0, sites, starts });
+        self.running.push(self.cell_counter);
         self.fault_sites.extend(fault_sites);
         // Struct LLVM names: the next module looks them up by these.
         self.struct_names.extend(struct_names);
@@ -320,11 +348,45 @@ impl Program {
         traps
     }
 
-    /// Points a function's slot at `address` (a body or a trap), if the function has a slot.
-    pub(crate) fn set_slot(&self, name: &str, address: usize) {
-        if let Some(slot) = self.slots.get(name) {
-            slot.store(address, Ordering::SeqCst);
+    /// Points a function's slot at `address`, a body or a trap of the cell committed last, if
+    /// the function has a slot. The code the slot pointed into is removed if nothing else can
+    /// reach it now.
+    pub(crate) fn set_slot(&mut self, name: &str, address: usize) {
+        let Some(slot) = self.slots.get(name) else { return };
+        slot.store(address, Ordering::SeqCst);
+        let owner = self.cell_counter;
+        if let Some(cell) = self.cells.get_mut(&owner) {
+            cell.slots += 1;
         }
+        let Some(previous) = self.slot_owners.insert(name.to_string(), owner) else { return };
+        let Some(cell) = self.cells.get_mut(&previous) else { return };
+        cell.slots -= 1;
+        if cell.slots == 0 && !self.running.contains(&previous) {
+            self.remove_cell(previous);
+        }
+    }
+
+    /// Removes the code of the cells committed since the last call that no slot points into:
+    /// their top-level code has run (the session calls this at the end of a cell, after any
+    /// `(bench …)` forms) and nothing else can reach it.
+    pub(crate) fn release_finished(&mut self) {
+        for id in std::mem::take(&mut self.running) {
+            if self.cells.get(&id).is_some_and(|cell| cell.slots == 0) {
+                self.remove_cell(id);
+            }
+        }
+    }
+
+    fn remove_cell(&mut self, id: u64) {
+        let Some(cell) = self.cells.remove(&id) else { return };
+        // Its fault sites can go too when they are the last ones: no code reports them now.
+        if cell.sites.end == self.fault_sites.len() {
+            self.fault_sites.truncate(cell.sites.start);
+        }
+        for start in &cell.starts {
+            self.code_starts.remove(start);
+        }
+        cell.code.remove();
     }
 
     /// Writes a global's initial value into its storage.
@@ -368,6 +430,12 @@ impl Program {
     /// The LLVM name of every struct type (device code is lowered with the same names).
     pub(crate) fn struct_names(&self) -> &HashMap<String, String> {
         &self.struct_names
+    }
+
+    /// Bytes of code memory the program's cells hold, for tests that code is given back.
+    #[cfg(test)]
+    pub(crate) fn code_in_use(&self) -> usize {
+        self.jit.code_in_use()
     }
 
     /// Keeps memory compiled code allocated for the session until the session ends.

@@ -45,8 +45,9 @@ pub(crate) struct SessionGpu {
     /// Per launched function: the members its PTX was built from, kept alive so that pointer
     /// equality means "not redefined since", and the target and globals it was built for.
     built: HashMap<String, Built>,
-    /// The functions each session function launches, by the body they were read from.
-    launches: HashMap<String, (Rc<FunctionDef>, Vec<String>)>,
+    /// The functions each session function launches, for the functions that launch any: kept
+    /// as definitions are committed (`note_defined`), so a cell never walks every function.
+    launches: HashMap<String, Vec<String>>,
     machine: Option<(String, TargetMachine)>,
     builds: u64,
 }
@@ -123,6 +124,17 @@ fn same_members(left: &[Rc<FunctionDef>], right: &[Rc<FunctionDef>]) -> bool {
 }
 
 impl SessionGpu {
+    /// Records what a newly committed body of `name` launches, replacing what its earlier body
+    /// launched.
+    pub(crate) fn note_defined(&mut self, name: &str, body: &FunctionDef) {
+        let launched: Vec<String> = tree::launch_targets(&body.body).into_iter().map(|(name, _)| name).collect();
+        if launched.is_empty() {
+            self.launches.remove(name);
+        } else {
+            self.launches.insert(name.to_string(), launched);
+        }
+    }
+
     /// Makes sure every function host code can launch has current PTX registered with the
     /// runtime; `top` is the cell's top-level code. Builds add `ptx` rows to `timing`.
     pub(crate) fn prepare_launches(
@@ -133,15 +145,7 @@ impl SessionGpu {
     ) {
         let mut targets: BTreeSet<String> =
             top.iter().flat_map(|function| tree::launch_targets(&function.body)).map(|(name, _)| name).collect();
-        for (name, entry) in &source.env.functions {
-            let check::FunctionKind::Defined(def) = &entry.kind else { continue };
-            let fresh = self.launches.get(name).is_some_and(|(seen, _)| Rc::ptr_eq(seen, def));
-            if !fresh {
-                let launched = tree::launch_targets(&def.body).into_iter().map(|(name, _)| name).collect();
-                self.launches.insert(name.clone(), (def.clone(), launched));
-            }
-        }
-        targets.extend(self.launches.values().flat_map(|(_, launched)| launched.iter().cloned()));
+        targets.extend(self.launches.values().flat_map(|launched| launched.iter().cloned()));
         for target in targets {
             self.ensure_ptx(source, &target, timing);
         }

@@ -9,6 +9,8 @@
 mod command;
 mod history;
 mod report;
+#[cfg(test)]
+mod tests;
 mod view;
 
 use std::rc::Rc;
@@ -429,6 +431,8 @@ impl Session {
             bench::run_session_forms(self, &session_forms, &mut outcome);
         }
         outcome.timing.add(Phase::Run, run_start.elapsed());
+        // The cell has run: code of it (and of its benches) that no slot points to is unreachable.
+        self.program.release_finished();
         self.history.attach_sources(&mut outcome);
         outcome
     }
@@ -570,6 +574,7 @@ impl Session {
                     description: format!("{}{}", entry.signature, function_note(&entry, redefined)),
                 });
             }
+            self.gpu.note_defined(&function.name, function);
             self.env.functions.insert(function.name.clone(), entry);
             self.history.note_definition(DefinitionKey::Function(function.name.clone()));
         }

@@ -3,23 +3,34 @@
 //!
 //! Cells are compiled to object files by `session` (so each cell can have its own optimisation
 //! level) and added here with a resource tracker of their own: a cell that fails to link is
-//! removed again, leaving the JIT as it was.
+//! removed again, leaving the JIT as it was, and a cell whose code can no longer be reached is
+//! removed too, giving its memory back.
+//!
+//! Objects are linked by RuntimeDyld into the session's `CodeMemory` rather than by JITLink into
+//! pages of their own: JITLink's dependency tracking is quadratic in the symbols of one object
+//! (a cell of 8,000 forms took seconds to link) and its memory manager maps at least a page per
+//! segment for every object.
+
+mod memory;
 
 use std::ffi::{CStr, CString};
 use std::ptr;
 
 use llvm_sys::error::{LLVMDisposeErrorMessage, LLVMErrorRef, LLVMGetErrorMessage};
+use llvm_sys::orc2::ee::LLVMOrcCreateRTDyldObjectLinkingLayerWithMCJITMemoryManagerLikeCallbacks;
 use llvm_sys::orc2::lljit::{
     LLVMOrcCreateLLJIT, LLVMOrcCreateLLJITBuilder, LLVMOrcDisposeLLJIT, LLVMOrcLLJITAddObjectFileWithRT,
-    LLVMOrcLLJITGetGlobalPrefix, LLVMOrcLLJITGetMainJITDylib, LLVMOrcLLJITLookup, LLVMOrcLLJITMangleAndIntern,
-    LLVMOrcLLJITRef,
+    LLVMOrcLLJITBuilderSetObjectLinkingLayerCreator, LLVMOrcLLJITGetGlobalPrefix, LLVMOrcLLJITGetMainJITDylib,
+    LLVMOrcLLJITLookup, LLVMOrcLLJITMangleAndIntern, LLVMOrcLLJITRef,
 };
 use llvm_sys::orc2::{
     LLVMJITEvaluatedSymbol, LLVMJITSymbolFlags, LLVMJITSymbolGenericFlags, LLVMOrcAbsoluteSymbols,
-    LLVMOrcCSymbolMapPair, LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess, LLVMOrcJITDylibAddGenerator,
-    LLVMOrcJITDylibCreateResourceTracker, LLVMOrcJITDylibDefine, LLVMOrcJITDylibRef, LLVMOrcReleaseResourceTracker,
-    LLVMOrcResourceTrackerRef, LLVMOrcResourceTrackerRemove,
+    LLVMOrcCSymbolMapPair, LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess, LLVMOrcExecutionSessionRef,
+    LLVMOrcJITDylibAddGenerator, LLVMOrcJITDylibCreateResourceTracker, LLVMOrcJITDylibDefine, LLVMOrcJITDylibRef,
+    LLVMOrcObjectLayerRef, LLVMOrcReleaseResourceTracker, LLVMOrcResourceTrackerRef, LLVMOrcResourceTrackerRemove,
 };
+
+use self::memory::CodeMemory;
 
 /// A failure of the JIT machinery.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +62,10 @@ fn take_error(error: LLVMErrorRef) -> Option<String> {
 pub(crate) struct Jit {
     lljit: LLVMOrcLLJITRef,
     dylib: LLVMOrcJITDylibRef,
+    /// Where linked code lives. The linking layer writes into it, so it is freed after the JIT
+    /// (fields drop after `drop`'s body); only tests read it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    memory: Box<CodeMemory>,
 }
 
 /// The code of one linked cell; removing it frees the code.
@@ -60,11 +75,15 @@ pub(crate) struct CellCode {
 
 impl Jit {
     pub fn new() -> Result<Jit, JitError> {
+        let memory = CodeMemory::new().map_err(JitError::Create)?;
         let mut lljit = ptr::null_mut();
         // SAFETY: plain ORC C API calls; the builder is consumed by LLVMOrcCreateLLJIT, and
-        // the JIT is disposed in Drop.
+        // the JIT is disposed in Drop. The code memory the linking layer is given lives in a box
+        // that the JIT owns and frees after disposing of the JIT.
         unsafe {
             let builder = LLVMOrcCreateLLJITBuilder();
+            let context = &*memory as *const CodeMemory as *mut std::ffi::c_void;
+            LLVMOrcLLJITBuilderSetObjectLinkingLayerCreator(builder, create_linking_layer, context);
             if let Some(message) = take_error(LLVMOrcCreateLLJIT(&mut lljit, builder)) {
                 return Err(JitError::Create(message));
             }
@@ -81,7 +100,7 @@ impl Jit {
                 return Err(JitError::Create(message));
             }
             LLVMOrcJITDylibAddGenerator(dylib, generator);
-            Ok(Jit { lljit, dylib })
+            Ok(Jit { lljit, dylib, memory })
         }
     }
 
@@ -111,8 +130,24 @@ impl Jit {
         // by LLVMOrcJITDylibDefine whatever it returns.
         unsafe {
             let unit = LLVMOrcAbsoluteSymbols(pairs.as_mut_ptr(), pairs.len());
-            take_error(LLVMOrcJITDylibDefine(self.dylib, unit)).map_or(Ok(()), |message| Err(JitError::Define(message)))
+            if let Some(message) = take_error(LLVMOrcJITDylibDefine(self.dylib, unit)) {
+                return Err(JitError::Define(message));
+            }
         }
+        // Materialise the unit now: until one of its symbols is looked up it keeps two hash
+        // tables of its own (2.5 KB for a single slot), and a function no cell calls yet would
+        // keep them for the rest of the session. One lookup materialises all its symbols.
+        let (first, _) = &symbols[0];
+        self.lookup(first).map(|_| ())
+    }
+
+    /// The address of a symbol of the JIT, materialising what defines it.
+    fn lookup(&mut self, symbol: &str) -> Result<usize, JitError> {
+        let symbol_name = CString::new(symbol).map_err(|error| JitError::Link(error.to_string()))?;
+        let mut address = 0;
+        // SAFETY: the JIT is live and the name a C string for the duration of the call.
+        let error = unsafe { LLVMOrcLLJITLookup(self.lljit, &mut address, symbol_name.as_ptr()) };
+        take_error(error).map_or(Ok(address as usize), |message| Err(JitError::Link(message)))
     }
 
     /// Adds a cell's object file and resolves the given symbols; on failure nothing stays.
@@ -134,22 +169,31 @@ impl Jit {
             }
             let mut addresses = Vec::with_capacity(lookups.len());
             for symbol in lookups {
-                let symbol_name = CString::new(symbol.as_str()).unwrap_or_default();
-                let mut address = 0;
-                if let Some(message) = take_error(LLVMOrcLLJITLookup(self.lljit, &mut address, symbol_name.as_ptr())) {
-                    code.remove();
-                    return Err(JitError::Link(message));
+                match self.lookup(symbol) {
+                    Ok(address) => addresses.push(address),
+                    Err(error) => {
+                        code.remove();
+                        return Err(error);
+                    }
                 }
-                addresses.push(address as usize);
             }
             Ok((code, addresses))
         }
     }
 }
 
+impl Jit {
+    /// Bytes of code memory in use, for tests that code is given back.
+    #[cfg(test)]
+    pub(crate) fn code_in_use(&self) -> usize {
+        self.memory.in_use()
+    }
+}
+
 impl CellCode {
-    /// Removes the cell's code from the JIT (used when linking failed).
-    fn remove(self) {
+    /// Removes the cell's code from the JIT and frees its memory: linking failed, or nothing
+    /// can reach the code any more.
+    pub(crate) fn remove(self) {
         // SAFETY: the tracker is live; removing it frees what it tracks. Errors here leave
         // only unreachable code behind, so they are ignored.
         unsafe {
@@ -168,10 +212,33 @@ impl Drop for CellCode {
 
 impl Drop for Jit {
     fn drop(&mut self) {
-        // SAFETY: the JIT was created in `new` and is disposed exactly once, here.
+        // SAFETY: the JIT was created in `new` and is disposed exactly once, here, before its
+        // code memory (a field, dropped after this body) is unmapped.
         unsafe {
             take_error(LLVMOrcDisposeLLJIT(self.lljit));
         }
+    }
+}
+
+/// The object linking layer of the session's JIT: RuntimeDyld, with sections in `CodeMemory`.
+extern "C" fn create_linking_layer(
+    memory: *mut std::ffi::c_void,
+    session: LLVMOrcExecutionSessionRef,
+    _triple: *const std::ffi::c_char,
+) -> LLVMOrcObjectLayerRef {
+    // SAFETY: `memory` is the JIT's live `CodeMemory`, which outlives the layer; the callbacks
+    // keep to the contract of MCJIT's memory manager (see `memory`).
+    unsafe {
+        LLVMOrcCreateRTDyldObjectLinkingLayerWithMCJITMemoryManagerLikeCallbacks(
+            session,
+            memory,
+            memory::create_context,
+            memory::notify_terminating,
+            memory::allocate_code,
+            memory::allocate_data,
+            memory::finalize,
+            Some(memory::destroy),
+        )
     }
 }
 
