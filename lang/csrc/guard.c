@@ -9,11 +9,11 @@
  * _Exit or abort (the session links those names to the quasi_rt_ functions below), signals the
  * process raises at itself (raise, kill), and interrupts. An interrupt is a signal sent to the
  * executor thread; its handler jumps out only when the thread is in compiled code, which holds
- * no lock of libc's or ours. Anywhere else (libc, the Rust runtime) it returns, and the
- * interrupting thread sends the signal again a few milliseconds later: blocking calls return
- * EINTR to the compiled caller, which the next signal stops. Compiled code pays nothing for it. */
+ * no lock of libc's or ours. Anywhere else (libc, a blocking system call, the Rust runtime) it
+ * makes the call return into a landing instead of into compiled code (see plant_landing), and
+ * blocking calls return EINTR; the interrupting thread sends the signal again every few
+ * milliseconds until the call ends. Compiled code pays nothing for it. */
 #define _GNU_SOURCE
-#include <link.h>
 #include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
@@ -27,6 +27,12 @@
 #include <unistd.h>
 
 static __thread sigjmp_buf *current_jump;
+/* The guarded call's own frame: an interrupt looks for compiled code's return addresses only
+ * below it. */
+static __thread uintptr_t guarded_frame;
+/* Whether an interrupt replaced a return address (plant_landing), and the one it replaced. */
+static __thread int landing_planted;
+static __thread uintptr_t landing_pc;
 static __thread int64_t fault_code;
 static __thread int64_t fault_site;
 static __thread int64_t fault_signal;
@@ -45,6 +51,8 @@ int64_t quasi_guarded_call(void (*entry)(void *), void *out) {
     sigjmp_buf *previous = current_jump;
     if (sigsetjmp(buffer, 1) == 0) {
         interrupt_requested = 0;
+        landing_planted = 0;
+        guarded_frame = (uintptr_t)&buffer;
         current_jump = &buffer;
         entry(out);
         current_jump = previous;
@@ -114,31 +122,86 @@ static void on_signal(int signal_number, siginfo_t *info, void *context) {
     if (!synchronous) raise(signal_number);
 }
 
-/* Executable segments of every loaded object (libc, the quasi binary, libraries): code an
- * interrupt must not jump out of. Written by the interrupting thread before it signals. */
-#define MAX_FOREIGN 1024
-static uintptr_t foreign_start[MAX_FOREIGN], foreign_end[MAX_FOREIGN];
-static volatile sig_atomic_t foreign_count;
+/* Where compiled code lies: each session's code memory, [start, end) of pages that are always
+ * readable (ends only grow; a session's entry is cleared before its memory is unmapped). */
+#define MAX_CODE_RANGES 256
+static _Atomic uintptr_t code_start[MAX_CODE_RANGES], code_end[MAX_CODE_RANGES];
 
-static int note_object(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    int *count = data;
-    for (int i = 0; i < info->dlpi_phnum && *count < MAX_FOREIGN; i++) {
-        const ElfW(Phdr) *header = &info->dlpi_phdr[i];
-        if (header->p_type == PT_LOAD && (header->p_flags & PF_X)) {
-            foreign_start[*count] = info->dlpi_addr + header->p_vaddr;
-            foreign_end[*count] = info->dlpi_addr + header->p_vaddr + header->p_memsz;
-            (*count)++;
+void quasi_code_range(uintptr_t start, uintptr_t end) {
+    int empty = -1;
+    for (int i = 0; i < MAX_CODE_RANGES; i++) {
+        if (code_start[i] == start) {
+            if (end == 0) code_start[i] = 0;
+            else code_end[i] = end;
+            return;
         }
+        if (code_start[i] == 0 && empty < 0) empty = i;
+    }
+    if (end != 0 && empty >= 0) {
+        code_end[empty] = end;
+        code_start[empty] = start;
+    }
+}
+
+static int in_code(uintptr_t address) {
+    for (int i = 0; i < MAX_CODE_RANGES; i++) {
+        uintptr_t start = code_start[i];
+        if (start != 0 && address >= start && address < code_end[i]) return 1;
     }
     return 0;
 }
 
-static int in_foreign_code(uintptr_t pc) {
-    for (int i = 0; i < foreign_count; i++) {
-        if (pc >= foreign_start[i] && pc < foreign_end[i]) return 1;
-    }
+/* Whether a word on the stack is a return address into compiled code: it points just past a
+ * call instruction there (call rel32, or call through a register or memory operand). */
+static int is_return_address(uintptr_t value) {
+    if (!in_code(value) || !in_code(value - 6)) return 0;
+    const unsigned char *p = (const unsigned char *)value;
+    if (p[-5] == 0xE8) return 1;
+    if (p[-6] == 0xFF && p[-5] == 0x15) return 1;
+    if (p[-2] == 0xFF && (p[-1] & 0x38) == 0x10 && ((p[-1] & 0xC0) == 0xC0 || ((p[-1] & 0xC0) == 0 && (p[-1] & 7) != 4 && (p[-1] & 7) != 5)))
+        return 1;
+    if (p[-3] == 0xFF && (p[-2] & 0xF8) == 0x50 && (p[-2] & 7) != 4) return 1;
     return 0;
+}
+
+/* An interrupt that found the executor outside compiled code (in libc, blocked in a system
+ * call, in the runtime) replaces the return address into compiled code nearest the stack
+ * pointer by this landing: the call finishes normally, holding no lock, and its return lands
+ * here instead, which ends the guarded call as interrupted. */
+__asm__(".text\n"
+        ".globl quasi_interrupt_landing\n"
+        ".type quasi_interrupt_landing,@function\n"
+        "quasi_interrupt_landing:\n"
+        "    andq $-16, %rsp\n"
+        "    call quasi_interrupted_on_return\n"
+        "    ud2\n");
+void quasi_interrupt_landing(void);
+
+void quasi_interrupted_on_return(void) {
+    fault_code = CODE_INTERRUPT;
+    fault_site = -1;
+    fault_signal = 0;
+    fault_address = 0;
+    fault_pc = landing_pc;
+    fault_detail = 0;
+    interrupt_requested = 0;
+    if (!current_jump) abort();
+    siglongjmp(*current_jump, 1);
+}
+
+/* How far above the stack pointer an interrupt looks for the return into compiled code. */
+#define LANDING_SCAN_WORDS 16384
+
+static void plant_landing(uintptr_t stack_pointer) {
+    uintptr_t *word = (uintptr_t *)stack_pointer;
+    for (int i = 0; i < LANDING_SCAN_WORDS && (uintptr_t)&word[i] < guarded_frame; i++) {
+        if (is_return_address(word[i])) {
+            landing_pc = word[i];
+            landing_planted = 1;
+            word[i] = (uintptr_t)quasi_interrupt_landing;
+            return;
+        }
+    }
 }
 
 /* The interrupt signal: a real-time one, queued per send, unused by libc and Rust. */
@@ -147,8 +210,9 @@ int quasi_interrupt_signal(void) { return SIGRTMIN + 2; }
 static void on_interrupt(int signal_number, siginfo_t *info, void *context) {
     (void)signal_number;
     (void)info;
+    if (!current_jump || !interrupt_requested) return;
     uintptr_t pc = context_pc(context);
-    if (current_jump && interrupt_requested && !in_foreign_code(pc)) {
+    if (in_code(pc)) {
         sigjmp_buf *target = current_jump;
         interrupt_requested = 0;
         fault_code = CODE_INTERRUPT;
@@ -159,13 +223,11 @@ static void on_interrupt(int signal_number, siginfo_t *info, void *context) {
         fault_detail = 0;
         siglongjmp(*target, 1);
     }
+    if (!landing_planted) plant_landing((uintptr_t)((ucontext_t *)context)->uc_mcontext.gregs[REG_RSP]);
 }
 
 /* Asks the executor thread to stop the compiled code it runs; called again until it stops. */
 int quasi_request_interrupt(pthread_t executor) {
-    int count = 0;
-    dl_iterate_phdr(note_object, &count);
-    foreign_count = count;
     interrupt_requested = 1;
     return pthread_kill(executor, quasi_interrupt_signal());
 }

@@ -227,3 +227,42 @@ fn the_first_cell_streams_to_the_terminal() {
     assert!(finished.status.success(), "{}", finished.stderr);
     assert!(finished.stdout.ends_with("tick 1\ntick 2\n3 : int\n"), "{}", finished.stdout);
 }
+
+/// `exit` in a script ends `quasi run` as it ends a C program: quietly, with its status (the
+/// interactive session only loses the cell).
+#[test]
+fn run_exits_with_the_status_the_program_passed_to_exit() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let program = "(define ((exit void) (status int)))\n(define ((printf int) (fmt (ptr int8)) ...))\n\
+                   (define ((main int)) (call printf \"bye\\n\") (call exit 7) (ret 0))\n";
+    let file = write_file(directory.path(), "leave.cl", program);
+    let finished = quasi(&["run", &file], "");
+    assert_eq!(finished.status.code(), Some(7), "{}", finished.stderr);
+    assert_eq!(finished.stdout, "bye\n");
+    assert_eq!(finished.stderr, "");
+}
+
+/// SIGINT stops a running script's compiled code: `error[interrupted]`, status 130.
+#[test]
+fn sigint_interrupts_run_with_status_130() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    // It says when it runs, so the signal is sent to running code.
+    let program = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((fflush int) (stream (ptr int8))))\n\
+                   (define ((main int)) (call printf \"running\\n\") (call fflush (inttoptr 0 (ptr int8))) (while #t) (ret 0))\n";
+    let file = write_file(directory.path(), "spin.cl", program);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
+        .args(["run", &file])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the quasi binary starts");
+    let mut running = [0u8; 8];
+    child.stdout.as_mut().expect("stdout is piped").read_exact(&mut running).expect("the program runs");
+    assert_eq!(&running, b"running\n");
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+    assert!(killed.success());
+    let output = child.wait_with_output().expect("quasi ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("error[interrupted]: interrupted in function `main`"), "{stderr}");
+}

@@ -195,3 +195,40 @@ fn save_writes_a_transcript_that_quasi_test_passes() {
     assert!(checked.status.success(), "{report}");
     assert!(report.ends_with("1 passed, 0 failed\n"), "{report}");
 }
+
+/// Ctrl-C while compiled code loops stops it where it stands (§6.6, issue 13): the cell ends with
+/// `error[interrupted]` naming the function, and the session keeps its definitions and what the
+/// loop did. The same for a Rhai loop and for code blocked in a libc call.
+#[test]
+fn ctrl_c_stops_running_code_and_keeps_the_session() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut terminal = start(&directory.path().join("history"));
+    let cells = [
+        ("(define-global (spins int64))", "spins : int64 = 0"),
+        ("(define ((spin void)) (while #t (set spins (add spins (int64 1)))))", "spin : () -> void"),
+        ("(define ((usleep int) (us int)))", "usleep : (int) -> int  (extern)"),
+        ("(define ((nap void)) (while #t (call usleep 1000000)))", "nap : () -> void"),
+        // Rhai's operations limit would stop the Rhai loop before Ctrl-C does.
+        (":limits operations 100000000000", "operations"),
+    ];
+    for (cell, shown) in cells {
+        send(&mut terminal, &format!("{cell}{ENTER}"));
+        terminal.exp_string(shown).expect("the definition");
+        expect_prompt(&mut terminal);
+    }
+    for (cell, stopped) in [
+        ("(call spin)", "interrupted in function `spin`"),
+        ("(call nap)", "interrupted in function `nap`"),
+        ("(rhai \"loop { }\")", "interrupted while expanding"),
+    ] {
+        send(&mut terminal, &format!("{cell}{ENTER}"));
+        std::thread::sleep(Duration::from_millis(500));
+        terminal.send_control('c').expect("sending Ctrl-C");
+        terminal.exp_string(stopped).expect("the cell is interrupted");
+        expect_prompt(&mut terminal);
+    }
+    send(&mut terminal, &format!("(gt spins (int64 0)){ENTER}"));
+    terminal.exp_string("#t : bool").expect("the loop's effects are kept");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+}

@@ -232,6 +232,35 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         results = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
         self.assertEqual(results, ["5 : int"])
 
+    def test_interrupt_stops_a_compiled_loop_and_keeps_definitions(self):
+        self.flush_channels()
+        self.run_cell("(define-global (spins int64))")
+        self.run_cell("(define ((spin void)) (while #t (set spins (add spins (int64 1)))))")
+        msg_id = self.kc.execute("(call spin)")
+        time.sleep(0.5)
+        request = self.kc.session.msg("interrupt_request", {})
+        self.kc.control_channel.send(request)
+        control_reply = self.kc.control_channel.get_msg(timeout=TIMEOUT)
+        validate_message(control_reply, "interrupt_reply", request["header"]["msg_id"])
+        reply = self.kc.get_shell_msg(timeout=TIMEOUT)
+        self.assertEqual(reply["parent_header"]["msg_id"], msg_id)
+        self.assertEqual(reply["content"]["status"], "error")
+        self.assertEqual(reply["content"]["ename"], "error[interrupted]")
+        self.assertIn("interrupted in function `spin`", reply["content"]["evalue"])
+        _, messages = self.run_cell("(gt spins (int64 0))")
+        results = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
+        self.assertEqual(results, ["#t : bool"])
+
+    def test_exit_in_user_code_keeps_the_kernel(self):
+        self.flush_channels()
+        self.run_cell("(define ((exit void) (status int)))")
+        reply, _ = self.run_cell("(call exit 3)")
+        self.assertEqual(reply["content"]["status"], "error")
+        self.assertIn("the program called exit(3)", reply["content"]["evalue"])
+        _, messages = self.run_cell("(add 2 3)")
+        results = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
+        self.assertEqual(results, ["5 : int"])
+
     def test_tables_and_listings_are_rich(self):
         self.flush_channels()
         self.run_cell("(define ((sq int) (x int)) (ret (mul x x)))")

@@ -18,6 +18,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
+extern "C" {
+    /// Tells the fault guard where compiled code lies (`end` 0: no longer), so an interrupt can
+    /// tell compiled code from libc's and find compiled code's return addresses (csrc/guard.c).
+    fn quasi_code_range(start: usize, end: usize);
+}
+
 /// Virtual size of the reservation. Both halves lie within ±2 GB of each other, as the small
 /// code model's PC-relative references between a cell's code and data need.
 const RESERVATION: usize = 1 << 30;
@@ -105,8 +111,12 @@ impl CodeMemory {
 impl Drop for Arena {
     fn drop(&mut self) {
         // SAFETY: the mapping was made in `CodeMemory::new` with this size; the JIT, whose code
-        // lives here, is disposed before its code memory (see `Jit::drop`).
-        unsafe { libc::munmap(self.base.cast(), RESERVATION) };
+        // lives here, is disposed before its code memory (see `Jit::drop`). The guard forgets
+        // the range first.
+        unsafe {
+            quasi_code_range(self.base as usize, 0);
+            libc::munmap(self.base.cast(), RESERVATION);
+        }
     }
 }
 
@@ -240,6 +250,8 @@ pub(crate) extern "C" fn allocate_code(
         let page = arena.page;
         match arena.code.allocate(size, align as usize, page) {
             Some(address) => {
+                // SAFETY: records the committed, always-readable part of the code half.
+                unsafe { quasi_code_range(arena.base as usize, arena.code.committed) };
                 // Pages this block shares with earlier code were made executable; write them now.
                 let (first, last) = pages(address, size.max(1), page);
                 // SAFETY: the pages lie inside the code half, which the arena owns.
