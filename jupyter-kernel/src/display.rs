@@ -31,13 +31,16 @@ pub fn outputs(outcome: &Outcome) -> Vec<Output> {
 }
 
 /// What of a running cell's outputs has been published, so that each step publishes only what
-/// is new: `lang` only appends to a running cell's outcome, so its outputs only grow.
+/// is new, and looks only at what is new: `lang` only appends to a running cell's outcome, so its
+/// outputs only grow, and publishing a cell costs time linear in its output.
 #[derive(Debug, Default)]
 pub struct Published {
-    /// Outputs published whole.
-    complete: usize,
-    /// Bytes published of the output at `complete`: a stream that may still grow.
-    partial: usize,
+    /// The warnings are published: a running cell has all of its own from the start.
+    warned: bool,
+    /// Items whose outputs are published: whole, or a stream's text written so far.
+    items: usize,
+    /// The error output is published: it comes last, when the cell has ended.
+    ended: bool,
 }
 
 impl Published {
@@ -45,28 +48,22 @@ impl Published {
     /// last output is held back unless it is a stream — the last value may not stay the last,
     /// which decides whether it is the cell's result — and a stream goes out as it grows.
     pub fn take(&mut self, outcome: &Outcome, finished: bool) -> Vec<Output> {
-        let all = notebook::outputs(outcome);
-        let count = all.len();
         let mut new = Vec::new();
-        for (index, output) in all.into_iter().enumerate().skip(self.complete) {
-            let last = index + 1 == count;
-            if let OutputKind::Stream(_) = output.kind {
-                let sent = if index == self.complete { self.partial } else { 0 };
-                let rest = output.plain.get(sent..).unwrap_or_default().to_string();
-                if !rest.is_empty() {
-                    new.push(message(CellOutput { plain: rest, ..output.clone() }, outcome));
-                }
-                if last && !finished {
-                    self.partial = output.plain.len();
-                    break;
-                }
-            } else if last && !finished {
+        if !std::mem::replace(&mut self.warned, true) {
+            new.extend(notebook::warnings(outcome).into_iter().map(|output| message(output, outcome)));
+        }
+        let outputs = notebook::item_outputs(outcome, self.items);
+        let count = outputs.len();
+        for (index, (output, end)) in outputs.into_iter().enumerate() {
+            let stream = matches!(output.kind, OutputKind::Stream(_));
+            if index + 1 == count && !finished && !stream {
                 break;
-            } else {
-                new.push(message(output, outcome));
             }
-            self.complete = index + 1;
-            self.partial = 0;
+            new.push(message(output, outcome));
+            self.items = end;
+        }
+        if finished && !std::mem::replace(&mut self.ended, true) {
+            new.extend(notebook::errors(outcome).map(|output| message(output, outcome)));
         }
         new
     }
@@ -310,5 +307,28 @@ mod tests {
         outcome.items.push(value("10"));
         assert_eq!(kinds(&published.take(&outcome, true)), ["result"]);
         assert!(published.take(&outcome, true).is_empty());
+    }
+
+    #[test]
+    fn a_running_cell_publishes_each_output_once_without_looking_back() {
+        let output = |text: &str| Item::Output { stream: Stream::Stdout, text: text.to_string() };
+        let mut published = super::Published::default();
+        let mut outcome = Outcome::default();
+        let mut shown = Vec::new();
+        for tick in 0..1_000 {
+            outcome.items.push(output(&format!("tick {tick}\n")));
+            outcome.items.push(Item::Message(format!("message {tick}")));
+            shown.extend(published.take(&outcome, false));
+            // What is published is not looked at again: a step that went over the whole cell
+            // (time quadratic in its output) would find one output fewer and lose its place.
+            if let Some(first) = outcome.items.first_mut() {
+                *first = output("");
+            }
+        }
+        shown.extend(published.take(&outcome, true));
+        let kinds = kinds(&shown);
+        assert_eq!(kinds.len(), 2_000);
+        assert!(kinds.iter().step_by(2).all(|kind| kind.starts_with("stream")), "{kinds:?}");
+        assert!(kinds.iter().skip(1).step_by(2).all(|kind| kind == "display"), "{kinds:?}");
     }
 }

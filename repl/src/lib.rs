@@ -57,47 +57,83 @@ pub fn render_streams(outcome: &Outcome, style: Style) -> Vec<(Stream, String)> 
     render_chunks(outcome, style, Masking::None)
 }
 
+fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stream, String)> {
+    Rendering::new(style, masking).next(outcome)
+}
+
 /// The one place that orders an outcome: compile-time diagnostics, items, then the fault
 /// that stopped the cell. Everything but program output to stderr belongs on stdout.
-fn render_chunks(outcome: &Outcome, style: Style, masking: Masking) -> Vec<(Stream, String)> {
-    let mut chunks: Vec<(Stream, String)> = Vec::new();
-    let mut push = |stream: Stream, text: String| match chunks.last_mut() {
-        Some((last, joined)) if *last == stream => joined.push_str(&text),
-        _ if text.is_empty() => {}
-        _ => chunks.push((stream, text)),
-    };
-    let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) =
-        outcome.diagnostics.iter().partition(|diagnostic| diagnostic.ends_the_run());
-    for diagnostic in others {
-        push(Stream::Stdout, render_diagnostic(diagnostic, outcome, style));
+///
+/// It renders a running cell as it grows: each `next` renders only what the outcome gained
+/// since the last, so showing a cell costs time linear in its output however often it is
+/// shown. A fresh `Rendering`'s first `next` is the whole `render_streams`.
+#[derive(Debug)]
+pub struct Rendering {
+    style: Style,
+    masking: Masking,
+    /// Compile-time diagnostics rendered.
+    diagnostics: usize,
+    /// Items rendered.
+    items: usize,
+    /// The last item rendered is program output that stopped mid-line: it is ended before the
+    /// next line Quasi prints.
+    open_line: bool,
+    /// The fault was rendered (it comes last: `lang` adds it when the cell stops).
+    faulted: bool,
+}
+
+impl Rendering {
+    /// Nothing rendered yet.
+    pub fn new(style: Style, masking: Masking) -> Rendering {
+        Rendering { style, masking, diagnostics: 0, items: 0, open_line: false, faulted: false }
     }
-    // Program output that stops mid-line is ended before the next line Quasi prints.
-    let mut open_line = false;
-    for item in &outcome.items {
-        let stream = match item {
-            Item::Output { stream, text } => {
-                open_line = !text.is_empty() && !text.ends_with('\n');
-                push(*stream, text.clone());
-                continue;
-            }
-            _ => Stream::Stdout,
+
+    /// What `outcome` adds to the outcomes rendered before, as chunks of one stream each.
+    /// `lang` only appends to a running cell's outcome (`Session::eval_streaming`), so the
+    /// chunks of every call, joined, are the rendering of the last outcome.
+    pub fn next(&mut self, outcome: &Outcome) -> Vec<(Stream, String)> {
+        let mut chunks: Vec<(Stream, String)> = Vec::new();
+        let mut push = |stream: Stream, text: String| match chunks.last_mut() {
+            Some((last, joined)) if *last == stream => joined.push_str(&text),
+            _ if text.is_empty() => {}
+            _ => chunks.push((stream, text)),
         };
-        if std::mem::take(&mut open_line) {
-            push(Stream::Stdout, "\n".to_string());
+        let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) =
+            outcome.diagnostics.iter().partition(|diagnostic| diagnostic.ends_the_run());
+        for diagnostic in others.iter().skip(self.diagnostics) {
+            push(Stream::Stdout, render_diagnostic(diagnostic, outcome, self.style));
         }
-        let text = match item {
-            Item::Listing { title, language, text } => render_listing(title, *language, text, style),
-            _ => render_item(item, masking),
-        };
-        push(stream, text);
+        self.diagnostics = others.len();
+        for item in outcome.items.get(self.items..).unwrap_or_default() {
+            let stream = match item {
+                Item::Output { stream, text } => {
+                    self.open_line = !text.is_empty() && !text.ends_with('\n');
+                    push(*stream, text.clone());
+                    continue;
+                }
+                _ => Stream::Stdout,
+            };
+            if std::mem::take(&mut self.open_line) {
+                push(Stream::Stdout, "\n".to_string());
+            }
+            let text = match item {
+                Item::Listing { title, language, text } => render_listing(title, *language, text, self.style),
+                _ => render_item(item, self.masking),
+            };
+            push(stream, text);
+        }
+        self.items = outcome.items.len();
+        if !faults.is_empty() && !self.faulted {
+            if std::mem::take(&mut self.open_line) {
+                push(Stream::Stdout, "\n".to_string());
+            }
+            for diagnostic in faults {
+                push(Stream::Stdout, render_diagnostic(diagnostic, outcome, self.style));
+            }
+            self.faulted = true;
+        }
+        chunks
     }
-    if open_line && !faults.is_empty() {
-        push(Stream::Stdout, "\n".to_string());
-    }
-    for diagnostic in faults {
-        push(Stream::Stdout, render_diagnostic(diagnostic, outcome, style));
-    }
-    chunks
 }
 
 /// What stands between a defined name and its description (§5.3 of docs/language.md): a struct's

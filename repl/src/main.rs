@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use quasi_lang::{completeness, Completeness, Diagnostic, Kind, Outcome, Session, SessionConfig, Severity, Stream};
 use quasi_repl::transcript::{record_or_save, Recording};
-use quasi_repl::{render_streams, Style};
+use quasi_repl::{Masking, Rendering, Style};
 use rustyline::completion::Completer;
 use rustyline::error::ReadlineError;
 use rustyline::highlight::{CmdKind, Highlighter};
@@ -336,41 +336,33 @@ fn new_editor(session: Rc<RefCell<Session>>) -> rustyline::Result<Editor<CellHel
 
 /// Writes a cell to the terminal as it runs: program output to stderr goes to stderr, the rest
 /// to stdout, in cell order. `lang` promises that each outcome it shows while a cell runs renders
-/// as a prefix of the next, so only the new part is written each time.
+/// as a prefix of the next, so only the new part is rendered and written each time.
 struct Shown {
-    style: Style,
-    /// A terminal: program output to stderr goes to stderr and the next prompt starts on a fresh
-    /// line. Otherwise (the pipe mode) everything goes to stdout, exactly the renderer's text.
     terminal: bool,
-    /// Bytes of the cell's rendering already written.
-    written: usize,
+    /// What of the cell is rendered, and so written.
+    rendering: Rendering,
     ends_line: bool,
 }
 
 impl Shown {
+    /// `terminal`: program output to stderr goes to stderr and the next prompt starts on a fresh
+    /// line. Otherwise (the pipe mode) everything goes to stdout, exactly the renderer's text.
     fn new(style: Style, terminal: bool) -> Shown {
-        Shown { style, terminal, written: 0, ends_line: true }
+        Shown { terminal, rendering: Rendering::new(style, Masking::None), ends_line: true }
     }
 
     /// Writes what `outcome` adds to what was written.
     fn update(&mut self, outcome: &Outcome) {
-        let mut start = 0;
-        for (stream, text) in render_streams(outcome, self.style) {
-            let end = start + text.len();
-            if end > self.written {
-                let new = text.get(self.written.saturating_sub(start)..).unwrap_or_default();
-                // A closed or broken terminal stream is no reason to stop the session.
-                let (out, err) = terminal_streams();
-                let _ = match stream {
-                    Stream::Stderr if self.terminal => write_flushed(&mut &*err, new),
-                    _ => write_flushed(&mut &*out, new),
-                };
-                if !new.is_empty() {
-                    self.ends_line = new.ends_with('\n');
-                }
-                self.written = end;
+        for (stream, text) in self.rendering.next(outcome) {
+            // A closed or broken terminal stream is no reason to stop the session.
+            let (out, err) = terminal_streams();
+            let _ = match stream {
+                Stream::Stderr if self.terminal => write_flushed(&mut &*err, &text),
+                _ => write_flushed(&mut &*out, &text),
+            };
+            if !text.is_empty() {
+                self.ends_line = text.ends_with('\n');
             }
-            start = end;
         }
     }
 

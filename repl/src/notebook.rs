@@ -54,48 +54,73 @@ pub struct CellOutput<'o> {
 
 /// A cell's outcome as notebook outputs, in the order a notebook shows them.
 pub fn outputs(outcome: &Outcome) -> Vec<CellOutput<'_>> {
+    let mut outputs = warnings(outcome);
+    outputs.extend(item_outputs(outcome, 0).into_iter().map(|(output, _)| output));
+    outputs.extend(errors(outcome));
+    outputs
+}
+
+/// The outputs a notebook shows first: one per warning.
+pub fn warnings(outcome: &Outcome) -> Vec<CellOutput<'_>> {
+    let warnings = outcome.diagnostics.iter().filter(|diagnostic| !diagnostic.is_error());
+    warnings
+        .map(|diagnostic| {
+            let plain = render_diagnostic(diagnostic, outcome, Style::Plain).trim_end_matches('\n').to_string();
+            CellOutput { kind: OutputKind::Display, plain, source: OutputSource::Warning(diagnostic) }
+        })
+        .collect()
+}
+
+/// The outputs of the items from index `start` on, each with the index one past its last item.
+/// Those of a running cell's new items, for a front end that shows the cell as it grows: it
+/// starts where an output ends (or mid-stream: the stream's rest is one more stream output), so
+/// showing a cell costs time linear in its output.
+pub fn item_outputs(outcome: &Outcome, start: usize) -> Vec<(CellOutput<'_>, usize)> {
+    let items = outcome.items.get(start..).unwrap_or_default();
+    let last_value = items.iter().rposition(|item| matches!(item, Item::Value { .. }));
     let mut outputs = Vec::new();
-    for diagnostic in outcome.diagnostics.iter().filter(|diagnostic| !diagnostic.is_error()) {
-        let plain = render_diagnostic(diagnostic, outcome, Style::Plain).trim_end_matches('\n').to_string();
-        outputs.push(CellOutput { kind: OutputKind::Display, plain, source: OutputSource::Warning(diagnostic) });
-    }
-    let last_value = outcome.items.iter().rposition(|item| matches!(item, Item::Value { .. }));
     let mut definitions: Vec<(&str, &str)> = Vec::new();
-    for (index, item) in outcome.items.iter().enumerate() {
+    for (index, item) in items.iter().enumerate() {
         if let Item::Defined { name, description } = item {
             definitions.push((name, description));
             continue;
         }
-        flush_definitions(&mut definitions, &mut outputs);
+        flush_definitions(&mut definitions, &mut outputs, start + index);
+        let end = start + index + 1;
         match item {
-            Item::Output { stream, text } => push_stream(&mut outputs, *stream, text),
+            Item::Output { stream, text } => push_stream(&mut outputs, *stream, text, end),
             Item::Value { .. } => {
                 let kind = if Some(index) == last_value { OutputKind::Result } else { OutputKind::Display };
-                outputs.push(CellOutput { kind, plain: line(item), source: OutputSource::Item(item) });
+                outputs.push((CellOutput { kind, plain: line(item), source: OutputSource::Item(item) }, end));
             }
-            _ => outputs.push(CellOutput {
-                kind: OutputKind::Display,
-                plain: line(item),
-                source: OutputSource::Item(item),
-            }),
+            _ => outputs.push((
+                CellOutput { kind: OutputKind::Display, plain: line(item), source: OutputSource::Item(item) },
+                end,
+            )),
         }
     }
-    flush_definitions(&mut definitions, &mut outputs);
+    flush_definitions(&mut definitions, &mut outputs, outcome.items.len());
+    outputs
+}
+
+/// The output a notebook shows last: one error holding every error of the cell, compile-time
+/// errors first, then a runtime fault.
+pub fn errors(outcome: &Outcome) -> Option<CellOutput<'_>> {
     let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) = outcome
         .diagnostics
         .iter()
         .filter(|diagnostic| diagnostic.is_error())
         .partition(|diagnostic| diagnostic.ends_the_run());
     let errors: Vec<&Diagnostic> = others.into_iter().chain(faults).collect();
-    if !errors.is_empty() {
-        let plain = errors
-            .iter()
-            .map(|diagnostic| render_diagnostic(diagnostic, outcome, Style::Plain).trim_end_matches('\n').to_string())
-            .collect::<Vec<_>>()
-            .join("\n");
-        outputs.push(CellOutput { kind: OutputKind::Error, plain, source: OutputSource::Errors(errors) });
+    if errors.is_empty() {
+        return None;
     }
-    outputs
+    let plain = errors
+        .iter()
+        .map(|diagnostic| render_diagnostic(diagnostic, outcome, Style::Plain).trim_end_matches('\n').to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Some(CellOutput { kind: OutputKind::Error, plain, source: OutputSource::Errors(errors) })
 }
 
 /// An item's line as the terminal prints it, without the final newline.
@@ -103,8 +128,13 @@ fn line(item: &Item) -> String {
     render_item(item, Masking::None).trim_end_matches('\n').to_string()
 }
 
-/// Consecutive definitions make one output, so a cell of ten functions is one block.
-fn flush_definitions<'o>(definitions: &mut Vec<(&'o str, &'o str)>, outputs: &mut Vec<CellOutput<'o>>) {
+/// Consecutive definitions make one output, so a cell of ten functions is one block; it ends
+/// before item `end`.
+fn flush_definitions<'o>(
+    definitions: &mut Vec<(&'o str, &'o str)>,
+    outputs: &mut Vec<(CellOutput<'o>, usize)>,
+    end: usize,
+) {
     if definitions.is_empty() {
         return;
     }
@@ -113,29 +143,25 @@ fn flush_definitions<'o>(definitions: &mut Vec<(&'o str, &'o str)>, outputs: &mu
         .map(|(name, description)| format!("{name}{}{description}", crate::definition_separator(name)))
         .collect::<Vec<_>>()
         .join("\n");
-    outputs.push(CellOutput {
-        kind: OutputKind::Display,
-        plain,
-        source: OutputSource::Definitions(std::mem::take(definitions)),
-    });
+    let source = OutputSource::Definitions(std::mem::take(definitions));
+    outputs.push((CellOutput { kind: OutputKind::Display, plain, source }, end));
 }
 
-/// Appends program output, joining it to the previous output of the same stream.
-fn push_stream(outputs: &mut Vec<CellOutput<'_>>, stream: Stream, text: &str) {
+/// Appends program output, joining it to the previous output of the same stream; the output
+/// ends before item `end`.
+fn push_stream(outputs: &mut Vec<(CellOutput<'_>, usize)>, stream: Stream, text: &str, end: usize) {
     if text.is_empty() {
         return;
     }
-    if let Some(CellOutput { kind: OutputKind::Stream(previous), plain, .. }) = outputs.last_mut() {
+    if let Some((CellOutput { kind: OutputKind::Stream(previous), plain, .. }, previous_end)) = outputs.last_mut() {
         if *previous == stream {
             plain.push_str(text);
+            *previous_end = end;
             return;
         }
     }
-    outputs.push(CellOutput {
-        kind: OutputKind::Stream(stream),
-        plain: text.to_string(),
-        source: OutputSource::Stream,
-    });
+    let output = CellOutput { kind: OutputKind::Stream(stream), plain: text.to_string(), source: OutputSource::Stream };
+    outputs.push((output, end));
 }
 
 /// A cell's outputs as one text to compare: streams as written, every other output's plain
