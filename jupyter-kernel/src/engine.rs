@@ -49,28 +49,26 @@ pub struct Engine {
     pub interrupt: quasi_lang::InterruptHandle,
 }
 
-/// The session thread's stack: checking and code generation recurse over the forms of a cell,
-/// and a deeply nested cell must not overflow a 2 MiB default thread stack.
-const SESSION_STACK: usize = 64 << 20;
-
 impl Engine {
     /// Starts the session thread; fails if the session cannot start (LLVM, the JIT).
     pub fn spawn() -> anyhow::Result<Engine> {
         let (events, receiver) = mpsc::channel::<Event>();
         let (started, start_result) = mpsc::channel::<Result<quasi_lang::InterruptHandle, String>>();
-        std::thread::Builder::new().name("quasi-session".into()).stack_size(SESSION_STACK).spawn(move || {
-            // Created here because the session stays on the thread that made it.
-            let session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() });
-            match session {
-                Ok(session) => {
-                    let _ = started.send(Ok(session.interrupt_handle()));
-                    serve(session, receiver);
+        std::thread::Builder::new().name("quasi-session".into()).stack_size(quasi_lang::SESSION_STACK).spawn(
+            move || {
+                // Created here because the session stays on the thread that made it.
+                let session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() });
+                match session {
+                    Ok(session) => {
+                        let _ = started.send(Ok(session.interrupt_handle()));
+                        serve(session, receiver);
+                    }
+                    Err(error) => {
+                        let _ = started.send(Err(error.to_string()));
+                    }
                 }
-                Err(error) => {
-                    let _ = started.send(Err(error.to_string()));
-                }
-            }
-        })?;
+            },
+        )?;
         match start_result.recv() {
             Ok(Ok(interrupt)) => Ok(Engine { events, interrupt }),
             Ok(Err(error)) => anyhow::bail!("cannot start a session: {error}"),

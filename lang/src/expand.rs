@@ -29,6 +29,11 @@ pub(crate) struct Limits {
     pub string_size: usize,
     pub array_size: usize,
     pub map_size: usize,
+    /// Wall-clock milliseconds per unquote or `rhai` form: Rhai's size checks make some
+    /// scripts quadratic (10^6 `push`es take minutes) in few operations.
+    pub time_ms: u64,
+    /// Bytes Rhai's `print` and `debug` may write in one cell.
+    pub output_size: usize,
 }
 
 impl Default for Limits {
@@ -42,6 +47,8 @@ impl Default for Limits {
             string_size: 1 << 20,
             array_size: 1_000_000,
             map_size: 100_000,
+            time_ms: 10_000,
+            output_size: 1 << 20,
         }
     }
 }
@@ -58,6 +65,8 @@ impl Limits {
             ("string-size", self.string_size as u64),
             ("array-size", self.array_size as u64),
             ("map-size", self.map_size as u64),
+            ("time-ms", self.time_ms),
+            ("output-size", self.output_size as u64),
         ]
     }
 
@@ -73,6 +82,8 @@ impl Limits {
             "string-size" => self.string_size = value_usize,
             "array-size" => self.array_size = value_usize,
             "map-size" => self.map_size = value_usize,
+            "time-ms" => self.time_ms = value,
+            "output-size" => self.output_size = value_usize,
             _ => return false,
         }
         true
@@ -310,6 +321,14 @@ impl Stage {
                     .with_label(span, ""),
                 )
             }
+            EvalAltResult::ErrorTerminated(token, _) if token.clone().into_string().ok().as_deref() == Some(TIME) => {
+                return self.limit_failure(TIME, self.limits.time_ms, span)
+            }
+            EvalAltResult::ErrorTerminated(token, _)
+                if token.clone().into_string().ok().as_deref() == Some(OUTPUT_SIZE) =>
+            {
+                return self.limit_failure(OUTPUT_SIZE, self.limits.output_size as u64, span)
+            }
             EvalAltResult::ErrorTerminated(..) => {
                 return Box::new(
                     Diagnostic::error(Kind::Interrupted, "interrupted while expanding").with_label(span, ""),
@@ -377,6 +396,10 @@ impl PendingPosition {
     }
 }
 
+/// The wall-clock and output limits' names, also the tokens that stop a script past them.
+const TIME: &str = "time-ms";
+const OUTPUT_SIZE: &str = "output-size";
+
 fn build_engine(
     gensym: &Rc<Cell<u64>>,
     printed: &Rc<RefCell<String>>,
@@ -394,20 +417,41 @@ fn build_engine(
     // The sandbox: no modules, no eval; Rhai's standard library has no files or network.
     engine.set_max_modules(0);
     engine.disable_symbol("eval");
-    let sink = printed.clone();
-    engine.on_print(move |text| {
-        let mut printed = sink.borrow_mut();
-        printed.push_str(text);
-        printed.push('\n');
-    });
-    let sink = printed.clone();
-    engine.on_debug(move |text, _, _| {
-        let mut printed = sink.borrow_mut();
-        printed.push_str(text);
-        printed.push('\n');
-    });
+    // Printing past the output limit stops the script at its next operation.
+    let overflowed = Rc::new(Cell::new(false));
+    let print = {
+        let (sink, overflowed, limit) = (printed.clone(), overflowed.clone(), limits.output_size);
+        move |text: &str| {
+            let mut printed = sink.borrow_mut();
+            if printed.len() + text.len() < limit {
+                printed.push_str(text);
+                printed.push('\n');
+            } else {
+                overflowed.set(true);
+            }
+        }
+    };
+    let debug = print.clone();
+    engine.on_print(print);
+    engine.on_debug(move |text, _, _| debug(text));
     let flag = interrupt.clone();
-    engine.on_progress(move |_| flag.load(Ordering::Relaxed).then(|| Dynamic::from("interrupted")));
+    let time_limit = std::time::Duration::from_millis(limits.time_ms);
+    let started = Cell::new(std::time::Instant::now());
+    engine.on_progress(move |operations| {
+        if flag.load(Ordering::Relaxed) {
+            return Some(Dynamic::from("interrupted"));
+        }
+        if overflowed.replace(false) {
+            return Some(Dynamic::from(OUTPUT_SIZE));
+        }
+        // Every evaluation counts its operations from 1; the clock is read every 64.
+        if operations == 1 {
+            started.set(std::time::Instant::now());
+        } else if operations % 64 == 0 && started.get().elapsed() > time_limit {
+            return Some(Dynamic::from(TIME));
+        }
+        None
+    });
     register_api(&mut engine, gensym, view);
     engine
 }

@@ -36,6 +36,11 @@ pub use session::{
     Completion, CompletionKind, InterruptHandle, Session, SessionConfig, SessionError, DEFAULT_OPT_LEVEL,
 };
 pub use source::{SourceFile, SourceId, Span};
+
+/// The stack a thread that drives a `Session` should have: checking and code generation recurse
+/// over a cell's forms, and Rhai recurses over nested values (an array nested 10,000 deep in a
+/// debug build overflows 8 MiB). Only the pages used are resident.
+pub const SESSION_STACK: usize = 256 << 20;
 pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Throughput, VariantReport};
 
 /// Everything one cell produced, in order. Plain data: nothing here renders itself.

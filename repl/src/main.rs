@@ -57,7 +57,21 @@ enum Invocation {
 }
 
 fn main() {
-    let code = match parse_arguments(std::env::args_os().skip(1).collect()) {
+    // The session runs on a thread with the stack it needs; the main thread only waits.
+    let quasi = std::thread::Builder::new().name("quasi".into()).stack_size(quasi_lang::SESSION_STACK).spawn(quasi);
+    let code = match quasi.map(std::thread::JoinHandle::join) {
+        Ok(Ok(code)) => code,
+        Ok(Err(_)) => 101,
+        Err(error) => {
+            eprintln!("quasi: cannot start: {error}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn quasi() -> i32 {
+    match parse_arguments(std::env::args_os().skip(1).collect()) {
         Ok(Invocation::Repl) if std::io::stdin().is_terminal() => interactive(),
         Ok(Invocation::Repl) => piped(),
         Ok(Invocation::Run { warnings, file, args }) => run_file(&file, &args, warnings),
@@ -69,8 +83,7 @@ fn main() {
             eprintln!("quasi: {message}\n{USAGE}");
             2
         }
-    };
-    std::process::exit(code);
+    }
 }
 
 /// `println!` without its panic when stdout is closed (`quasi --help | true`); returns the
