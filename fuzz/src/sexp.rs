@@ -110,7 +110,7 @@ impl Parser {
                     }
                     return Some(Node::List { square: character == '[', items });
                 }
-                '`' | ',' => {
+                '`' | ',' if depth < MAX_DEPTH => {
                     self.position += 1;
                     let prefix = if character == '`' {
                         "`"
@@ -152,7 +152,7 @@ impl Parser {
             self.position += 1;
         }
         if self.position == start {
-            // A bracket past the depth bound: take it as an atom so that parsing moves on.
+            // A bracket or prefix past the depth bound: an atom, so that parsing moves on.
             self.position += 1;
         }
         self.chars[start..self.position].iter().collect()
@@ -215,7 +215,8 @@ mod tests {
     #[test]
     fn forgives_broken_text() {
         assert_eq!(print(&parse(")) (a (b")), "(a (b))");
-        let deep = "(".repeat(1000);
-        assert!(!print(&parse(&deep)).is_empty());
+        for deep in ["(".repeat(10_000), "`".repeat(10_000), ",@".repeat(10_000)] {
+            assert!(!print(&parse(&deep)).is_empty());
+        }
     }
 }

@@ -87,7 +87,11 @@ enum Event {
 fn spawn_and_watch(cells: &[String], cell_limit: Duration, scratch: &Path) -> std::io::Result<Verdict> {
     std::fs::create_dir_all(scratch)?;
     let job = scratch.join("job.cells");
-    std::fs::write(&job, cells.join("\0"))?;
+    let mut text = String::new();
+    for cell in cells {
+        text.push_str(&format!("{}\n{cell}", cell.len()));
+    }
+    std::fs::write(&job, text)?;
     let mut child = Command::new(std::env::current_exe()?)
         .env(WORKER_VARIABLE, &job)
         .env(LIMIT_VARIABLE, cell_limit.as_millis().to_string())
@@ -229,7 +233,7 @@ fn worker(job: &Path, cell_limit: Duration) -> i32 {
         send(&format!("panic {}", message.len()), &[&message]);
     }));
     let Ok(text) = std::fs::read_to_string(job) else { return 11 };
-    let cells: Vec<&str> = text.split('\0').collect();
+    let Some(cells) = job_cells(&text) else { return 11 };
     let mut session = match Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }) {
         Ok(session) => session,
         Err(error) => {
@@ -268,6 +272,19 @@ fn worker(job: &Path, cell_limit: Duration) -> i32 {
         );
     }
     0
+}
+
+/// The cells of a job file: each is its length in bytes, a newline, and its text (cells may
+/// hold any character, NUL and newlines included).
+fn job_cells(mut text: &str) -> Option<Vec<&str>> {
+    let mut cells = Vec::new();
+    while !text.is_empty() {
+        let (length, rest) = text.split_once('\n')?;
+        let length: usize = length.parse().ok()?;
+        cells.push(rest.get(..length)?);
+        text = rest.get(length..)?;
+    }
+    Some(cells)
 }
 
 fn limit_address_space() {
