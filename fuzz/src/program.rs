@@ -24,11 +24,13 @@ enum Ty {
     I16,
     I32,
     I64,
+    F32,
     F64,
 }
 
 const INTEGERS: [Ty; 4] = [Ty::I8, Ty::I16, Ty::I32, Ty::I64];
-const ALL: [Ty; 5] = [Ty::I8, Ty::I16, Ty::I32, Ty::I64, Ty::F64];
+const ALL: [Ty; 6] = [Ty::I8, Ty::I16, Ty::I32, Ty::I64, Ty::F32, Ty::F64];
+const FLOATS: [Ty; 2] = [Ty::F32, Ty::F64];
 
 impl Ty {
     fn clisp(self) -> &'static str {
@@ -37,6 +39,7 @@ impl Ty {
             Ty::I16 => "int16",
             Ty::I32 => "int",
             Ty::I64 => "int64",
+            Ty::F32 => "float",
             Ty::F64 => "double",
         }
     }
@@ -47,6 +50,7 @@ impl Ty {
             Ty::I16 => "int16_t",
             Ty::I32 => "int32_t",
             Ty::I64 => "int64_t",
+            Ty::F32 => "float",
             Ty::F64 => "double",
         }
     }
@@ -64,7 +68,7 @@ impl Ty {
         match self {
             Ty::I8 => 8,
             Ty::I16 => 16,
-            Ty::I32 => 32,
+            Ty::I32 | Ty::F32 => 32,
             Ty::I64 | Ty::F64 => 64,
         }
     }
@@ -88,12 +92,17 @@ impl Ty {
     }
 
     /// A short tag for helper names.
+    fn is_float(self) -> bool {
+        matches!(self, Ty::F32 | Ty::F64)
+    }
+
     fn tag(self) -> &'static str {
         match self {
             Ty::I8 => "i8",
             Ty::I16 => "i16",
             Ty::I32 => "i32",
             Ty::I64 => "i64",
+            Ty::F32 => "f32",
             Ty::F64 => "f64",
         }
     }
@@ -130,6 +139,12 @@ fn double_literal(value: f64) -> Expr {
     expr(format!("(double {text})"), format!("({text})"))
 }
 
+/// A float literal: both languages read the decimal as a double and round it to float.
+fn float_literal(value: f32) -> Expr {
+    let text = format!("{value:?}");
+    expr(format!("(float {text})"), format!("((float){text})"))
+}
+
 /// A function the generator has made, callable by later ones.
 #[derive(Clone, Debug)]
 struct Signature {
@@ -152,6 +167,8 @@ struct Scope {
     variables: Vec<Variable>,
     /// Local arrays of 8 elements: (name, element type).
     arrays: Vec<(String, Ty)>,
+    /// Locals of the program's struct type.
+    structs: Vec<String>,
     /// Free loop counters (declared `int`), taken by nested loops.
     counters: Vec<String>,
     /// The enclosing loops, innermost last: true for a `while` (whose step is in the body, so
@@ -164,6 +181,8 @@ struct Generator<'a> {
     rng: &'a mut Rng,
     functions: Vec<Signature>,
     globals: Vec<(String, Ty)>,
+    /// The field types of the program's struct `s0` (fields `x0`, `x1`…); empty if it has none.
+    fields: Vec<Ty>,
     /// How many statements are left to make in this function (bounds program size).
     budget: usize,
 }
@@ -171,7 +190,7 @@ struct Generator<'a> {
 /// Program `case` of the run seeded `seed`.
 pub fn generate(seed: u64, case: u64) -> Twin {
     let mut rng = Rng::for_case(seed ^ 0x7477_696e, case);
-    let mut generator = Generator { rng: &mut rng, functions: Vec::new(), globals: Vec::new(), budget: 0 };
+    let mut generator = Generator { rng: &mut rng, functions: Vec::new(), globals: Vec::new(), fields: Vec::new(), budget: 0 };
     generator.program()
 }
 
@@ -182,18 +201,20 @@ impl Generator<'_> {
         let (helper_lisp, helper_c) = helpers();
         clisp.push_str(&helper_lisp);
         c.push_str(&helper_c);
+        if self.rng.chance(2, 3) {
+            self.fields = (0..1 + self.rng.below(4)).map(|_| *self.rng.pick(&ALL)).collect();
+            let lisp_fields: String =
+                self.fields.iter().enumerate().map(|(index, ty)| format!(" (x{index} {})", ty.clisp())).collect();
+            let c_fields: String =
+                self.fields.iter().enumerate().map(|(index, ty)| format!(" {} x{index};", ty.c())).collect();
+            clisp.push_str(&format!("(define-struct s0{lisp_fields})\n"));
+            c.push_str(&format!("struct s0 {{{c_fields} }};\n"));
+        }
         for index in 0..self.rng.below(4) {
             let ty = *self.rng.pick(&ALL);
             let name = format!("g{index}");
             let value = self.literal(ty);
-            let constant = match ty {
-                Ty::F64 => value.c.trim_matches(|character| character == '(' || character == ')').to_string(),
-                _ => value.c.clone(),
-            };
-            let lisp_constant = match ty {
-                Ty::F64 => constant.clone(),
-                _ => self.literal_value_text(&value),
-            };
+            let lisp_constant = self.literal_value_text(&value);
             clisp.push_str(&format!("(define-global ({name} {}) (const {lisp_constant}))\n", ty.clisp()));
             c.push_str(&format!("static {} {name} = {};\n", ty.c(), value.c));
             self.globals.push((name, ty));
@@ -209,7 +230,7 @@ impl Generator<'_> {
         Twin { clisp, c }
     }
 
-    /// The number inside a C-Lisp integer literal, `(int8 5)` or `5`, for `(const …)`.
+    /// The number inside a C-Lisp literal, `(int8 5)`, `(double 1.5)` or `5`, for `(const …)`.
     fn literal_value_text(&self, literal: &Expr) -> String {
         literal.lisp.trim_matches(|character| character == '(' || character == ')').rsplit(' ').next().unwrap_or("0").to_string()
     }
@@ -231,8 +252,9 @@ impl Generator<'_> {
         self.budget = 4 + self.rng.below(8);
         let (body_lisp, body_c) = { let count = 2 + self.rng.below(5); self.statements(&mut scope, count) };
         let result = self.expression(ret, &scope, 3);
+        let head = if self.rng.chance(1, 4) { "define-inline" } else { "define" };
         let lisp = format!(
-            "(define (({name} {}){lisp_params})\n{declarations_lisp}{body_lisp}  (ret {}))\n",
+            "({head} (({name} {}){lisp_params})\n{declarations_lisp}{body_lisp}  (ret {}))\n",
             ret.clisp(),
             result.lisp
         );
@@ -265,6 +287,14 @@ impl Generator<'_> {
             tail_lisp.push_str(&lisp);
             tail_c.push_str(&c);
         }
+        for record in &scope.structs {
+            for (field, ty) in self.fields.iter().enumerate() {
+                let value = expr(format!("(extractvalue {record} {field})"), format!("{record}.x{field}"));
+                let (lisp, c) = print_statement(&value, *ty);
+                tail_lisp.push_str(&lisp);
+                tail_c.push_str(&c);
+            }
+        }
         (
             format!("(define ((main int))\n{declarations_lisp}{body_lisp}{tail_lisp}  (ret 0))\n"),
             format!("int main(void) {{\n{declarations_c}{body_c}{tail_c}  return 0;\n}}\n"),
@@ -281,6 +311,14 @@ impl Generator<'_> {
             lisp.push_str(&format!("  (declare {name} {})\n", ty.clisp()));
             c.push_str(&format!("  {} {name} = 0;\n", ty.c()));
             scope.variables.push(Variable { name, ty, assignable: true });
+        }
+        if !self.fields.is_empty() {
+            for index in 0..1 + self.rng.below(2) {
+                let name = format!("r{index}");
+                lisp.push_str(&format!("  (declare {name} (struct s0))\n"));
+                c.push_str(&format!("  struct s0 {name} = {{0}};\n"));
+                scope.structs.push(name);
+            }
         }
         if self.rng.chance(1, 2) {
             let ty = *self.rng.pick(&ALL);
@@ -314,7 +352,7 @@ impl Generator<'_> {
 
     fn statement(&mut self, scope: &mut Scope) -> (String, String) {
         let assignable: Vec<Variable> = scope.variables.iter().filter(|variable| variable.assignable).cloned().collect();
-        let choice = self.rng.below(10);
+        let choice = self.rng.below(12);
         match choice {
             0..=2 if !assignable.is_empty() => {
                 let variable = self.rng.pick(&assignable).clone();
@@ -328,6 +366,24 @@ impl Generator<'_> {
                 (
                     format!("  (store (aptradd {array} (and {} 7)) {})\n", index.lisp, value.lisp),
                     format!("  {array}[({}) & 7] = {};\n", index.c, value.c),
+                )
+            }
+            9 if !scope.structs.is_empty() => self.struct_statement(scope),
+            10 if !assignable.is_empty() => {
+                let variable = self.rng.pick(&assignable).clone();
+                let value = self.expression(variable.ty, scope, 3);
+                (
+                    format!("  (store (ptr-to {}) {})\n", variable.name, value.lisp),
+                    format!("  *&{} = {};\n", variable.name, value.c),
+                )
+            }
+            11 if !scope.arrays.is_empty() => {
+                let (array, ty) = self.rng.pick(&scope.arrays).clone();
+                let index = self.expression(Ty::I32, scope, 2);
+                let value = self.expression(ty, scope, 3);
+                (
+                    format!("  (store (ptradd (aptradd {array} 0) (and {} 7)) {})\n", index.lisp, value.lisp),
+                    format!("  *(&{array}[0] + (({}) & 7)) = {};\n", index.c, value.c),
                 )
             }
             4 if scope.in_main && !self.globals.is_empty() => {
@@ -360,6 +416,39 @@ impl Generator<'_> {
         }
     }
 
+    /// A struct local changed: a field by `insertvalue` or through `sptradd`, or the whole
+    /// value copied or selected.
+    fn struct_statement(&mut self, scope: &mut Scope) -> (String, String) {
+        let record = self.rng.pick(&scope.structs).clone();
+        let other = self.rng.pick(&scope.structs).clone();
+        let field = self.rng.below(self.fields.len());
+        let ty = self.fields[field];
+        match self.rng.below(4) {
+            0 => {
+                let value = self.expression(ty, scope, 3);
+                (
+                    format!("  (set {record} (insertvalue {record} {} {field}))\n", value.lisp),
+                    format!("  {record}.x{field} = {};\n", value.c),
+                )
+            }
+            1 => {
+                let value = self.expression(ty, scope, 3);
+                (
+                    format!("  (store (sptradd (ptr-to {record}) x{field}) {})\n", value.lisp),
+                    format!("  (&{record})->x{field} = {};\n", value.c),
+                )
+            }
+            2 => (format!("  (set {record} {other})\n"), format!("  {record} = {other};\n")),
+            _ => {
+                let condition = self.condition(scope, 2);
+                (
+                    format!("  (set {record} (select {} {other} {record}))\n", condition.lisp),
+                    format!("  {record} = {} ? {other} : {record};\n", condition.c),
+                )
+            }
+        }
+    }
+
     /// A `for` (counter stepped by the header) or a `while` (counter stepped last in the
     /// body); a few trips at most, the counter never assigned in the body.
     fn loop_statement(&mut self, scope: &mut Scope, is_while: bool) -> (String, String) {
@@ -388,6 +477,14 @@ impl Generator<'_> {
 
     fn literal(&mut self, ty: Ty) -> Expr {
         match ty {
+            Ty::F32 => {
+                let value = match self.rng.below(6) {
+                    0 => *self.rng.pick(&[0.0, -0.0, 1.0, 0.1, 3.4028235e38, -1e-45, 1e-38, 16777217.0]),
+                    1 => self.rng.range(-1_000_000, 1_000_000) as f32 / 1024.0,
+                    _ => self.rng.range(-100, 100) as f32 / 8.0,
+                };
+                float_literal(value)
+            }
             Ty::F64 => {
                 let value = match self.rng.below(8) {
                     0 => *self.rng.pick(&[0.0, -0.0, 1.0, -1.0, 0.5, 1e300, -1e300, 1e-300, 5e-324, 1e16, 9007199254740993.0]),
@@ -413,18 +510,34 @@ impl Generator<'_> {
             return self.leaf(ty, scope);
         }
         match ty {
-            Ty::F64 => self.float_expression(scope, depth),
+            _ if ty.is_float() => self.float_expression(ty, scope, depth),
             _ => self.integer_expression(ty, scope, depth),
         }
     }
 
+    /// A variable (read directly or through its address), a struct field (by value or
+    /// through a pointer), or a literal.
     fn leaf(&mut self, ty: Ty, scope: &Scope) -> Expr {
         let mut candidates: Vec<String> =
             scope.variables.iter().filter(|variable| variable.ty == ty).map(|variable| variable.name.clone()).collect();
         candidates.extend(self.globals.iter().filter(|(_, global)| *global == ty).map(|(name, _)| name.clone()));
+        let fields: Vec<usize> = (0..self.fields.len()).filter(|field| self.fields[*field] == ty).collect();
+        if !fields.is_empty() && !scope.structs.is_empty() && self.rng.chance(1, 3) {
+            let record = self.rng.pick(&scope.structs).clone();
+            let field = *self.rng.pick(&fields);
+            return if self.rng.chance(1, 2) {
+                expr(format!("(extractvalue {record} {field})"), format!("{record}.x{field}"))
+            } else {
+                expr(format!("(load (sptradd (ptr-to {record}) x{field}))"), format!("(&{record})->x{field}"))
+            };
+        }
         if !candidates.is_empty() && self.rng.chance(2, 3) {
             let name = self.rng.pick(&candidates).clone();
-            return expr(name.clone(), name);
+            return if self.rng.chance(1, 6) {
+                expr(format!("(load (ptr-to {name}))"), format!("(*&{name})"))
+            } else {
+                expr(name.clone(), name)
+            };
         }
         self.literal(ty)
     }
@@ -488,7 +601,8 @@ impl Generator<'_> {
                 }
             }
             9 => {
-                let a = self.expression(Ty::F64, scope, depth - 1);
+                let from = *self.rng.pick(&FLOATS);
+                let a = widen_to_double(self.expression(from, scope, depth - 1), from);
                 let helper = format!("fz_f2i_{}", ty.tag());
                 expr(format!("(call {helper} {})", a.lisp), format!("{helper}({})", a.c))
             }
@@ -501,33 +615,39 @@ impl Generator<'_> {
         }
     }
 
-    fn float_expression(&mut self, scope: &Scope, depth: usize) -> Expr {
-        match self.rng.below(9) {
+    fn float_expression(&mut self, ty: Ty, scope: &Scope, depth: usize) -> Expr {
+        let name = ty.clisp();
+        match self.rng.below(10) {
             0..=3 => {
                 let operator = *self.rng.pick(&[("fadd", "+"), ("fsub", "-"), ("fmul", "*"), ("fdiv", "/")]);
-                let (a, b) = (self.expression(Ty::F64, scope, depth - 1), self.expression(Ty::F64, scope, depth - 1));
-                expr(format!("({} {} {})", operator.0, a.lisp, b.lisp), format!("({} {} {})", a.c, operator.1, b.c))
+                let (a, b) = (self.expression(ty, scope, depth - 1), self.expression(ty, scope, depth - 1));
+                expr(format!("({} {} {})", operator.0, a.lisp, b.lisp), format!("(({name})({} {} {}))", a.c, operator.1, b.c))
             }
             4 => {
-                let a = self.expression(Ty::F64, scope, depth - 1);
+                let a = self.expression(ty, scope, depth - 1);
                 expr(format!("(fneg {})", a.lisp), format!("(-{})", a.c))
             }
             5 => {
                 let from = *self.rng.pick(&INTEGERS);
                 let a = self.expression(from, scope, depth - 1);
                 if self.rng.chance(1, 2) {
-                    expr(format!("(sitofp {} double)", a.lisp), format!("((double){})", a.c))
+                    expr(format!("(sitofp {} {name})", a.lisp), format!("(({name}){})", a.c))
                 } else {
-                    expr(format!("(uitofp {} double)", a.lisp), format!("((double)({}){})", from.unsigned_c(), a.c))
+                    expr(format!("(uitofp {} {name})", a.lisp), format!("(({name})({}){})", from.unsigned_c(), a.c))
                 }
             }
             6 => {
                 let condition = self.condition(scope, depth - 1);
-                let (a, b) = (self.expression(Ty::F64, scope, depth - 1), self.expression(Ty::F64, scope, depth - 1));
+                let (a, b) = (self.expression(ty, scope, depth - 1), self.expression(ty, scope, depth - 1));
                 expr(format!("(select {} {} {})", condition.lisp, a.lisp, b.lisp), format!("({} ? {} : {})", condition.c, a.c, b.c))
             }
-            7 if !scope.arrays.is_empty() => self.array_load(Ty::F64, scope, depth),
-            _ => self.call(Ty::F64, scope, depth),
+            7 => {
+                let (other, cast) = if ty == Ty::F64 { (Ty::F32, "fpext") } else { (Ty::F64, "fptrunc") };
+                let a = self.expression(other, scope, depth - 1);
+                expr(format!("({cast} {} {name})", a.lisp), format!("(({name}){})", a.c))
+            }
+            8 if !scope.arrays.is_empty() => self.array_load(ty, scope, depth),
+            _ => self.call(ty, scope, depth),
         }
     }
 
@@ -583,7 +703,8 @@ impl Generator<'_> {
                 expr(format!("({operator} {} {})", a.lisp, b.lisp), c)
             }
             3 | 4 => {
-                let (a, b) = (self.expression(Ty::F64, scope, depth - 1), self.expression(Ty::F64, scope, depth - 1));
+                let ty = *self.rng.pick(&FLOATS);
+                let (a, b) = (self.expression(ty, scope, depth - 1), self.expression(ty, scope, depth - 1));
                 let (operator, c) = match self.rng.below(6) {
                     0 => ("feq", format!("({} == {})", a.c, b.c)),
                     // Ordered: false when either is NaN, unlike C's `!=`.
@@ -608,9 +729,21 @@ impl Generator<'_> {
     }
 }
 
+/// A float expression as a double (`fpext` for a float).
+fn widen_to_double(value: Expr, ty: Ty) -> Expr {
+    match ty {
+        Ty::F32 => expr(format!("(fpext {} double)", value.lisp), format!("((double){})", value.c)),
+        _ => value,
+    }
+}
+
 /// `printf` of a value: narrow integers widened to `int`, doubles through the NaN-safe helper.
 fn print_statement(value: &Expr, ty: Ty) -> (String, String) {
     match ty {
+        Ty::F32 => (
+            format!("  (call fz_print_double (fpext {} double))\n", value.lisp),
+            format!("  fz_print_double((double){});\n", value.c),
+        ),
         Ty::F64 => (format!("  (call fz_print_double {})\n", value.lisp), format!("  fz_print_double({});\n", value.c)),
         Ty::I64 => (
             format!("  (call printf \"%lld\\n\" {})\n", value.lisp),
