@@ -74,7 +74,9 @@ fn regression(path: &Path, clang: Option<String>) -> Result<(), Failed> {
     let settings = settings("regression", clang);
     let result = check_regression(path, &settings);
     let _ = std::fs::remove_dir_all(&settings.scratch);
-    result.map(|_| ()).map_err(|failure| format!("{}: {}\n{}", failure.kind.name(), failure.case, failure.detail).into())
+    result
+        .map(|_| ())
+        .map_err(|failure| format!("{}: {}\n{}", failure.kind.name(), failure.case, failure.detail).into())
 }
 
 fn main() {

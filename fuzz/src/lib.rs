@@ -164,9 +164,13 @@ pub enum Passed {
 pub fn check_cells(cells: &[String], case: &str, settings: &Settings) -> Result<Passed, Failure> {
     let verdict = run_cells(cells, settings.cell_limit, &settings.scratch);
     show(case, cells, &verdict);
-    let failure = |kind, detail: String| Failure { kind, case: case.to_string(), detail, input: Input::Cells(cells.to_vec()) };
+    let failure =
+        |kind, detail: String| Failure { kind, case: case.to_string(), detail, input: Input::Cells(cells.to_vec()) };
     if let Some((index, report)) = verdict.reports().iter().enumerate().find(|(_, report)| report.internal) {
-        return Err(failure(FailureKind::Internal, format!("cell {} gave an internal error:\n{}", index + 1, report.rendered)));
+        return Err(failure(
+            FailureKind::Internal,
+            format!("cell {} gave an internal error:\n{}", index + 1, report.rendered),
+        ));
     }
     match verdict {
         Verdict::Finished(_) => Ok(Passed::Finished),
@@ -178,9 +182,11 @@ pub fn check_cells(cells: &[String], case: &str, settings: &Settings) -> Result<
 
 /// Compiles and runs the C twin, then the C-Lisp program at each level, and compares.
 pub fn check_twin(twin: &program::Twin, case: &str, levels: &[u8], settings: &Settings) -> Result<(), Failure> {
-    let failure = |kind, detail: String| Failure { kind, case: case.to_string(), detail, input: Input::Twin(twin.clone()) };
+    let failure =
+        |kind, detail: String| Failure { kind, case: case.to_string(), detail, input: Input::Twin(twin.clone()) };
     let clang = settings.clang.as_deref().unwrap_or("clang-19");
-    let expected = run_c(&twin.c, clang, &settings.scratch).map_err(|detail| failure(FailureKind::Generator, detail))?;
+    let expected =
+        run_c(&twin.c, clang, &settings.scratch).map_err(|detail| failure(FailureKind::Generator, detail))?;
     let mut cells = Vec::new();
     for level in levels {
         cells.extend([format!(":opt {level}"), twin.clisp.clone(), "(call main)".to_string()]);
@@ -190,19 +196,31 @@ pub fn check_twin(twin: &program::Twin, case: &str, levels: &[u8], settings: &Se
     let reports = match verdict {
         Verdict::Finished(reports) => reports,
         Verdict::Crashed { cell, how, .. } => {
-            return Err(failure(FailureKind::Crash, format!("in cell {} ({}): {how}", cell + 1, cell_role(cell, levels))))
+            return Err(failure(
+                FailureKind::Crash,
+                format!("in cell {} ({}): {how}", cell + 1, cell_role(cell, levels)),
+            ))
         }
         Verdict::Hung { cell, how, .. } => {
-            return Err(failure(FailureKind::Hang, format!("in cell {} ({}): {how}", cell + 1, cell_role(cell, levels))))
+            return Err(failure(
+                FailureKind::Hang,
+                format!("in cell {} ({}): {how}", cell + 1, cell_role(cell, levels)),
+            ))
         }
         Verdict::Runaway { cell, .. } => {
-            return Err(failure(FailureKind::Rejected, format!("cell {} ({}) ran past the limit", cell + 1, cell_role(cell, levels))))
+            return Err(failure(
+                FailureKind::Rejected,
+                format!("cell {} ({}) ran past the limit", cell + 1, cell_role(cell, levels)),
+            ))
         }
     };
     for (index, report) in reports.iter().enumerate() {
         if report.internal || report.failed {
             let kind = if report.internal { FailureKind::Internal } else { FailureKind::Rejected };
-            return Err(failure(kind, format!("cell {} ({}) failed:\n{}", index + 1, cell_role(index, levels), report.rendered)));
+            return Err(failure(
+                kind,
+                format!("cell {} ({}) failed:\n{}", index + 1, cell_role(index, levels), report.rendered),
+            ));
         }
     }
     for (level, chunk) in levels.iter().zip(reports.chunks(3)) {
@@ -291,8 +309,11 @@ pub fn twin_levels(case: u64) -> Vec<u8> {
 
 /// The C compiler for twins: `$QUASI_FUZZ_CLANG`, else `clang-19` or `clang` if installed.
 pub fn find_clang() -> Option<String> {
-    let candidates = std::env::var("QUASI_FUZZ_CLANG").ok().into_iter().chain(["clang-19".to_string(), "clang".to_string()]);
-    candidates.into_iter().find(|candidate| Command::new(candidate).arg("--version").output().is_ok_and(|output| output.status.success()))
+    let candidates =
+        std::env::var("QUASI_FUZZ_CLANG").ok().into_iter().chain(["clang-19".to_string(), "clang".to_string()]);
+    candidates
+        .into_iter()
+        .find(|candidate| Command::new(candidate).arg("--version").output().is_ok_and(|output| output.status.success()))
 }
 
 /// Runs a saved regression input: a `.cells` file must not fail, a `.cl` must match its `.c`.

@@ -8,7 +8,8 @@ use anyhow::{bail, Context, Result};
 use quasi_fuzz::mutate::Corpus;
 use quasi_fuzz::{check_cells, check_twin, find_clang, program, twin_levels, Failure, Passed, Settings};
 
-const USAGE: &str = "usage: quasi-fuzz [--seconds N | --cases N] [--seed S] [--out DIR] [--cell-limit-ms N] [--twins-every N]
+const USAGE: &str =
+    "usage: quasi-fuzz [--seconds N | --cases N] [--seed S] [--out DIR] [--cell-limit-ms N] [--twins-every N]
 
   --seconds N       run for N seconds (default 60)
   --cases N         run N cases instead (mutated and twin cases together)
@@ -109,7 +110,8 @@ fn main() -> Result<()> {
             let levels = twin_levels(case);
             tally.twins += 1;
             tally.twin_runs += levels.len() as u64;
-            check_twin(&twin, &format!("seed {} case {case} (twin)", options.seed), &levels, &settings).map(|()| Passed::Finished)
+            check_twin(&twin, &format!("seed {} case {case} (twin)", options.seed), &levels, &settings)
+                .map(|()| Passed::Finished)
         } else {
             let mutated = corpus.case(options.seed, case);
             tally.mutated_cases += 1;
@@ -122,7 +124,13 @@ fn main() -> Result<()> {
             Err(failure) => {
                 let stem = format!("{}-{}-{case}", failure.kind.name(), options.seed);
                 let path = failure.save(&options.out, &stem)?;
-                println!("FAILED {}: {}\n  {}\n  saved as {}", failure.kind.name(), failure.case, first_lines(&failure.detail), path.display());
+                println!(
+                    "FAILED {}: {}\n  {}\n  saved as {}",
+                    failure.kind.name(),
+                    failure.case,
+                    first_lines(&failure.detail),
+                    path.display()
+                );
                 tally.failures.push(failure);
             }
         }
@@ -150,9 +158,8 @@ fn first_lines(text: &str) -> String {
 }
 
 fn print_table(tally: &Tally, elapsed: Duration) {
-    let failures = |kinds: &[&str]| {
-        tally.failures.iter().filter(|failure| kinds.contains(&failure.kind.name())).count()
-    };
+    let failures =
+        |kinds: &[&str]| tally.failures.iter().filter(|failure| kinds.contains(&failure.kind.name())).count();
     println!("\n{:<16} {:>8} {:>8} {:>9} {:>9}", "kind", "cases", "cells", "runaways", "failures");
     println!(
         "{:<16} {:>8} {:>8} {:>9} {:>9}",

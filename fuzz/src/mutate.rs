@@ -91,12 +91,54 @@ const EXTREME_NUMBERS: &[&str] = &[
 
 /// Types and forms every mutation may bring in.
 const VOCABULARY: &[&str] = &[
-    "int", "int8", "int16", "int32", "int64", "float", "double", "bool", "void", "(ptr int)", "(ptr (ptr int8))",
-    "(arr 4 int)", "(arr 0 int)", "(arr 100000000 int64)", "(struct point)", "(struct nothing)", "(gpu-buf float)",
-    "(ptr int (addrspace 3))", "()", "(())", "(ret)", "(break)", "(continue)", "(declare x int)", "(set x 1)",
-    "(call f)", "(alloc int 4)", "(load (inttoptr 0 (ptr int)))", "(ptr-to x)", "...", "\"\"", "\"%d %s %f\\n\"",
-    ",x", ",@(range 3)", "`(add 1 2)", "#:key", "define", "define-inline", "define-brilisp", "define-global",
-    "define-struct", "define-kernel", "declare", "c-lisp", "cuda-lisp", "rhai", "quasiquote", "unquote",
+    "int",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "bool",
+    "void",
+    "(ptr int)",
+    "(ptr (ptr int8))",
+    "(arr 4 int)",
+    "(arr 0 int)",
+    "(arr 100000000 int64)",
+    "(struct point)",
+    "(struct nothing)",
+    "(gpu-buf float)",
+    "(ptr int (addrspace 3))",
+    "()",
+    "(())",
+    "(ret)",
+    "(break)",
+    "(continue)",
+    "(declare x int)",
+    "(set x 1)",
+    "(call f)",
+    "(alloc int 4)",
+    "(load (inttoptr 0 (ptr int)))",
+    "(ptr-to x)",
+    "...",
+    "\"\"",
+    "\"%d %s %f\\n\"",
+    ",x",
+    ",@(range 3)",
+    "`(add 1 2)",
+    "#:key",
+    "define",
+    "define-inline",
+    "define-brilisp",
+    "define-global",
+    "define-struct",
+    "define-kernel",
+    "declare",
+    "c-lisp",
+    "cuda-lisp",
+    "rhai",
+    "quasiquote",
+    "unquote",
     "unquote-splicing",
 ];
 
@@ -246,11 +288,7 @@ impl Corpus {
                 mutated += 1;
             }
         }
-        MutatedCase {
-            origin: format!("{} cells 1..={end}: {}", source.name, done.join(", ")),
-            cells,
-            mutated,
-        }
+        MutatedCase { origin: format!("{} cells 1..={end}: {}", source.name, done.join(", ")), cells, mutated }
     }
 
     /// One mutation of a cell's text, and its name.
@@ -274,28 +312,48 @@ impl Corpus {
                 *node = self.replacement(node, rng);
                 "replace"
             }
-            3 => edit_list(root, rng, |items, rng| {
-                let index = rng.below(items.len());
-                items.remove(index);
-            })
-            .then_some("delete")
-            .unwrap_or("nothing"),
-            4 => edit_list(root, rng, |items, rng| {
-                let index = rng.below(items.len());
-                let copy = items[index].clone();
-                items.insert(index, copy);
-            })
-            .then_some("duplicate")
-            .unwrap_or("nothing"),
-            5 => edit_list(root, rng, |items, rng| {
-                let (first, second) = (rng.below(items.len()), rng.below(items.len()));
-                items.swap(first, second);
-            })
-            .then_some("swap")
-            .unwrap_or("nothing"),
+            3 => {
+                let edited = edit_list(root, rng, |items, rng| {
+                    let index = rng.below(items.len());
+                    items.remove(index);
+                });
+                if edited {
+                    "delete"
+                } else {
+                    "nothing"
+                }
+            }
+            4 => {
+                let edited = edit_list(root, rng, |items, rng| {
+                    let index = rng.below(items.len());
+                    let copy = items[index].clone();
+                    items.insert(index, copy);
+                });
+                if edited {
+                    "duplicate"
+                } else {
+                    "nothing"
+                }
+            }
+            5 => {
+                let edited = edit_list(root, rng, |items, rng| {
+                    let (first, second) = (rng.below(items.len()), rng.below(items.len()));
+                    items.swap(first, second);
+                });
+                if edited {
+                    "swap"
+                } else {
+                    "nothing"
+                }
+            }
             6 => {
                 let Some(node) = root.nth_mut(target) else { return "nothing" };
-                let head = Node::Atom(rng.pick(&["add", "fadd", "call", "not", "load", "ret", "if", "while", "sext", "set", "ptradd", "select"]).to_string());
+                let head = Node::Atom(
+                    rng.pick(&[
+                        "add", "fadd", "call", "not", "load", "ret", "if", "while", "sext", "set", "ptradd", "select",
+                    ])
+                    .to_string(),
+                );
                 let inner = std::mem::replace(node, Node::Atom(String::new()));
                 let mut items = vec![head, inner.clone()];
                 if rng.chance(1, 2) {

@@ -190,7 +190,8 @@ struct Generator<'a> {
 /// Program `case` of the run seeded `seed`.
 pub fn generate(seed: u64, case: u64) -> Twin {
     let mut rng = Rng::for_case(seed ^ 0x7477_696e, case);
-    let mut generator = Generator { rng: &mut rng, functions: Vec::new(), globals: Vec::new(), fields: Vec::new(), budget: 0 };
+    let mut generator =
+        Generator { rng: &mut rng, functions: Vec::new(), globals: Vec::new(), fields: Vec::new(), budget: 0 };
     generator.program()
 }
 
@@ -232,7 +233,13 @@ impl Generator<'_> {
 
     /// The number inside a C-Lisp literal, `(int8 5)`, `(double 1.5)` or `5`, for `(const …)`.
     fn literal_value_text(&self, literal: &Expr) -> String {
-        literal.lisp.trim_matches(|character| character == '(' || character == ')').rsplit(' ').next().unwrap_or("0").to_string()
+        literal
+            .lisp
+            .trim_matches(|character| character == '(' || character == ')')
+            .rsplit(' ')
+            .next()
+            .unwrap_or("0")
+            .to_string()
     }
 
     fn function(&mut self, index: usize) -> (String, String) {
@@ -250,7 +257,10 @@ impl Generator<'_> {
         }
         let (declarations_lisp, declarations_c) = self.locals(&mut scope);
         self.budget = 4 + self.rng.below(8);
-        let (body_lisp, body_c) = { let count = 2 + self.rng.below(5); self.statements(&mut scope, count) };
+        let (body_lisp, body_c) = {
+            let count = 2 + self.rng.below(5);
+            self.statements(&mut scope, count)
+        };
         let result = self.expression(ret, &scope, 3);
         let head = if self.rng.chance(1, 4) { "define-inline" } else { "define" };
         let lisp = format!(
@@ -272,7 +282,10 @@ impl Generator<'_> {
         let mut scope = Scope { in_main: true, ..Scope::default() };
         let (declarations_lisp, declarations_c) = self.locals(&mut scope);
         self.budget = 10 + self.rng.below(14);
-        let (body_lisp, body_c) = { let count = 6 + self.rng.below(10); self.statements(&mut scope, count) };
+        let (body_lisp, body_c) = {
+            let count = 6 + self.rng.below(10);
+            self.statements(&mut scope, count)
+        };
         // Everything main can see is printed at the end, so no value goes unobserved.
         let mut tail_lisp = String::new();
         let mut tail_c = String::new();
@@ -351,7 +364,8 @@ impl Generator<'_> {
     }
 
     fn statement(&mut self, scope: &mut Scope) -> (String, String) {
-        let assignable: Vec<Variable> = scope.variables.iter().filter(|variable| variable.assignable).cloned().collect();
+        let assignable: Vec<Variable> =
+            scope.variables.iter().filter(|variable| variable.assignable).cloned().collect();
         let choice = self.rng.below(12);
         match choice {
             0..=2 if !assignable.is_empty() => {
@@ -393,8 +407,14 @@ impl Generator<'_> {
             }
             5 => {
                 let condition = self.condition(scope, 3);
-                let (then_lisp, then_c) = { let count = 1 + self.rng.below(3); self.statements(scope, count) };
-                let (else_lisp, else_c) = { let count = self.rng.below(3); self.statements(scope, count) };
+                let (then_lisp, then_c) = {
+                    let count = 1 + self.rng.below(3);
+                    self.statements(scope, count)
+                };
+                let (else_lisp, else_c) = {
+                    let count = self.rng.below(3);
+                    self.statements(scope, count)
+                };
                 (
                     format!("  (if {} (() {then_lisp}) (() {else_lisp}))\n", condition.lisp),
                     format!("  if ({}) {{\n{then_c}  }} else {{\n{else_c}  }}\n", condition.c),
@@ -456,7 +476,10 @@ impl Generator<'_> {
         let trips = self.rng.below(7);
         scope.loops.push(is_while);
         scope.variables.push(Variable { name: counter.clone(), ty: Ty::I32, assignable: false });
-        let (body_lisp, body_c) = { let count = 1 + self.rng.below(4); self.statements(scope, count) };
+        let (body_lisp, body_c) = {
+            let count = 1 + self.rng.below(4);
+            self.statements(scope, count)
+        };
         scope.variables.pop();
         scope.loops.pop();
         scope.counters.push(counter.clone());
@@ -487,7 +510,19 @@ impl Generator<'_> {
             }
             Ty::F64 => {
                 let value = match self.rng.below(8) {
-                    0 => *self.rng.pick(&[0.0, -0.0, 1.0, -1.0, 0.5, 1e300, -1e300, 1e-300, 5e-324, 1e16, 9007199254740993.0]),
+                    0 => *self.rng.pick(&[
+                        0.0,
+                        -0.0,
+                        1.0,
+                        -1.0,
+                        0.5,
+                        1e300,
+                        -1e300,
+                        1e-300,
+                        5e-324,
+                        1e16,
+                        9007199254740993.0,
+                    ]),
                     1 => self.rng.range(-1_000_000, 1_000_000) as f64 / 1024.0,
                     2 => self.rng.range(-3_000_000_000, 3_000_000_000) as f64,
                     _ => self.rng.range(-100, 100) as f64 / 8.0,
@@ -547,9 +582,19 @@ impl Generator<'_> {
         let choice = self.rng.below(14);
         match choice {
             0..=3 => {
-                let operator = *self.rng.pick(&[("add", "+"), ("sub", "-"), ("mul", "*"), ("and", "&"), ("or", "|"), ("xor", "^")]);
+                let operator = *self.rng.pick(&[
+                    ("add", "+"),
+                    ("sub", "-"),
+                    ("mul", "*"),
+                    ("and", "&"),
+                    ("or", "|"),
+                    ("xor", "^"),
+                ]);
                 let (a, b) = (self.expression(ty, scope, depth - 1), self.expression(ty, scope, depth - 1));
-                expr(format!("({} {} {})", operator.0, a.lisp, b.lisp), format!("(({c_type})({} {} {}))", a.c, operator.1, b.c))
+                expr(
+                    format!("({} {} {})", operator.0, a.lisp, b.lisp),
+                    format!("(({c_type})({} {} {}))", a.c, operator.1, b.c),
+                )
             }
             4 => {
                 let operator = *self.rng.pick(&["div", "rem", "udiv", "urem"]);
@@ -581,7 +626,10 @@ impl Generator<'_> {
             7 => {
                 let condition = self.condition(scope, depth - 1);
                 let (a, b) = (self.expression(ty, scope, depth - 1), self.expression(ty, scope, depth - 1));
-                expr(format!("(select {} {} {})", condition.lisp, a.lisp, b.lisp), format!("({} ? {} : {})", condition.c, a.c, b.c))
+                expr(
+                    format!("(select {} {} {})", condition.lisp, a.lisp, b.lisp),
+                    format!("({} ? {} : {})", condition.c, a.c, b.c),
+                )
             }
             8 => {
                 let from = *self.rng.pick(&INTEGERS);
@@ -621,7 +669,10 @@ impl Generator<'_> {
             0..=3 => {
                 let operator = *self.rng.pick(&[("fadd", "+"), ("fsub", "-"), ("fmul", "*"), ("fdiv", "/")]);
                 let (a, b) = (self.expression(ty, scope, depth - 1), self.expression(ty, scope, depth - 1));
-                expr(format!("({} {} {})", operator.0, a.lisp, b.lisp), format!("(({name})({} {} {}))", a.c, operator.1, b.c))
+                expr(
+                    format!("({} {} {})", operator.0, a.lisp, b.lisp),
+                    format!("(({name})({} {} {}))", a.c, operator.1, b.c),
+                )
             }
             4 => {
                 let a = self.expression(ty, scope, depth - 1);
@@ -639,7 +690,10 @@ impl Generator<'_> {
             6 => {
                 let condition = self.condition(scope, depth - 1);
                 let (a, b) = (self.expression(ty, scope, depth - 1), self.expression(ty, scope, depth - 1));
-                expr(format!("(select {} {} {})", condition.lisp, a.lisp, b.lisp), format!("({} ? {} : {})", condition.c, a.c, b.c))
+                expr(
+                    format!("(select {} {} {})", condition.lisp, a.lisp, b.lisp),
+                    format!("({} ? {} : {})", condition.c, a.c, b.c),
+                )
             }
             7 => {
                 let (other, cast) = if ty == Ty::F64 { (Ty::F32, "fpext") } else { (Ty::F64, "fptrunc") };
@@ -670,7 +724,8 @@ impl Generator<'_> {
             return self.leaf(ty, scope);
         }
         let callee = self.rng.pick(&callees).clone();
-        let arguments: Vec<Expr> = callee.params.iter().map(|param| self.expression(*param, scope, depth - 1)).collect();
+        let arguments: Vec<Expr> =
+            callee.params.iter().map(|param| self.expression(*param, scope, depth - 1)).collect();
         let lisp_arguments: String = arguments.iter().map(|argument| format!(" {}", argument.lisp)).collect();
         let c_arguments: Vec<String> = arguments.iter().map(|argument| argument.c.clone()).collect();
         expr(format!("(call {}{lisp_arguments})", callee.name), format!("{}({})", callee.name, c_arguments.join(", ")))
@@ -749,7 +804,9 @@ fn print_statement(value: &Expr, ty: Ty) -> (String, String) {
             format!("  (call printf \"%lld\\n\" {})\n", value.lisp),
             format!("  printf(\"%lld\\n\", (long long){});\n", value.c),
         ),
-        Ty::I32 => (format!("  (call printf \"%d\\n\" {})\n", value.lisp), format!("  printf(\"%d\\n\", {});\n", value.c)),
+        Ty::I32 => {
+            (format!("  (call printf \"%d\\n\" {})\n", value.lisp), format!("  printf(\"%d\\n\", {});\n", value.c))
+        }
         _ => (
             format!("  (call printf \"%d\\n\" (sext {} int))\n", value.lisp),
             format!("  printf(\"%d\\n\", (int){});\n", value.c),

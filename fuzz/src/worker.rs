@@ -72,7 +72,9 @@ impl Verdict {
 pub fn run_cells(cells: &[String], cell_limit: Duration, scratch: &Path) -> Verdict {
     match spawn_and_watch(cells, cell_limit, scratch) {
         Ok(verdict) => verdict,
-        Err(error) => Verdict::Crashed { cell: 0, how: format!("the worker could not run: {error}"), reports: Vec::new() },
+        Err(error) => {
+            Verdict::Crashed { cell: 0, how: format!("the worker could not run: {error}"), reports: Vec::new() }
+        }
     }
 }
 
@@ -120,7 +122,9 @@ fn spawn_and_watch(cells: &[String], cell_limit: Duration, scratch: &Path) -> st
             Ok(Event::Start(cell)) => current = cell,
             Ok(Event::Done(report)) => reports.push(report),
             Ok(Event::Runaway(cell)) => break Some(Verdict::Runaway { cell, reports: std::mem::take(&mut reports) }),
-            Ok(Event::Hung(cell, how)) => break Some(Verdict::Hung { cell, how, reports: std::mem::take(&mut reports) }),
+            Ok(Event::Hung(cell, how)) => {
+                break Some(Verdict::Hung { cell, how, reports: std::mem::take(&mut reports) })
+            }
             Ok(Event::Panic(message)) => panic = Some(message),
             Err(mpsc::RecvTimeoutError::Disconnected) => break None,
             Err(mpsc::RecvTimeoutError::Timeout) => {
