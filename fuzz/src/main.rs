@@ -10,6 +10,7 @@ use quasi_fuzz::{check_cells, check_twin, find_clang, program, twin_levels, Fail
 
 const USAGE: &str =
     "usage: quasi-fuzz [--seconds N | --cases N] [--seed S] [--out DIR] [--cell-limit-ms N] [--twins-every N]
+       quasi-fuzz [--cell-limit-ms N] --check FILE...   (runs saved inputs again)
 
   --seconds N       run for N seconds (default 60)
   --cases N         run N cases instead (mutated and twin cases together)
@@ -26,6 +27,8 @@ struct Options {
     out: PathBuf,
     cell_limit: Duration,
     twins_every: u64,
+    /// Saved inputs to run again instead of fuzzing.
+    check: Vec<PathBuf>,
 }
 
 fn parse_options() -> Result<Options> {
@@ -37,6 +40,7 @@ fn parse_options() -> Result<Options> {
         out: PathBuf::from("fuzz-failures"),
         cell_limit: Duration::from_millis(5000),
         twins_every: 3,
+        check: Vec::new(),
     };
     let mut arguments = std::env::args().skip(1);
     while let Some(argument) = arguments.next() {
@@ -48,6 +52,7 @@ fn parse_options() -> Result<Options> {
             "--out" => options.out = PathBuf::from(value()?),
             "--cell-limit-ms" => options.cell_limit = Duration::from_millis(value()?.parse()?),
             "--twins-every" => options.twins_every = value()?.parse()?,
+            "--check" => options.check.extend(arguments.by_ref().map(PathBuf::from)),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -77,6 +82,9 @@ fn main() -> Result<()> {
     let clang = find_clang();
     let scratch = std::env::temp_dir().join(format!("quasi-fuzz-{}", std::process::id()));
     let settings = Settings { cell_limit: options.cell_limit, scratch: scratch.clone(), clang: clang.clone() };
+    if !options.check.is_empty() {
+        return check_saved(&options.check, &settings);
+    }
     let twins_every = if clang.is_none() {
         println!("clang-19 not found: twin programs are skipped, only mutated cells run");
         0
@@ -149,6 +157,26 @@ fn main() -> Result<()> {
     if !tally.failures.is_empty() {
         println!("failing inputs are in {}", options.out.display());
         std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Runs saved inputs again and says how each ended.
+fn check_saved(paths: &[PathBuf], settings: &Settings) -> Result<()> {
+    let mut failed = 0;
+    for path in paths {
+        match quasi_fuzz::check_regression(path, settings) {
+            Ok(Passed::Finished) => println!("{}: passed", path.display()),
+            Ok(Passed::Runaway) => println!("{}: passed (compiled code ran past the limit)", path.display()),
+            Err(failure) => {
+                failed += 1;
+                println!("{}: FAILED {}\n{}", path.display(), failure.kind.name(), failure.detail);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&settings.scratch);
+    if failed > 0 {
+        bail!("{failed} of {} inputs failed", paths.len());
     }
     Ok(())
 }

@@ -255,7 +255,15 @@ impl Corpus {
     /// Case `case` of the run seeded `seed`.
     pub fn case(&self, seed: u64, case: u64) -> MutatedCase {
         let mut rng = Rng::for_case(seed, case);
-        let source = rng.pick(&self.seeds);
+        // A quarter of the cases mutate a twin program instead (bigger well-typed code).
+        let generated;
+        let source = if rng.chance(1, 4) {
+            let twin = crate::program::generate(seed ^ 0x6d75_7461, case);
+            generated = Seed { name: "a twin program".to_string(), cells: vec![twin.clisp, "(call main)".to_string()] };
+            &generated
+        } else {
+            rng.pick(&self.seeds)
+        };
         let end = 1 + rng.below(source.cells.len());
         let first_mutated = end.saturating_sub(1 + rng.below(4));
         let mut cells: Vec<String> = source.cells[..end].to_vec();
@@ -287,6 +295,10 @@ impl Corpus {
                 done.push(format!("rhai {what}"));
                 mutated += 1;
             }
+        }
+        // Half of the cases run at another optimisation level than the default.
+        if rng.chance(1, 2) {
+            cells.insert(0, format!(":opt {}", rng.below(4)));
         }
         MutatedCase { origin: format!("{} cells 1..={end}: {}", source.name, done.join(", ")), cells, mutated }
     }
