@@ -26,6 +26,8 @@ enum Ty {
     I64,
     F32,
     F64,
+    /// The program's struct `s0`, passed and returned by value.
+    S0,
 }
 
 const INTEGERS: [Ty; 4] = [Ty::I8, Ty::I16, Ty::I32, Ty::I64];
@@ -41,6 +43,7 @@ impl Ty {
             Ty::I64 => "int64",
             Ty::F32 => "float",
             Ty::F64 => "double",
+            Ty::S0 => "(struct s0)",
         }
     }
 
@@ -52,6 +55,7 @@ impl Ty {
             Ty::I64 => "int64_t",
             Ty::F32 => "float",
             Ty::F64 => "double",
+            Ty::S0 => "struct s0",
         }
     }
 
@@ -69,7 +73,7 @@ impl Ty {
             Ty::I8 => 8,
             Ty::I16 => 16,
             Ty::I32 | Ty::F32 => 32,
-            Ty::I64 | Ty::F64 => 64,
+            Ty::I64 | Ty::F64 | Ty::S0 => 64,
         }
     }
 
@@ -104,6 +108,7 @@ impl Ty {
             Ty::I64 => "i64",
             Ty::F32 => "f32",
             Ty::F64 => "f64",
+            Ty::S0 => "s0",
         }
     }
 }
@@ -210,6 +215,12 @@ impl Generator<'_> {
                 self.fields.iter().enumerate().map(|(index, ty)| format!(" {} x{index};", ty.c())).collect();
             clisp.push_str(&format!("(define-struct s0{lisp_fields})\n"));
             c.push_str(&format!("struct s0 {{{c_fields} }};\n"));
+            for (field, ty) in self.fields.iter().enumerate() {
+                c.push_str(&format!(
+                    "static struct s0 fz_insert_{field}(struct s0 s, {} v) {{ s.x{field} = v; return s; }}\n",
+                    ty.c()
+                ));
+            }
         }
         for index in 0..self.rng.below(4) {
             let ty = *self.rng.pick(&ALL);
@@ -244,8 +255,8 @@ impl Generator<'_> {
 
     fn function(&mut self, index: usize) -> (String, String) {
         let name = format!("f{index}");
-        let ret = *self.rng.pick(&ALL);
-        let params: Vec<Ty> = (0..self.rng.below(4)).map(|_| *self.rng.pick(&ALL)).collect();
+        let ret = self.value_type();
+        let params: Vec<Ty> = (0..self.rng.below(4)).map(|_| self.value_type()).collect();
         let mut scope = Scope::default();
         let mut lisp_params = String::new();
         let mut c_params = Vec::new();
@@ -253,6 +264,9 @@ impl Generator<'_> {
             let parameter = format!("p{position}");
             lisp_params.push_str(&format!(" ({parameter} {})", ty.clisp()));
             c_params.push(format!("{} {parameter}", ty.c()));
+            if *ty == Ty::S0 {
+                scope.structs.push(parameter.clone());
+            }
             scope.variables.push(Variable { name: parameter, ty: *ty, assignable: true });
         }
         let (declarations_lisp, declarations_c) = self.locals(&mut scope);
@@ -545,14 +559,55 @@ impl Generator<'_> {
             return self.leaf(ty, scope);
         }
         match ty {
+            Ty::S0 => self.struct_expression(scope, depth),
             _ if ty.is_float() => self.float_expression(ty, scope, depth),
             _ => self.integer_expression(ty, scope, depth),
+        }
+    }
+
+    /// A type for a parameter or result: a scalar, or the struct when the program has one.
+    fn value_type(&mut self) -> Ty {
+        if !self.fields.is_empty() && self.rng.chance(1, 5) {
+            Ty::S0
+        } else {
+            *self.rng.pick(&ALL)
+        }
+    }
+
+    /// A struct value: a local or parameter, a `select`, an `insertvalue` (a helper in C), a
+    /// call. Every function has a struct local when the program has a struct.
+    fn struct_expression(&mut self, scope: &Scope, depth: usize) -> Expr {
+        match self.rng.below(4) {
+            0 => {
+                let condition = self.condition(scope, depth - 1);
+                let (a, b) = (self.expression(Ty::S0, scope, depth - 1), self.expression(Ty::S0, scope, depth - 1));
+                expr(
+                    format!("(select {} {} {})", condition.lisp, a.lisp, b.lisp),
+                    format!("({} ? {} : {})", condition.c, a.c, b.c),
+                )
+            }
+            1 => {
+                let field = self.rng.below(self.fields.len());
+                let record = self.expression(Ty::S0, scope, depth - 1);
+                let value = self.expression(self.fields[field], scope, depth - 1);
+                expr(
+                    format!("(insertvalue {} {} {field})", record.lisp, value.lisp),
+                    format!("fz_insert_{field}({}, {})", record.c, value.c),
+                )
+            }
+            2 => self.call(Ty::S0, scope, depth),
+            _ => self.leaf(Ty::S0, scope),
         }
     }
 
     /// A variable (read directly or through its address), a struct field (by value or
     /// through a pointer), or a literal.
     fn leaf(&mut self, ty: Ty, scope: &Scope) -> Expr {
+        if ty == Ty::S0 {
+            let record = scope.structs.first().cloned().unwrap_or_default();
+            let record = if scope.structs.is_empty() { record } else { self.rng.pick(&scope.structs).clone() };
+            return expr(record.clone(), record);
+        }
         let mut candidates: Vec<String> =
             scope.variables.iter().filter(|variable| variable.ty == ty).map(|variable| variable.name.clone()).collect();
         candidates.extend(self.globals.iter().filter(|(_, global)| *global == ty).map(|(name, _)| name.clone()));
