@@ -426,7 +426,7 @@ fn edit_list(root: &mut Node, rng: &mut Rng, edit: impl FnOnce(&mut Vec<Node>, &
 
 /// The form nested deeply: inside an arithmetic chain, a tower of compounds or of backquotes.
 fn nest(node: Node, rng: &mut Rng) -> Node {
-    let depth = *rng.pick(&[10, 100, 1000, 5000]);
+    let depth = *rng.pick(&[10, 100, 255, 256, 999, 1000, 5000]);
     let mut text = sexp::print(&[node]);
     let (open, close) = match rng.below(4) {
         0 => ("(add 1 ", ")"),
