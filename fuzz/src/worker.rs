@@ -246,6 +246,8 @@ fn worker(job: &Path, cell_limit: Duration) -> i32 {
             return 12;
         }
     };
+    // Staging stops itself (error[expansion-limit]) well before the watchdog would call it a hang.
+    session.eval(&format!(":limits time-ms {}", (cell_limit / 2).as_millis()));
     let current: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
     let watched = current.clone();
     let _ = std::thread::Builder::new().name("quasi-fuzz-watch".into()).spawn(move || watch(watched, cell_limit));
