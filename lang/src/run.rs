@@ -277,20 +277,29 @@ impl Runner {
         if !matches!(self.jobs.as_ref().map(|jobs| jobs.send(job)), Some(Ok(()))) {
             return lost();
         }
-        self.interrupter.set(|state| state.calling = true);
+        // The interrupter watches only calls that run for a while: most calls are over in
+        // microseconds, and waking it for each would double their cost.
+        let mut watched = false;
         let report = loop {
             match result.recv_timeout(STREAM_INTERVAL) {
                 Ok(report) => break report,
-                Err(mpsc::RecvTimeoutError::Timeout) if capture => {
-                    for (stream, bytes) in Capture::take_written() {
-                        progress(stream, bytes);
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if !watched {
+                        self.interrupter.set(|state| state.calling = true);
+                        watched = true;
+                    }
+                    if capture {
+                        for (stream, bytes) in Capture::take_written() {
+                            progress(stream, bytes);
+                        }
                     }
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break lost(),
             }
         };
-        self.interrupter.set(|state| state.calling = false);
+        if watched {
+            self.interrupter.set(|state| state.calling = false);
+        }
         report
     }
 }
