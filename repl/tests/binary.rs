@@ -266,3 +266,42 @@ fn sigint_interrupts_run_with_status_130() {
     assert_eq!(output.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("error[interrupted]: interrupted in function `main`"), "{stderr}");
 }
+
+/// An interrupt that lands while compiled code is inside libc (malloc, free, printf holding
+/// their locks) never cuts libc short: the cell stops as the call returns, and the process's
+/// heap and stdio work afterwards.
+#[test]
+fn an_interrupt_inside_libc_leaves_the_heap_and_stdio_working() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the quasi binary starts");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let cells = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((malloc (ptr int8)) (n int64)))\n\
+                 (define ((free void) (p (ptr int8))))\n\
+                 (define ((churn void)) (call printf \"churning\\n\") (while #t (call free (call malloc (int64 100))) (call printf \"\")))\n\
+                 (call churn)\n";
+    stdin.write_all(cells.as_bytes()).expect("cells written");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+    for line in lines.by_ref() {
+        if line.expect("a line of output") == "churning" {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+    assert!(killed.success());
+    stdin
+        .write_all(b"(call free (call malloc (int64 100000)))\n(call printf \"after %d\\n\" 42)\n")
+        .expect("cells written");
+    drop(stdin);
+    let rest: Vec<String> = lines.map(|line| line.expect("a line of output")).collect();
+    assert!(child.wait().expect("quasi ends").success());
+    let rest = rest.join("\n");
+    assert!(rest.contains("error[interrupted]: interrupted in function `churn`"), "{rest}");
+    assert!(rest.contains("after 42\n9 : int"), "{rest}");
+}
