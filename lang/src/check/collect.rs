@@ -168,14 +168,13 @@ impl CellChecker<'_> {
             } else {
                 "use memory from malloc, and pointers"
             };
-            self.error(
-                Diagnostic::error(
-                    Kind::Limit,
-                    format!("{what} of type `{ty}` takes {size} bytes, more than the {limit} allowed"),
-                )
-                .with_label(span, "")
-                .with_note(note),
-            );
+            // Layout sizes saturate: a size of u64::MAX stands for one past what 64 bits hold.
+            let message = if size == u64::MAX {
+                format!("{what} of type `{ty}` takes more than 2^64 bytes (the limit is {limit})")
+            } else {
+                format!("{what} of type `{ty}` takes {size} bytes, more than the {limit} allowed")
+            };
+            self.error(Diagnostic::error(Kind::Limit, message).with_label(span, "").with_note(note));
             return false;
         }
         true
