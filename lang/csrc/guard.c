@@ -108,7 +108,8 @@ static void on_signal(int signal_number, siginfo_t *info, void *context) {
     if (current_jump && (synchronous || raised_here)) {
         sigjmp_buf *target = current_jump;
         fault_code = CODE_SIGNAL;
-        fault_site = -1;
+        /* -2: raised by the program (raise, kill), not by an instruction. */
+        fault_site = raised_here ? -2 : -1;
         fault_signal = signal_number;
         fault_address = (uintptr_t)info->si_addr;
         fault_pc = context_pc(context);

@@ -60,8 +60,9 @@ pub(crate) enum Fault {
     /// A check in compiled code: the code and the fault site id.
     Check { code: u64, site: u32 },
     /// A signal (SIGSEGV…) at an address, raised by the instruction at `pc`; `write` tells
-    /// whether a segmentation fault was a store.
-    Signal { signal: i32, address: usize, pc: usize, write: bool },
+    /// whether a segmentation fault was a store; `raised`, that the program sent the signal
+    /// itself (`raise`, `kill`), so there is no faulting instruction.
+    Signal { signal: i32, address: usize, pc: usize, write: bool, raised: bool },
     /// The user interrupted the call while compiled code at `pc` ran.
     Interrupted { pc: usize },
     /// The program called `exit` (or `_exit`, `_Exit`, `quick_exit`: the name) with a status.
@@ -460,7 +461,13 @@ fn guarded_call(address: usize, result_size: usize, capture: bool) -> CallReport
         // SAFETY: reads the thread-local fault record the guard just wrote.
         unsafe { quasi_fault_info(&mut code, &mut site, &mut signal, &mut fault_address, &mut pc, &mut detail) };
         match code {
-            CODE_SIGNAL => Fault::Signal { signal: signal as i32, address: fault_address, pc, write: detail != 0 },
+            CODE_SIGNAL => Fault::Signal {
+                signal: signal as i32,
+                address: fault_address,
+                pc,
+                write: detail != 0,
+                raised: site == -2,
+            },
             CODE_INTERRUPT => Fault::Interrupted { pc },
             CODE_EXIT => Fault::Exit { function: EXITS[site.clamp(0, 3) as usize], status: detail as i32 },
             CODE_ABORT => Fault::Abort,

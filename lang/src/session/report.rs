@@ -68,10 +68,13 @@ impl Session {
                 }
                 diagnostic.with_note(note)
             }
-            Fault::Signal { signal, address, pc, write } => {
+            Fault::Signal { signal, address, pc, write, raised } => {
                 let place = self.program.function_at(*pc).map(|name| format!(" in {}", function_phrase(name)));
                 let place = place.unwrap_or_default();
                 let what = match *signal {
+                    other if *raised && other != libc::SIGABRT => {
+                        format!("the program raised signal {}", signal_name(other))
+                    }
                     libc::SIGSEGV if run::is_stack_overflow(*address) => format!(
                         "stack overflow{place} (compiled code's stack is 64 MiB; is the recursion unbounded?)"
                     ),
@@ -125,6 +128,11 @@ fn function_phrase(name: &str) -> String {
 /// A signal's conventional name (SIGTERM), or its number.
 fn signal_name(signal: i32) -> String {
     let names = [
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
         (libc::SIGTERM, "SIGTERM"),
         (libc::SIGHUP, "SIGHUP"),
         (libc::SIGQUIT, "SIGQUIT"),
