@@ -1,7 +1,8 @@
 //! Run: every call into compiled code goes through `Runner::call`, on one executor thread with
-//! a 64 MiB stack, inside the fault guard; C stdio is flushed after each call and, when the
-//! session captures output, file descriptors 1 and 2 are redirected into memory files for the
-//! call, which the caller's thread reads while it waits, so output streams as it is written.
+//! a 64 MiB stack, inside the fault guard; C stdio is flushed after each call and after each
+//! top-level item of batched code (`item_done`), and, when the session captures output, file
+//! descriptors 1 and 2 are redirected into memory files for the call, which the caller's thread
+//! reads while it waits, so output streams as it is written.
 
 use std::ffi::c_void;
 use std::os::unix::thread::JoinHandleExt;

@@ -123,7 +123,7 @@ pub(crate) enum TopLevel {
 
 /// At most this many items go into one chunk of batched top-level code, which bounds the size
 /// of the functions LLVM works on.
-const CHUNK_ITEMS: usize = 512;
+const CHUNK_ITEMS: usize = 256;
 
 /// A chunk of batched top-level code ends once its variables take this many bytes: each item
 /// keeps its own variables, all live for the whole chunk.

@@ -210,8 +210,8 @@ impl Session {
     }
 
     /// `eval`, showing the cell while it runs: `progress` is called with the outcome so far
-    /// whenever the running code wrote output (every few tens of milliseconds at most) or a
-    /// top-level item gave its value. Invariant: the rendering of every outcome `progress` sees
+    /// whenever the running code wrote output or top-level items gave their values (every few
+    /// tens of milliseconds at most; after each item when output is not captured). Invariant: the rendering of every outcome `progress` sees
     /// is a prefix of the final one's (items are only appended, and only a runtime fault, which
     /// renders last, is added as a diagnostic meanwhile), so a front end may print each new part
     /// as it comes. Cells with `(bench …)` or `(autotune …)` show nothing before they end.
