@@ -1,7 +1,8 @@
 //! Run: every call into compiled code goes through `Runner::call`, on one executor thread with
-//! a 64 MiB stack, inside the fault guard; C stdio is flushed after each call and, when the
-//! session captures output, file descriptors 1 and 2 are redirected into memory files for the
-//! call, which the caller's thread reads while it waits, so output streams as it is written.
+//! a 64 MiB stack, inside the fault guard; C stdio is flushed after each call and after each
+//! top-level item of batched code (`item_done`), and, when the session captures output, file
+//! descriptors 1 and 2 are redirected into memory files for the call, which the caller's thread
+//! reads while it waits, so output streams as it is written.
 
 use std::ffi::c_void;
 use std::os::unix::thread::JoinHandleExt;
@@ -9,8 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Once};
 use std::thread;
 use std::time::Duration;
-
-use crate::Stream;
 
 /// How often the waiting thread collects what a running call has written: the latency of
 /// streamed output, and the rate of an idle wake-up while compiled code runs.
@@ -82,14 +81,86 @@ const CODE_ABORT: i64 = 103;
 /// order of the guard's `which`.
 const EXITS: [&str; 4] = ["exit", "_exit", "_Exit", "quick_exit"];
 
-/// What one call produced.
-pub(crate) struct CallReport {
-    pub result: Vec<u8>,
+/// What a running call did since the last look: the top-level items of batched code it
+/// finished, then what it wrote to stdout and stderr (when captured), following on from the
+/// bytes of the last look.
+#[derive(Default)]
+pub(crate) struct Progress {
+    pub items: Vec<ItemDone>,
     pub output: Vec<u8>,
     pub errors: Vec<u8>,
+}
+
+impl Progress {
+    fn is_empty(&self) -> bool {
+        self.items.is_empty() && self.output.is_empty() && self.errors.is_empty()
+    }
+}
+
+/// A top-level item of batched code finished (`codegen::RT_ITEM_DONE`).
+pub(crate) struct ItemDone {
+    /// The bytes of its value (none without one).
+    pub value: Vec<u8>,
+    /// How many bytes of stdout and stderr the call had written when it finished (0 when
+    /// output is not captured): what is before is the output of this item and the ones before.
+    pub written: [usize; 2],
+}
+
+/// What one call produced.
+pub(crate) struct CallReport {
+    /// The `out` buffer after the call (what a one-item entry stored).
+    pub result: Vec<u8>,
+    /// What the call did that no `progress` was handed.
+    pub rest: Progress,
     pub fault: Option<Fault>,
     /// Session memory `alloc` took during the call (top-level code).
     pub allocations: Vec<usize>,
+}
+
+/// What the executor tells the thread waiting for a call.
+enum Message {
+    /// A top-level item finished, and waits until the waiting thread has looked.
+    ItemDone,
+    Finished(CallReport),
+}
+
+/// The call in progress on the executor thread, for `item_done`.
+struct Running {
+    /// The items finished and not yet taken by the waiting thread.
+    done: Arc<Mutex<Vec<ItemDone>>>,
+    capture: bool,
+    /// In lockstep, where to say an item is done, and where the waiting thread answers.
+    lockstep: Option<(mpsc::Sender<Message>, mpsc::Receiver<()>)>,
+}
+
+thread_local! {
+    static RUNNING: std::cell::RefCell<Option<Running>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `codegen::RT_ITEM_DONE`: on the executor thread, after each top-level item of batched code.
+/// Flushes C's streams, as the end of a call does, so the item's output is all written, and
+/// notes the item's value and where its output ends.
+extern "C" fn item_done(value: *const u8, size: i64) {
+    // SAFETY: flushes C's streams; compiled code holds no stream lock between items.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    RUNNING.with(|running| {
+        let running = running.borrow();
+        let Some(running) = running.as_ref() else { return };
+        let size = usize::try_from(size).unwrap_or(0);
+        let value = match value.is_null() || size == 0 {
+            true => Vec::new(),
+            // SAFETY: codegen passes the call's `out` buffer, which holds the item's value of
+            // `size` bytes (the session sized it for every item's value).
+            false => unsafe { std::slice::from_raw_parts(value, size) }.to_vec(),
+        };
+        let written = if running.capture { capture_files().written() } else { [0, 0] };
+        running.done.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(ItemDone { value, written });
+        if let Some((messages, answers)) = &running.lockstep {
+            if messages.send(Message::ItemDone).is_ok() {
+                let _ = answers.recv();
+            }
+        }
+    });
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -198,6 +269,7 @@ pub(crate) fn runtime_symbols() -> Vec<(String, usize)> {
     vec![
         (crate::codegen::RT_FAULT.to_string(), fault_trampoline as *const () as usize),
         (crate::codegen::RT_SESSION_ALLOC.to_string(), session_alloc as *const () as usize),
+        (crate::codegen::RT_ITEM_DONE.to_string(), item_done as *const () as usize),
         (CLOCK.to_string(), monotonic_nanoseconds as *const () as usize),
         ("quasi#print".to_string(), quasi_rt_print as *const () as usize),
         ("quasi#fprint".to_string(), quasi_rt_fprint as *const () as usize),
@@ -252,47 +324,72 @@ impl Runner {
         Ok(Runner { jobs: Some(sender), worker: Some(worker), interrupter })
     }
 
-    /// Calls an entry `void (ptr out)` at `address` with an output buffer of `result_size`
-    /// bytes. This is the one place compiled code is entered. When output is captured, what the
-    /// call writes is handed to `progress` while it runs (every `STREAM_INTERVAL`), and the
-    /// report holds the rest.
+    /// Calls entries `void (ptr out)` in order, until one faults, with one output buffer of
+    /// `result_size` bytes: one item's entry, or the chunks of a cell's batched top-level code.
+    /// This is the one place compiled code is entered. While the call runs, `progress` is handed
+    /// what it did (every `STREAM_INTERVAL`, items finished and output when captured); the
+    /// report holds the rest. In `lockstep`, each item of batched code also waits until
+    /// `progress` has seen it: output that is not captured reaches the terminal directly, and
+    /// must not overtake the values before it.
     pub fn call(
         &self,
-        address: usize,
+        entries: &[usize],
         result_size: usize,
         capture: bool,
-        progress: &mut dyn FnMut(Stream, Vec<u8>),
+        lockstep: bool,
+        progress: &mut dyn FnMut(Progress),
     ) -> CallReport {
         let lost = || CallReport {
             result: Vec::new(),
-            output: Vec::new(),
-            errors: Vec::new(),
+            rest: Progress::default(),
             fault: Some(Fault::Lost),
             allocations: Vec::new(),
         };
-        let (done, result) = mpsc::sync_channel(1);
+        let done = Arc::new(Mutex::new(Vec::new()));
+        let (messages, received) = mpsc::channel();
+        let (answer, answers) = mpsc::channel();
+        let running =
+            Running { done: Arc::clone(&done), capture, lockstep: lockstep.then(|| (messages.clone(), answers)) };
+        let entries = entries.to_vec();
         let job: Job = Box::new(move || {
-            let report = guarded_call(address, result_size, capture);
-            let _ = done.send(report);
+            RUNNING.with(|slot| *slot.borrow_mut() = Some(running));
+            let mut report = guarded_call(&entries, result_size, capture);
+            let running = RUNNING.with(|slot| slot.borrow_mut().take());
+            if let Some(running) = running {
+                report.rest.items =
+                    std::mem::take(&mut *running.done.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+            }
+            let _ = messages.send(Message::Finished(report));
         });
         if !matches!(self.jobs.as_ref().map(|jobs| jobs.send(job)), Some(Ok(()))) {
             return lost();
         }
+        // Items first, then output: an item's output was written before it was noted.
+        let look = || {
+            let items = std::mem::take(&mut *done.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+            let (output, errors) = if capture { Capture::take_written() } else { Default::default() };
+            Progress { items, output, errors }
+        };
         // The interrupter watches only calls that run for a while: most calls are over in
         // microseconds, and waking it for each would double their cost.
+        let started = std::time::Instant::now();
         let mut watched = false;
         let report = loop {
-            match result.recv_timeout(STREAM_INTERVAL) {
-                Ok(report) => break report,
+            let message = received.recv_timeout(STREAM_INTERVAL);
+            if !watched && started.elapsed() >= STREAM_INTERVAL {
+                self.interrupter.set(|state| state.calling = true);
+                watched = true;
+            }
+            match message {
+                Ok(Message::Finished(report)) => break report,
+                Ok(Message::ItemDone) => {
+                    progress(look());
+                    let _ = answer.send(());
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if !watched {
-                        self.interrupter.set(|state| state.calling = true);
-                        watched = true;
-                    }
-                    if capture {
-                        for (stream, bytes) in Capture::take_written() {
-                            progress(stream, bytes);
-                        }
+                    let now = look();
+                    if !now.is_empty() {
+                        progress(now);
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => break lost(),
@@ -336,6 +433,21 @@ fn capture_files() -> std::sync::MutexGuard<'static, CaptureFiles> {
 }
 
 impl CaptureFiles {
+    /// How many bytes were written to stdout's and stderr's files since the call began.
+    fn written(&self) -> [usize; 2] {
+        [1, 2].map(|slot| {
+            let file = self.files[slot];
+            // SAFETY: fstat on a memory file this process owns only reads its size.
+            unsafe {
+                let mut status: libc::stat = std::mem::zeroed();
+                match file >= 0 && libc::fstat(file, &mut status) == 0 {
+                    true => usize::try_from(status.st_size).unwrap_or(0),
+                    false => 0,
+                }
+            }
+        })
+    }
+
     /// The bytes of descriptor `slot`'s file past what was taken, now taken.
     fn take(&mut self, slot: usize) -> Vec<u8> {
         let file = self.files[slot];
@@ -406,10 +518,11 @@ impl Capture {
         rest
     }
 
-    /// On the waiting thread, while a call runs: what it wrote since the last time. C's stdout
-    /// buffer (a memory file makes it fully buffered) is flushed first, but only if its lock is
-    /// free: compiled code may hold it, or have faulted inside printf while holding it.
-    fn take_written() -> Vec<(Stream, Vec<u8>)> {
+    /// On the waiting thread, while a call runs: what it wrote to stdout and stderr since the
+    /// last time. C's stdout buffer (a memory file makes it fully buffered) is flushed first,
+    /// but only if its lock is free: compiled code may hold it, or have faulted inside printf
+    /// while holding it.
+    fn take_written() -> (Vec<u8>, Vec<u8>) {
         // SAFETY: `stdout` is C's stream; ftrylockfile never blocks, and the stream is unlocked
         // again right after the flush it allowed.
         unsafe {
@@ -419,11 +532,7 @@ impl Capture {
             }
         }
         let mut captured = capture_files();
-        [(Stream::Stdout, 1), (Stream::Stderr, 2)]
-            .into_iter()
-            .map(|(stream, slot)| (stream, captured.take(slot)))
-            .filter(|(_, bytes)| !bytes.is_empty())
-            .collect()
+        (captured.take(1), captured.take(2))
     }
 }
 
@@ -441,19 +550,25 @@ pub(crate) fn complete_text(pending: &mut Vec<u8>, bytes: &[u8]) -> String {
     text
 }
 
-fn guarded_call(address: usize, result_size: usize, capture: bool) -> CallReport {
+fn guarded_call(entries: &[usize], result_size: usize, capture: bool) -> CallReport {
     // Eight-byte aligned, as every value type the entry may store needs at most that.
     let mut buffer = vec![0u64; result_size.div_ceil(8).max(1)];
     let (capture_out, capture_err) = if capture { (Capture::start(1), Capture::start(2)) } else { (None, None) };
-    // SAFETY: `address` is an entry the session linked from a checked cell; its type is
-    // `void (ptr)` by construction in codegen, and the buffer is large enough for the value
-    // it stores. The guard stays armed until the call returns or faults.
-    let faulted = unsafe {
-        let entry: extern "C" fn(*mut c_void) = std::mem::transmute::<usize, extern "C" fn(*mut c_void)>(address);
-        let faulted = quasi_guarded_call(entry, buffer.as_mut_ptr().cast()) != 0;
-        libc::fflush(std::ptr::null_mut());
-        faulted
-    };
+    let mut faulted = false;
+    for &address in entries {
+        // SAFETY: `address` is an entry the session linked from a checked cell; its type is
+        // `void (ptr)` by construction in codegen, and the buffer is large enough for every
+        // value it stores. The guard stays armed until the call returns or faults.
+        faulted = unsafe {
+            let entry: extern "C" fn(*mut c_void) = std::mem::transmute::<usize, extern "C" fn(*mut c_void)>(address);
+            quasi_guarded_call(entry, buffer.as_mut_ptr().cast()) != 0
+        };
+        if faulted {
+            break;
+        }
+    }
+    // SAFETY: flushes C's streams, so all the call wrote reaches the capture.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
     let output = capture_out.map(Capture::finish).unwrap_or_default();
     let errors = capture_err.map(Capture::finish).unwrap_or_default();
     let fault = faulted.then(|| {
@@ -476,5 +591,5 @@ fn guarded_call(address: usize, result_size: usize, capture: bool) -> CallReport
     });
     let allocations = ALLOCATIONS.with(|allocations| std::mem::take(&mut *allocations.borrow_mut()));
     let result = buffer.iter().flat_map(|word| word.to_ne_bytes()).take(result_size).collect();
-    CallReport { result, output, errors, fault, allocations }
+    CallReport { result, rest: Progress { items: Vec::new(), output, errors }, fault, allocations }
 }

@@ -94,7 +94,8 @@ pub(crate) struct Naming<'n> {
 /// A cell's module, verified, with what the session needs to link and run it.
 pub(crate) struct CellModule<'ctx> {
     pub module: Module<'ctx>,
-    /// Entry symbols of the top-level items, in order.
+    /// Entry symbols of the top-level code, in order: one per item, or the chunks of batched
+    /// code (see `TopLevel`).
     pub entries: Vec<String>,
     pub fault_sites: Vec<FaultSite>,
     /// Traps emitted for unresolved declarations and invalidated functions, by name.
@@ -104,6 +105,29 @@ pub(crate) struct CellModule<'ctx> {
 /// Runtime functions that compiled code calls; `run` provides them.
 pub(crate) const RT_FAULT: &str = "quasi#fault";
 pub(crate) const RT_SESSION_ALLOC: &str = "quasi#session_alloc";
+/// Called by batched top-level code after each item, with where the item's value is and its
+/// size (0 without a value): `void (ptr value, i64 size)`.
+pub(crate) const RT_ITEM_DONE: &str = "quasi#item_done";
+
+/// How a cell's top-level items become entries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TopLevel {
+    /// One entry per item, which stores the item's value at its `out` parameter: for bench and
+    /// autotune, which call one item at a time, and for listings.
+    PerItem,
+    /// The items run in order by a few entries (chunks), each item reporting to
+    /// `RT_ITEM_DONE` when it is done: one call runs a whole cell. Thousands of one-item
+    /// functions cost LLVM's code generation more per item than the items themselves.
+    Batched,
+}
+
+/// At most this many items go into one chunk of batched top-level code, which bounds the size
+/// of the functions LLVM works on.
+const CHUNK_ITEMS: usize = 256;
+
+/// A chunk of batched top-level code ends once its variables take this many bytes: each item
+/// keeps its own variables, all live for the whole chunk.
+const CHUNK_FRAME_BYTES: u64 = 64 << 10;
 
 /// The session's GPU runtime (its address is the symbol's), and the functions that host GPU
 /// forms call with it (`gpu` provides them). Each returns a status that compiled code checks:
@@ -156,6 +180,7 @@ pub(crate) fn lower<'ctx>(
     cell: &TypedCell,
     module_name: &str,
     naming: &Naming<'_>,
+    top_level: TopLevel,
 ) -> Result<CellModule<'ctx>> {
     let module = context.create_module(module_name);
     module.set_triple(triple);
@@ -204,17 +229,34 @@ pub(crate) fn lower<'ctx>(
         lowering.emit_trap(&invalidation.name, FAULT_INVALIDATED, invalidation.span, invalidation.message.clone())?;
         traps.push(invalidation.name.clone());
     }
+    let ptr = lowering.context.ptr_type(AddressSpace::default());
+    let entry_type = context.void_type().fn_type(&[ptr.into()], false);
     let mut entries = Vec::new();
-    for (index, item) in cell.top.iter().enumerate() {
-        let symbol = format!("{module_name}.{index}");
-        let ptr = lowering.context.ptr_type(AddressSpace::default());
-        let value = lowering.module.add_function(
-            &symbol,
-            context.void_type().fn_type(&[ptr.into()], false),
-            Some(Linkage::External),
-        );
-        lowering.emit_function(&item.function, value, item.value.as_ref())?;
-        entries.push(symbol);
+    match top_level {
+        TopLevel::PerItem => {
+            for (index, item) in cell.top.iter().enumerate() {
+                let symbol = format!("{module_name}.{index}");
+                let value = lowering.module.add_function(&symbol, entry_type, Some(Linkage::External));
+                lowering.emit_function(&item.function, value, item.value.as_ref())?;
+                entries.push(symbol);
+            }
+        }
+        TopLevel::Batched => {
+            let mut rest = cell.top.as_slice();
+            while !rest.is_empty() {
+                let symbol = format!("{module_name}.top{}", entries.len());
+                let value = lowering.module.add_function(&symbol, entry_type, Some(Linkage::External));
+                // Items go in one at a time, so the frame is measured with what they made.
+                let mut taken = 0;
+                while taken < rest.len() && taken < CHUNK_ITEMS && lowering.frame_bytes(value) < CHUNK_FRAME_BYTES {
+                    lowering.extend_top_level_chunk(&rest[taken], value)?;
+                    taken += 1;
+                }
+                lowering.finish_top_level_chunk(value)?;
+                entries.push(symbol);
+                rest = &rest[taken..];
+            }
+        }
     }
     lowering.module.verify().map_err(|message| CodegenError::Verify(message.to_string()))?;
     Ok(CellModule { module: lowering.module, entries, fault_sites: lowering.fault_sites, traps })

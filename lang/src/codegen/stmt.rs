@@ -2,10 +2,11 @@
 //! jumps, and returns.
 
 use inkwell::basic_block::BasicBlock;
-use inkwell::values::FunctionValue;
+use inkwell::values::{FunctionValue, PointerValue};
+use inkwell::AddressSpace;
 
-use super::{is_aggregate, CodegenError, FunctionState, Lowering, Result, Value};
-use crate::tree::{Expr, FunctionDef, Stmt};
+use super::{is_aggregate, CodegenError, FunctionState, Lowering, Result, Value, RT_ITEM_DONE};
+use crate::tree::{Expr, FunctionDef, Stmt, TopItem};
 use crate::types::Ty;
 
 impl<'ctx> Lowering<'ctx, '_> {
@@ -20,7 +21,6 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         let allocas = self.context.append_basic_block(function, "frame");
         let entry = self.context.append_basic_block(function, "entry");
-        self.builder.position_at_end(allocas);
         let sret = match is_aggregate(&def.signature.ret) {
             true => Some(
                 function
@@ -30,6 +30,99 @@ impl<'ctx> Lowering<'ctx, '_> {
             ),
             false => None,
         };
+        let mut state = self.function_state(def, function, allocas, entry, sret)?;
+        let out = match result {
+            Some(_) => Some(
+                function
+                    .get_nth_param(0)
+                    .ok_or_else(|| CodegenError::Other("entry without output".into()))?
+                    .into_pointer_value(),
+            ),
+            None => None,
+        };
+        self.emit_body(&mut state, def, result.zip(out))?;
+        if self.current_block_open() {
+            // Falling off the end returns zero (the checker warned about it).
+            self.return_zero(&state)?;
+        }
+        self.builder.position_at_end(state.allocas);
+        self.builder.build_unconditional_branch(entry)?;
+        Ok(())
+    }
+
+    /// Adds a top-level item to a chunk of batched top-level code, an entry `void (ptr out)`
+    /// that runs its items in order: the item stores its value at `out` and then tells the
+    /// runtime (`RT_ITEM_DONE`) where its value is. Each item keeps its own variables, as if it
+    /// were its own function. `finish_top_level_chunk` ends the chunk.
+    pub(super) fn extend_top_level_chunk(&mut self, item: &TopItem, function: FunctionValue<'ctx>) -> Result<()> {
+        let allocas = match function.get_first_basic_block() {
+            Some(allocas) => allocas,
+            None => {
+                self.keep_null_accesses(function);
+                let allocas = self.context.append_basic_block(function, "frame");
+                let entry = self.context.append_basic_block(function, "entry");
+                self.builder.position_at_end(entry);
+                allocas
+            }
+        };
+        let here = self.builder.get_insert_block().ok_or_else(|| CodegenError::Other("no insertion block".into()))?;
+        let out = function
+            .get_nth_param(0)
+            .ok_or_else(|| CodegenError::Other("entry without output".into()))?
+            .into_pointer_value();
+        let mut state = self.function_state(&item.function, function, allocas, here, None)?;
+        self.emit_body(&mut state, &item.function, item.value.as_ref().map(|ty| (ty, out)))?;
+        if !self.current_block_open() {
+            // The item never ends (it calls something that does not return): the items after
+            // it are never reached.
+            self.continue_in_dead_block(&state);
+        }
+        let pointer = self.context.ptr_type(AddressSpace::default());
+        let i64_type = self.context.i64_type();
+        let item_done = self.runtime_function(
+            RT_ITEM_DONE,
+            self.context.void_type().fn_type(&[pointer.into(), i64_type.into()], false),
+        );
+        let size = item.value.as_ref().map_or_else(|| i64_type.const_zero(), |ty| self.size_of(ty));
+        self.builder.build_call(item_done, &[out.into(), size.into()], "")?;
+        Ok(())
+    }
+
+    /// Ends a chunk of batched top-level code: it returns after its last item.
+    pub(super) fn finish_top_level_chunk(&mut self, function: FunctionValue<'ctx>) -> Result<()> {
+        self.builder.build_return(None)?;
+        let allocas = function.get_first_basic_block().ok_or_else(|| CodegenError::Other("an empty chunk".into()))?;
+        let entry = allocas.get_next_basic_block().ok_or_else(|| CodegenError::Other("a chunk without code".into()))?;
+        self.builder.position_at_end(allocas);
+        self.builder.build_unconditional_branch(entry)?;
+        Ok(())
+    }
+
+    /// The bytes of the variables in a function's first block so far: a chunk of top-level
+    /// items is cut before its frame grows past what one item's own frame would be by much.
+    pub(super) fn frame_bytes(&self, function: FunctionValue<'ctx>) -> u64 {
+        let Some(frame) = function.get_first_basic_block() else { return 0 };
+        frame
+            .get_instructions()
+            .filter_map(|instruction| instruction.get_allocated_type().ok())
+            .map(|ty| self.target_data.get_abi_size(&ty))
+            .sum()
+    }
+
+    /// A function's state with its variables made: allocas in `allocas`, parameters stored into
+    /// them; the builder is left at the end of `body`.
+    fn function_state(
+        &mut self,
+        def: &FunctionDef,
+        function: FunctionValue<'ctx>,
+        allocas: BasicBlock<'ctx>,
+        body: BasicBlock<'ctx>,
+        sret: Option<PointerValue<'ctx>>,
+    ) -> Result<FunctionState<'ctx>> {
+        match allocas.get_terminator() {
+            Some(terminator) => self.builder.position_before(&terminator),
+            None => self.builder.position_at_end(allocas),
+        }
         let first_param = u32::from(sret.is_some());
         let mut state = FunctionState {
             function,
@@ -58,37 +151,34 @@ impl<'ctx> Lowering<'ctx, '_> {
             state.locals.push(slot);
             state.local_types.push(local.ty.clone());
         }
-        self.builder.position_at_end(entry);
+        self.builder.position_at_end(body);
         // Brilisp labels get their blocks up front, so jumps may go forward.
         state.labels =
             def.labels.iter().map(|label| self.context.append_basic_block(function, &sanitize(label))).collect();
-        match (result, def.body.as_slice()) {
-            (Some(ty), [Stmt::Expr(expr)]) => {
-                let value = self.expr(&mut state, expr)?;
-                let out = function
-                    .get_nth_param(0)
-                    .ok_or_else(|| CodegenError::Other("entry without output".into()))?
-                    .into_pointer_value();
-                match value {
-                    Value::Scalar(value) => {
-                        self.builder.build_store(out, value)?;
-                    }
-                    Value::Memory(memory) => self.copy_aggregate(out, memory, ty)?,
-                    Value::Nothing => {}
+        Ok(state)
+    }
+
+    /// A body's statements; for a top-level item with a value, the value is stored at `out`.
+    fn emit_body(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        def: &FunctionDef,
+        out: Option<(&Ty, PointerValue<'ctx>)>,
+    ) -> Result<()> {
+        match (out, def.body.as_slice()) {
+            (Some((ty, out)), [Stmt::Expr(expr)]) => match self.expr(state, expr)? {
+                Value::Scalar(value) => {
+                    self.builder.build_store(out, value)?;
                 }
-            }
+                Value::Memory(memory) => self.copy_aggregate(out, memory, ty)?,
+                Value::Nothing => {}
+            },
             _ => {
                 for stmt in &def.body {
-                    self.stmt(&mut state, stmt)?;
+                    self.stmt(state, stmt)?;
                 }
             }
         }
-        if self.current_block_open() {
-            // Falling off the end returns zero (the checker warned about it).
-            self.return_zero(&state)?;
-        }
-        self.builder.position_at_end(state.allocas);
-        self.builder.build_unconditional_branch(entry)?;
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use super::history::DefinitionKey;
 use super::report::{function_note, struct_line};
 use super::{device_source, EvalMode, Session, SessionConfig, SessionError};
 use crate::check::{self, FunctionEntry, FunctionKind};
-use crate::codegen::{self, CellModule};
+use crate::codegen::{self, CellModule, TopLevel};
 use crate::command::{self, Command, TimeSetting};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand;
@@ -307,6 +307,7 @@ impl Session {
             cell,
             "inspect",
             &names.naming(),
+            TopLevel::PerItem,
         )
         .map_err(|error| Diagnostic::internal(format!("code generation failed: {error}")))?;
         let ir = inspect::trim_ir(&module.print_to_string().to_string());

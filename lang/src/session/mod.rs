@@ -11,6 +11,7 @@ mod history;
 mod report;
 #[cfg(test)]
 mod tests;
+mod top_level;
 mod view;
 
 use std::rc::Rc;
@@ -21,7 +22,7 @@ use std::time::Instant;
 use crate::backend::Backend;
 use crate::bench::{self, Pipeline, QuietCell};
 use crate::check::{self, Env, FunctionEntry, FunctionKind};
-use crate::codegen::{self, CellModule};
+use crate::codegen::{self, CellModule, TopLevel};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{self, ExpandedCell, Stage};
 use crate::gpu::ptx::{DeviceSource, SessionGpu};
@@ -32,12 +33,13 @@ use crate::reader::{self, Sexp, Span};
 use crate::run::{self, Fault, Runner};
 use crate::timing::{Phase, PhaseTimes};
 use crate::tree::{FunctionDef, GlobalEntry, TypedCell};
-use crate::types::StructEntry;
+use crate::types::{StructEntry, Ty};
 use crate::value;
 use crate::{Item, Outcome, Stream};
 
 use self::history::{DefinitionKey, History};
 use self::report::{assembly_error, explain_expansions, function_note, lowering_error, struct_line};
+use self::top_level::TopLevelRun;
 
 /// The optimisation level a session starts with: the lowest cell latency (see the README's
 /// measurements); `:opt 3` for fast code.
@@ -208,8 +210,8 @@ impl Session {
     }
 
     /// `eval`, showing the cell while it runs: `progress` is called with the outcome so far
-    /// whenever the running code wrote output (every few tens of milliseconds at most) or a
-    /// top-level item gave its value. Invariant: the rendering of every outcome `progress` sees
+    /// whenever the running code wrote output or top-level items gave their values (every few
+    /// tens of milliseconds at most; after each item when output is not captured). Invariant: the rendering of every outcome `progress` sees
     /// is a prefix of the final one's (items are only appended, and only a runtime fault, which
     /// renders last, is added as a diagnostic meanwhile), so a front end may print each new part
     /// as it comes. Cells with `(bench …)` or `(autotune …)` show nothing before they end.
@@ -411,7 +413,7 @@ impl Session {
             }
         };
         outcome.diagnostics.extend(explain_expansions(cell.warnings.clone(), &expanded.sites));
-        let linked = match self.compile(&cell, &entry_prefix, &mut outcome.timing) {
+        let linked = match self.compile(&cell, &entry_prefix, TopLevel::Batched, &mut outcome.timing) {
             Ok(linked) => linked,
             Err(diagnostics) => {
                 self.staging.stage.restore(saved_stage);
@@ -464,6 +466,7 @@ impl Session {
         &mut self,
         cell: &TypedCell,
         module_name: &str,
+        top_level: TopLevel,
         timing: &mut PhaseTimes,
     ) -> Result<Linked, Vec<Diagnostic>> {
         let level = self.opt_level;
@@ -473,7 +476,15 @@ impl Session {
         self.backend.take_llvm_errors();
         let backend = &self.backend;
         let lowered = timing.time(Phase::Codegen, || {
-            codegen::lower(&backend.context, &target_data, &backend.triple(), cell, module_name, &names.naming())
+            codegen::lower(
+                &backend.context,
+                &target_data,
+                &backend.triple(),
+                cell,
+                module_name,
+                &names.naming(),
+                top_level,
+            )
         });
         let CellModule { module, entries, fault_sites, traps } =
             lowered.map_err(|error| vec![lowering_error(error, cell)])?;
@@ -591,8 +602,9 @@ impl Session {
         items
     }
 
-    /// Run: the cell's top-level code, item by item, until one faults; values are shown as the
-    /// language spells them.
+    /// Run: the cell's top-level code, in one call of its batched entries, until an item
+    /// faults; each item's output and value are shown in order, as the items finish, values as
+    /// the language spells them.
     fn run_top_level(
         &mut self,
         cell: &TypedCell,
@@ -603,47 +615,41 @@ impl Session {
     ) {
         let top: Vec<&FunctionDef> = cell.top.iter().map(|item| &item.function).collect();
         self.prepare_launches(&top, &mut outcome.timing);
-        // Bytes of a UTF-8 sequence cut by a chunk boundary wait for the next chunk.
-        let mut pending = [Vec::new(), Vec::new()];
-        for (item, address) in cell.top.iter().zip(entries) {
-            let size = item.value.as_ref().map_or(0, |ty| value::size_align(ty, &self.env.structs).0);
-            let mut streamed = |stream: Stream, bytes: Vec<u8>| {
-                let text = crate::run::complete_text(&mut pending[stream as usize], &bytes);
-                if !text.is_empty() {
-                    outcome.items.push(Item::Output { stream, text });
-                    progress(outcome);
-                }
-            };
-            let report = self.runner.call(*address, size, self.config.capture_output, &mut streamed);
-            outcome.timing.device.extend(self.gpu.runtime.take_rows());
-            self.program.keep_allocations(report.allocations);
-            for (stream, bytes) in [(Stream::Stdout, &report.output), (Stream::Stderr, &report.errors)] {
-                let mut text = crate::run::complete_text(&mut pending[stream as usize], bytes);
-                // The call is over: a sequence still cut short is what the program wrote.
-                text.push_str(&String::from_utf8_lossy(&std::mem::take(&mut pending[stream as usize])));
-                if !text.is_empty() {
-                    outcome.items.push(Item::Output { stream, text });
-                }
-            }
-            match report.fault {
-                // A script that calls exit ends as a C program does: with that status, quietly.
-                Some(Fault::Exit { status, .. }) if mode != EvalMode::Cell => {
-                    self.script_exit = Some(status);
-                    break;
-                }
-                Some(fault) => {
-                    outcome.diagnostics.push(self.fault_diagnostic(&fault, item.function.span));
-                    break;
-                }
-                None => {}
-            }
-            if let (Some(ty), false) = (&item.value, mode == EvalMode::Script) {
-                let text = value::format_value_with(&report.result, 0, ty, &self.env.structs, &|handle, element| {
-                    self.gpu.describe_buffer(handle, element)
-                });
-                outcome.items.push(Item::Value { text, ty: ty.to_string() });
-            }
+        if entries.is_empty() {
+            return;
+        }
+        let structs = &self.env.structs;
+        let size = cell.top.iter().filter_map(|item| item.value.as_ref()).map(|ty| value::size_align(ty, structs).0);
+        let size = size.max().unwrap_or(0);
+        let gpu = &self.gpu;
+        let value_text = |bytes: &[u8], ty: &Ty| {
+            value::format_value_with(bytes, 0, ty, structs, &|handle, element| gpu.describe_buffer(handle, element))
+        };
+        let mut shown = TopLevelRun::new(&cell.top, mode != EvalMode::Script);
+        let capture = self.config.capture_output;
+        // Output that is not captured goes to the terminal as it is written: each value must be
+        // shown before the next item runs.
+        let lockstep = !capture && mode == EvalMode::Cell;
+        let report = self.runner.call(entries, size, capture, lockstep, &mut |done| {
+            shown.absorb(done, false, outcome, &value_text);
             progress(outcome);
+        });
+        shown.absorb(report.rest, true, outcome, &value_text);
+        outcome.timing.device.extend(self.gpu.runtime.take_rows());
+        self.program.keep_allocations(report.allocations);
+        let faulting = cell.top.get(shown.finished());
+        match (report.fault, faulting) {
+            // A script that calls exit ends as a C program does: with that status, quietly.
+            (Some(Fault::Exit { status, .. }), _) if mode != EvalMode::Cell => self.script_exit = Some(status),
+            // An interrupt that came after the last item stopped nothing.
+            (Some(Fault::Interrupted { .. }), None) => progress(outcome),
+            (Some(fault), item) => {
+                // Every item finished yet the call faulted: the last item's, after its end.
+                if let Some(item) = item.or(cell.top.last()) {
+                    outcome.diagnostics.push(self.fault_diagnostic(&fault, item.function.span));
+                }
+            }
+            (None, _) => progress(outcome),
         }
     }
 
@@ -664,7 +670,7 @@ impl Pipeline for Session {
         } else {
             self.check(&self.env, forms, &prefix)
         }?;
-        let linked = self.compile(&cell, &prefix, &mut PhaseTimes::default())?;
+        let linked = self.compile(&cell, &prefix, TopLevel::PerItem, &mut PhaseTimes::default())?;
         let entries = linked.entries().to_vec();
         self.commit(&cell, linked);
         Ok((cell.top.iter().map(|item| item.value.clone()).collect(), entries))
@@ -673,7 +679,7 @@ impl Pipeline for Session {
     fn call_for_value(&mut self, entry: usize, size: usize, span: Span) -> Result<Vec<u8>, Vec<Diagnostic>> {
         self.prepare_launches(&[], &mut PhaseTimes::default());
         // Bench and autotune runs: their output is not shown, only what they measure.
-        let report = self.runner.call(entry, size, self.config.capture_output, &mut |_, _| {});
+        let report = self.runner.call(&[entry], size, self.config.capture_output, false, &mut |_| {});
         self.gpu.runtime.take_rows();
         self.program.keep_allocations(report.allocations);
         match report.fault {

@@ -1,7 +1,11 @@
-//! Long sessions: code that nothing can reach any more gives its memory back.
+//! Long sessions: code that nothing can reach any more gives its memory back. A cell's
+//! top-level code, run in one call: values stream while later items run, and an interrupt stops
+//! the item that runs.
+
+use std::time::{Duration, Instant};
 
 use super::{Session, SessionConfig};
-use crate::Item;
+use crate::{Item, Outcome};
 
 fn session() -> Session {
     let config = SessionConfig { capture_output: true, load_prelude: false, ..SessionConfig::default() };
@@ -50,4 +54,49 @@ fn redefined_functions_give_their_old_code_back() {
         assert_eq!(value(&mut session, "(call caller)"), format!("{}", n + 10));
     }
     assert_eq!(session.program.code_in_use(), in_use);
+}
+
+fn values_of(outcome: &Outcome) -> Vec<String> {
+    outcome
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Value { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn values_stream_while_a_later_item_of_the_cell_runs() {
+    let mut session = session();
+    value(&mut session, "(define ((usleep int) (us int)))");
+    let mut seen = Vec::new();
+    let outcome = session.eval_streaming("1 2 (call usleep 600000) 4", &mut |partial| {
+        seen.push((Instant::now(), values_of(partial)));
+    });
+    let ended = Instant::now();
+    assert!(!outcome.failed(), "{:?}", outcome.diagnostics);
+    assert_eq!(values_of(&outcome), ["1", "2", "0", "4"]);
+    // The first two values were shown while the third item still slept.
+    let (shown, _) = seen.iter().find(|(_, values)| values.len() == 2).expect("the first values were shown");
+    assert!(ended.duration_since(*shown) >= Duration::from_millis(300), "{seen:?}");
+}
+
+#[test]
+fn an_interrupt_stops_the_item_that_runs_and_names_top_level_code() {
+    let mut session = session();
+    let interrupt = session.interrupt_handle();
+    // Once the first value is shown, the second item loops for ever.
+    let outcome = session.eval_streaming("1 (while #t) 3", &mut |partial| {
+        if !values_of(partial).is_empty() {
+            interrupt.interrupt();
+        }
+    });
+    assert_eq!(values_of(&outcome), ["1"]);
+    let [diagnostic] = outcome.diagnostics.as_slice() else { panic!("{:?}", outcome.diagnostics) };
+    assert_eq!(diagnostic.message, "interrupted in top-level code");
+    // The label is on the item that was stopped, `(while #t)`.
+    assert_eq!(diagnostic.labels.first().map(|label| (label.span.start, label.span.end)), Some((2, 12)));
+    assert_eq!(value(&mut session, "(add 1 2)"), "3", "the session goes on");
 }
