@@ -46,9 +46,11 @@ enum { CODE_SIGNAL = 100, CODE_INTERRUPT = 101, CODE_EXIT = 102, CODE_ABORT = 10
 
 /* An interrupt was asked for and the executor has not stopped yet. */
 static volatile sig_atomic_t interrupt_requested;
+
 int64_t quasi_guarded_call(void (*entry)(void *), void *out) {
     sigjmp_buf buffer;
     sigjmp_buf *previous = current_jump;
+    uintptr_t previous_frame = guarded_frame;
     if (sigsetjmp(buffer, 1) == 0) {
         interrupt_requested = 0;
         landing_planted = 0;
@@ -56,9 +58,11 @@ int64_t quasi_guarded_call(void (*entry)(void *), void *out) {
         current_jump = &buffer;
         entry(out);
         current_jump = previous;
+        guarded_frame = previous_frame;
         return 0;
     }
     current_jump = previous;
+    guarded_frame = previous_frame;
     return 1;
 }
 
