@@ -76,19 +76,25 @@ void quasi_fault_info(int64_t *code, int64_t *site, int64_t *signal_number, uint
     *detail = fault_detail;
 }
 
-/* Called by compiled code (division checks, unresolved or invalidated functions). */
-void quasi_fault(int64_t code, int64_t site) {
+/* Records how the guarded call ended and jumps back to it (the caller checked there is one). */
+__attribute__((noreturn)) static void end_call(int64_t code, int64_t site, int64_t signal_number, uintptr_t address, uintptr_t pc,
+                     int64_t detail) {
     fault_code = code;
     fault_site = site;
-    fault_signal = 0;
-    fault_address = 0;
-    fault_pc = 0;
-    fault_detail = 0;
+    fault_signal = signal_number;
+    fault_address = address;
+    fault_pc = pc;
+    fault_detail = detail;
+    siglongjmp(*current_jump, 1);
+}
+
+/* Called by compiled code (division checks, unresolved or invalidated functions). */
+void quasi_fault(int64_t code, int64_t site) {
     if (!current_jump) {
         fprintf(stderr, "quasi: runtime fault %" PRId64 " outside a guarded call\n", code);
         abort();
     }
-    siglongjmp(*current_jump, 1);
+    end_call(code, site, 0, 0, 0, 0);
 }
 
 static struct sigaction previous_actions[NSIG];
@@ -110,16 +116,11 @@ static void on_signal(int signal_number, siginfo_t *info, void *context) {
     }
     int raised_here = info->si_code <= 0 && info->si_pid == getpid();
     if (current_jump && (synchronous || raised_here)) {
-        sigjmp_buf *target = current_jump;
-        fault_code = CODE_SIGNAL;
-        /* -2: raised by the program (raise, kill), not by an instruction. */
-        fault_site = raised_here ? -2 : -1;
-        fault_signal = signal_number;
-        fault_address = (uintptr_t)info->si_addr;
-        fault_pc = context_pc(context);
         /* x86-64 page faults say in the error code whether the access was a write (bit 1). */
-        fault_detail = signal_number == SIGSEGV ? (((ucontext_t *)context)->uc_mcontext.gregs[REG_ERR] & 2) != 0 : 0;
-        siglongjmp(*target, 1);
+        int64_t wrote = signal_number == SIGSEGV && (((ucontext_t *)context)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+        /* Site -2: raised by the program (raise, kill), not by an instruction. */
+        end_call(CODE_SIGNAL, raised_here ? -2 : -1, signal_number, (uintptr_t)info->si_addr, context_pc(context),
+                 wrote);
     }
     /* Not ours: the previous handler's business. A fault re-runs its instruction under it; any
      * other signal is raised again. */
@@ -183,15 +184,9 @@ __asm__(".text\n"
 void quasi_interrupt_landing(void);
 
 void quasi_interrupted_on_return(void) {
-    fault_code = CODE_INTERRUPT;
-    fault_site = -1;
-    fault_signal = 0;
-    fault_address = 0;
-    fault_pc = landing_pc;
-    fault_detail = 0;
-    interrupt_requested = 0;
     if (!current_jump) abort();
-    siglongjmp(*current_jump, 1);
+    interrupt_requested = 0;
+    end_call(CODE_INTERRUPT, -1, 0, 0, landing_pc, 0);
 }
 
 /* How far above the stack pointer an interrupt looks for the return into compiled code. */
@@ -218,15 +213,8 @@ static void on_interrupt(int signal_number, siginfo_t *info, void *context) {
     if (!current_jump || !interrupt_requested) return;
     uintptr_t pc = context_pc(context);
     if (in_code(pc)) {
-        sigjmp_buf *target = current_jump;
         interrupt_requested = 0;
-        fault_code = CODE_INTERRUPT;
-        fault_site = -1;
-        fault_signal = 0;
-        fault_address = 0;
-        fault_pc = pc;
-        fault_detail = 0;
-        siglongjmp(*target, 1);
+        end_call(CODE_INTERRUPT, -1, 0, 0, pc, 0);
     }
     if (!landing_planted) plant_landing((uintptr_t)((ucontext_t *)context)->uc_mcontext.gregs[REG_RSP]);
 }
@@ -261,17 +249,11 @@ void quasi_install_fault_handlers(void) {
 /* exit and its kin, abort: called by user code, they end the running cell, not the process.
  * The session links those names here; the status and which function are in the fault record. */
 static void program_ended(int64_t code, int64_t which, int64_t status) {
-    fault_code = code;
-    fault_site = which;
-    fault_signal = 0;
-    fault_address = 0;
-    fault_pc = 0;
-    fault_detail = status;
     if (!current_jump) {
         if (code == CODE_ABORT) abort();
         _exit((int)status);
     }
-    siglongjmp(*current_jump, 1);
+    end_call(code, which, 0, 0, 0, status);
 }
 
 void quasi_rt_exit(int status) { program_ended(CODE_EXIT, 0, status); }

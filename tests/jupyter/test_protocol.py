@@ -216,27 +216,14 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         self.run_cell(":limits operations 100000000000")
         self.run_cell('(rhai "fn spin() { loop { } }")')
         try:
-            msg_id = self.kc.execute(",(spin)")
-            time.sleep(0.5)
-            request = self.kc.session.msg("interrupt_request", {})
-            self.kc.control_channel.send(request)
-            control_reply = self.kc.control_channel.get_msg(timeout=TIMEOUT)
-            validate_message(control_reply, "interrupt_reply", request["header"]["msg_id"])
-            reply = self.kc.get_shell_msg(timeout=TIMEOUT)
-            self.assertEqual(reply["parent_header"]["msg_id"], msg_id)
-            self.assertEqual(reply["content"]["status"], "error")
-            self.assertEqual(reply["content"]["ename"], "error[interrupted]")
+            self.interrupt_running(",(spin)")
         finally:
             self.run_cell(":limits operations 10000000")
-        _, messages = self.run_cell("(add 2 3)")
-        results = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
-        self.assertEqual(results, ["5 : int"])
+        self.assertEqual(self.results_of("(add 2 3)"), ["5 : int"])
 
-    def test_interrupt_stops_a_compiled_loop_and_keeps_definitions(self):
-        self.flush_channels()
-        self.run_cell("(define-global (spins int64))")
-        self.run_cell("(define ((spin void)) (while #t (set spins (add spins (int64 1)))))")
-        msg_id = self.kc.execute("(call spin)")
+    def interrupt_running(self, code):
+        """Runs `code`, interrupts it half a second later; returns the interrupted execute_reply."""
+        msg_id = self.kc.execute(code)
         time.sleep(0.5)
         request = self.kc.session.msg("interrupt_request", {})
         self.kc.control_channel.send(request)
@@ -246,10 +233,19 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         self.assertEqual(reply["parent_header"]["msg_id"], msg_id)
         self.assertEqual(reply["content"]["status"], "error")
         self.assertEqual(reply["content"]["ename"], "error[interrupted]")
+        return reply
+
+    def results_of(self, code):
+        _, messages = self.run_cell(code)
+        return [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
+
+    def test_interrupt_stops_a_compiled_loop_and_keeps_definitions(self):
+        self.flush_channels()
+        self.run_cell("(define-global (spins int64))")
+        self.run_cell("(define ((spin void)) (while #t (set spins (add spins (int64 1)))))")
+        reply = self.interrupt_running("(call spin)")
         self.assertIn("interrupted in function `spin`", reply["content"]["evalue"])
-        _, messages = self.run_cell("(gt spins (int64 0))")
-        results = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
-        self.assertEqual(results, ["#t : bool"])
+        self.assertEqual(self.results_of("(gt spins (int64 0))"), ["#t : bool"])
 
     def test_exit_in_user_code_keeps_the_kernel(self):
         self.flush_channels()
@@ -257,9 +253,7 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         reply, _ = self.run_cell("(call exit 3)")
         self.assertEqual(reply["content"]["status"], "error")
         self.assertIn("the program called exit(3)", reply["content"]["evalue"])
-        _, messages = self.run_cell("(add 2 3)")
-        results = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"]
-        self.assertEqual(results, ["5 : int"])
+        self.assertEqual(self.results_of("(add 2 3)"), ["5 : int"])
 
     def test_tables_and_listings_are_rich(self):
         self.flush_channels()
