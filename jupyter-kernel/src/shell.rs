@@ -124,7 +124,7 @@ impl Shell {
         let mut after = After::Continue;
         match &parent.content {
             JupyterMessageContent::ExecuteRequest(execute) => {
-                after = self.execute(execute, parent, queued, aborting).await
+                after = self.execute(execute, request.not_utf8.as_deref(), parent, queued, aborting).await
             }
             JupyterMessageContent::KernelInfoRequest(_) => reply(&mut self.replies, kernel_info(), parent).await,
             JupyterMessageContent::CompleteRequest(complete) => self.complete(complete, parent).await,
@@ -157,9 +157,12 @@ impl Shell {
         after
     }
 
+    /// Runs a cell; one whose request was not UTF-8 (`not_utf8`) fails without running, saying
+    /// so, and the cells after it run.
     async fn execute(
         &mut self,
         request: &ExecuteRequest,
+        not_utf8: Option<&str>,
         parent: &JupyterMessage,
         queued: &mut mpsc::UnboundedReceiver<Request>,
         aborting: bool,
@@ -184,20 +187,32 @@ impl Shell {
         if !silent {
             self.publisher.publish(ExecuteInput { code: request.code.clone(), execution_count: count }, parent);
         }
+        if let Some(why) = not_utf8 {
+            let evalue = format!("{why}: the cell was not run");
+            let failure = Output::Error {
+                ename: "error[syntax]".to_string(),
+                evalue: evalue.clone(),
+                traceback: vec![format!("error[syntax]: {evalue}")],
+            };
+            let error = self.publish(failure, count, silent, parent);
+            return self.finish_execute(request, count, error, false, parent, queued).await;
+        }
         self.interrupter.set_running(true);
         // Outputs are published as the engine sends them, while the cell runs.
         let (sender, mut outputs) = mpsc::unbounded_channel::<Vec<Output>>();
-        let execution = self.engine.execute(request.code.clone(), sender);
-        tokio::pin!(execution);
         let mut error = None;
-        let evaluated = loop {
-            tokio::select! {
-                Some(batch) = outputs.recv() => {
-                    for output in batch {
-                        error = self.publish(output, count, silent, parent).or(error);
+        let evaluated = {
+            let execution = self.engine.execute(request.code.clone(), sender);
+            tokio::pin!(execution);
+            loop {
+                tokio::select! {
+                    Some(batch) = outputs.recv() => {
+                        for output in batch {
+                            error = self.publish(output, count, silent, parent).or(error);
+                        }
                     }
+                    evaluated = &mut execution => break evaluated,
                 }
-                evaluated = &mut execution => break evaluated,
             }
         };
         self.interrupter.set_running(false);
@@ -219,6 +234,21 @@ impl Shell {
                 false
             }
         };
+        self.finish_execute(request, count, error, quit, parent, queued).await
+    }
+
+    /// Replies to an execute_request; after a failure, gathers the requests already sent to
+    /// abort them (with `stop_on_error`).
+    async fn finish_execute(
+        &mut self,
+        request: &ExecuteRequest,
+        count: ExecutionCount,
+        error: Option<ReplyError>,
+        quit: bool,
+        parent: &JupyterMessage,
+        queued: &mut mpsc::UnboundedReceiver<Request>,
+    ) -> After {
+        let silent = request.silent;
         // `:quit`: ask the front end to leave (jupyter console does; notebooks ignore it).
         let payload = if quit { vec![Payload::AskExit { keepkernel: false }] } else { Vec::new() };
         let failed = error.is_some();

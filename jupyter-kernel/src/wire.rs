@@ -62,6 +62,9 @@ pub struct Request {
     /// The content as sent, for requests whose optional fields jupyter-protocol requires
     /// (`history_request` of kind `search` without `n` or `unique`).
     pub content: Value,
+    /// The content was not UTF-8 (what and where): it was read with U+FFFD in place of the bad
+    /// bytes, so the request is answered, but code from it must not run.
+    pub not_utf8: Option<String>,
 }
 
 impl Request {
@@ -111,8 +114,17 @@ fn parse(raw: RawMessage) -> Result<Request, ReadError> {
     };
     let header: Header =
         serde_json::from_slice(header).map_err(|error| ReadError::Malformed(format!("header: {error}")))?;
-    let content: Value =
-        serde_json::from_slice(content).map_err(|error| ReadError::Malformed(format!("content: {error}")))?;
+    // Content that is JSON but for bytes that are not UTF-8 is still a request, to be answered
+    // (an execute_request with an error): dropping it would leave the client waiting.
+    let not_utf8 = std::str::from_utf8(content).err().map(|error| {
+        let at = error.valid_up_to();
+        format!("byte 0x{:02x} at byte {at} of the request's content is not UTF-8", content[at])
+    });
+    let parsed = match &not_utf8 {
+        None => serde_json::from_slice::<Value>(content),
+        Some(_) => serde_json::from_str::<Value>(&String::from_utf8_lossy(content)),
+    };
+    let content = parsed.map_err(|error| ReadError::Malformed(format!("content: {error}")))?;
     let metadata: Value = serde_json::from_slice(metadata).unwrap_or_else(|_| Value::Object(Default::default()));
     // An empty parent header (`{}`) is no header.
     let parent_header = serde_json::from_slice::<Header>(parent).ok();
@@ -131,7 +143,7 @@ fn parse(raw: RawMessage) -> Result<Request, ReadError> {
         buffers: buffers.to_vec(),
         channel: None,
     };
-    Ok(Request { message, content })
+    Ok(Request { message, content, not_utf8 })
 }
 
 /// A message for iopub: the first frame is a topic, as ipykernel sends, rather than the

@@ -1,11 +1,15 @@
 """The kernel's process and wire behaviour, with kernels of their own: signatures, parent
 death, shutdown and restart."""
 
+import hashlib
+import hmac
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 import zmq
@@ -165,3 +169,29 @@ def test_sigint_does_not_end_the_session(kernel):
     outputs = []
     client.execute_interactive("(call stays)", timeout=TIMEOUT, output_hook=outputs.append)
     assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["3 : int"]
+
+
+def test_a_cell_that_is_not_utf8_fails_and_the_next_cells_run(kernel):
+    """A correctly signed execute_request whose content has bytes that are not UTF-8 is answered
+    with an error naming the byte (it used to be dropped, leaving the client waiting); the cell
+    does not run, and the next cells do."""
+    manager, client = kernel
+    context = zmq.Context()
+    shell = raw_socket(context, manager, zmq.DEALER, "shell_port")
+    header = json.dumps({"msg_id": str(uuid.uuid4()), "username": "test", "session": str(uuid.uuid4()),
+                         "date": "2026-01-01T00:00:00Z", "msg_type": "execute_request", "version": "5.3"}).encode()
+    content = (b'{"code": "(add 1 \xff)", "silent": false, "store_history": true, "user_expressions": {},'
+               b' "allow_stdin": false, "stop_on_error": true}')
+    frames = [header, b"{}", b"{}", content]
+    signature = hmac.new(manager.session.key, digestmod=hashlib.sha256)
+    for frame in frames:
+        signature.update(frame)
+    shell.send_multipart([b"<IDS|MSG>", signature.hexdigest().encode()] + frames)
+    assert shell.poll(TIMEOUT * 1000), "no reply to a request that is not UTF-8"
+    reply = json.loads(shell.recv_multipart()[-1])
+    assert reply["status"] == "error", reply
+    assert reply["ename"] == "error[syntax]", reply
+    assert "byte 0xff at byte 17 of the request's content is not UTF-8" in reply["evalue"], reply
+    context.destroy()
+    after = client.execute_interactive("(add 2 3)", timeout=TIMEOUT)
+    assert after["content"]["status"] == "ok"
