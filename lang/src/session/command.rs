@@ -88,7 +88,7 @@ impl Session {
                 Some(timing) => outcome.items.push(Item::Timing(timing)),
                 None => outcome.items.push(message("no cell has run yet".into())),
             },
-            Command::Bench(text) => return self.eval(&format!("(bench {text})")),
+            Command::Bench(text) => return self.eval_cell(&format!("(bench {text})"), &mut |_| {}),
             Command::Limits { name, value } => return self.limits_command(name, value),
         }
         outcome

@@ -23,6 +23,9 @@ pub(super) struct History {
     /// Every text read, by `SourceId` (cells, files, Rhai scripts, the prelude).
     pub(super) sources: Vec<SourceFile>,
     pub(super) cell_count: u32,
+    /// Code compiled out of sight (`(bench …)`, `(autotune …)` variants): counted apart, so cell
+    /// numbers in diagnostics stay those of the prompts.
+    pub(super) quiet_count: u32,
     /// The last cell's text, the default subject of `:expand`.
     pub(super) last_cell: Option<String>,
     /// The last cell's expansion as it was compiled (same gensyms), for `:expand` and `:ptx`.

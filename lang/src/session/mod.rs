@@ -211,12 +211,18 @@ impl Session {
 
     /// `eval`, showing the cell while it runs: `progress` is called with the outcome so far
     /// whenever the running code wrote output or top-level items gave their values (every few
-    /// tens of milliseconds at most; after each item when output is not captured). Invariant: the rendering of every outcome `progress` sees
-    /// is a prefix of the final one's (items are only appended, and only a runtime fault, which
-    /// renders last, is added as a diagnostic meanwhile), so a front end may print each new part
-    /// as it comes. Cells with `(bench …)` or `(autotune …)` show nothing before they end.
+    /// tens of milliseconds at most; after each item when output is not captured). Invariant:
+    /// the rendering of every outcome `progress` sees is a prefix of the final one's (items are
+    /// only appended, and only a runtime fault, which renders last, is added as a diagnostic
+    /// meanwhile), so a front end may print each new part as it comes. Cells with `(bench …)`
+    /// or `(autotune …)` show nothing before they end.
     pub fn eval_streaming(&mut self, text: &str, progress: &mut dyn FnMut(&Outcome)) -> Outcome {
         self.history.cell_count += 1;
+        self.eval_cell(text, progress)
+    }
+
+    /// A cell under the current cell number (`:bench E` runs `(bench E)` as the cell it is).
+    fn eval_cell(&mut self, text: &str, progress: &mut dyn FnMut(&Outcome)) -> Outcome {
         self.interrupt.store(false, Ordering::SeqCst);
         let name = format!("cell {}", self.history.cell_count);
         if text.trim_start().starts_with(':') {
@@ -661,8 +667,8 @@ impl Session {
 
 impl Pipeline for Session {
     fn compile_quietly(&mut self, forms: &[Sexp], with_clock: bool) -> Result<QuietCell, Vec<Diagnostic>> {
-        self.history.cell_count += 1;
-        let prefix = format!("cell#{}", self.history.cell_count);
+        self.history.quiet_count += 1;
+        let prefix = format!("cell#{}q{}", self.history.cell_count, self.history.quiet_count);
         let cell = if with_clock {
             let mut env = self.env.clone();
             env.functions.insert(run::CLOCK.to_string(), bench::clock_entry());
