@@ -107,6 +107,38 @@ pub enum Completeness {
     Invalid,
 }
 
+/// Moves a form read from a piece of text to where that piece starts in its source.
+pub(crate) fn shift_spans(form: &mut Sexp, by: u32) {
+    form.span.start += by;
+    form.span.end += by;
+    match &mut form.kind {
+        SexpKind::List(items) => items.iter_mut().for_each(|item| shift_spans(item, by)),
+        SexpKind::Quasiquote(inner) | SexpKind::Unquote(inner) | SexpKind::UnquoteSplicing(inner) => {
+            shift_spans(inner, by)
+        }
+        _ => {}
+    }
+}
+
+/// Whether two forms are the same, spans included (floats by their bits).
+pub(crate) fn same_form(a: &Sexp, b: &Sexp) -> bool {
+    a.span == b.span
+        && match (&a.kind, &b.kind) {
+            (SexpKind::List(a), SexpKind::List(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_form(a, b))
+            }
+            (SexpKind::Symbol(a), SexpKind::Symbol(b)) | (SexpKind::Keyword(a), SexpKind::Keyword(b)) => a == b,
+            (SexpKind::Int(a), SexpKind::Int(b)) => a == b,
+            (SexpKind::Float(a), SexpKind::Float(b)) => a.to_bits() == b.to_bits(),
+            (SexpKind::Bool(a), SexpKind::Bool(b)) => a == b,
+            (SexpKind::Str(a), SexpKind::Str(b)) => a == b,
+            (SexpKind::Quasiquote(a), SexpKind::Quasiquote(b))
+            | (SexpKind::Unquote(a), SexpKind::Unquote(b))
+            | (SexpKind::UnquoteSplicing(a), SexpKind::UnquoteSplicing(b)) => same_form(a, b),
+            _ => false,
+        }
+}
+
 /// Reads every form of a text.
 pub(crate) fn read(source: SourceId, text: &str) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
     read_forms(source, text, false)

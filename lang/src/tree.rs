@@ -329,6 +329,54 @@ pub(crate) struct Local {
     pub ty: Ty,
 }
 
+/// A definition's form as expanded. Most definitions contain no unquote: their form is what the
+/// reader makes of their text, and keeping that text (tens of bytes) instead of the form (a tree
+/// of allocations, most of a session's memory per definition) is what `compact` does when
+/// reading the text again gives the same form.
+#[derive(Clone, Debug)]
+pub(crate) enum DefinitionSource {
+    Form(Sexp),
+    /// The text of the form, where it starts in its source.
+    Text {
+        text: Rc<str>,
+        source: crate::source::SourceId,
+        start: u32,
+    },
+}
+
+impl DefinitionSource {
+    /// The form.
+    pub fn form(&self) -> Sexp {
+        match self {
+            DefinitionSource::Form(form) => form.clone(),
+            DefinitionSource::Text { text, source, start } => {
+                reread(text, *source, *start).expect("compact keeps only text that reads back to the form")
+            }
+        }
+    }
+
+    /// The same source, as text where `text` (the form's span in its source) reads back to the
+    /// very form, spans included.
+    pub fn compact(self, text: Option<String>) -> DefinitionSource {
+        let DefinitionSource::Form(form) = &self else { return self };
+        let Some(text) = text else { return self };
+        match reread(&text, form.span.source, form.span.start) {
+            Some(again) if crate::reader::same_form(&again, form) => {
+                DefinitionSource::Text { text: text.into(), source: form.span.source, start: form.span.start }
+            }
+            _ => self,
+        }
+    }
+}
+
+/// The one form `text` holds, its spans placed at `start` of `source`.
+fn reread(text: &str, source: crate::source::SourceId, start: u32) -> Option<Sexp> {
+    let mut forms = crate::reader::read(source, text).ok()?;
+    let mut form = forms.pop().filter(|_| forms.is_empty())?;
+    crate::reader::shift_spans(&mut form, start);
+    Some(form)
+}
+
 /// A compiled function: a definition, or a top-level item's entry.
 #[derive(Clone, Debug)]
 pub(crate) struct FunctionDef {
@@ -342,7 +390,7 @@ pub(crate) struct FunctionDef {
     pub inline: bool,
     pub span: Span,
     /// The definition form as expanded, kept to re-check it when what it uses changes.
-    pub source: Sexp,
+    pub source: DefinitionSource,
     /// Session names it depends on: `fn:NAME`, `global:NAME`, `struct:NAME`.
     pub uses: BTreeSet<String>,
     /// `define-kernel`: launched, never called; compiled only for the GPU.

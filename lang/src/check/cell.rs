@@ -12,8 +12,8 @@ use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{check_intrinsic, IntrinsicError, IntrinsicFacts};
 use crate::reader::{Sexp, Span};
 use crate::tree::{
-    always_returns, visit_exprs, Callee, Constant, ExprKind, FunctionDef, GlobalDef, GlobalEntry, Invalidation,
-    Placement, Stmt, StructDef, TopItem, TypedCell, MAX_NESTING,
+    always_returns, visit_exprs, Callee, Constant, DefinitionSource, ExprKind, FunctionDef, GlobalDef, GlobalEntry,
+    Invalidation, Placement, Stmt, StructDef, TopItem, TypedCell, MAX_NESTING,
 };
 use crate::types::{parse_type, Signature, StructEntry, Ty};
 
@@ -180,7 +180,7 @@ impl<'a> CellChecker<'a> {
             labels,
             inline,
             span: form.span,
-            source: form.clone(),
+            source: DefinitionSource::Form(form.clone()),
             uses,
             kernel,
             annotations,
@@ -219,7 +219,7 @@ impl<'a> CellChecker<'a> {
             labels: Vec::new(),
             inline: false,
             span: form.span,
-            source: form.clone(),
+            source: DefinitionSource::Form(form.clone()),
             uses,
             kernel: false,
             annotations: Vec::new(),
@@ -441,7 +441,7 @@ impl<'a> CellChecker<'a> {
         let inlined_broken =
             def.uses.iter().find_map(|used| broken_inline.get(used).map(|root| (cause_of(used), root.clone())));
         let errors_before = self.errors.len();
-        let rechecked = if inlined_broken.is_some() { None } else { self.check_function(&def.source) };
+        let rechecked = if inlined_broken.is_some() { None } else { self.check_function(&def.source.form()) };
         let new_errors: Vec<Diagnostic> = self.errors.drain(errors_before..).collect();
         match rechecked {
             Some(function) if new_errors.is_empty() => {

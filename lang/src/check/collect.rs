@@ -15,7 +15,8 @@ use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{intrinsic_name, is_libdevice};
 use crate::reader::{Sexp, SexpKind, Span};
 use crate::tree::{
-    Annotation, Constant, Direction, ExprKind, ExternDef, FunctionDef, GlobalDef, GlobalEntry, Placement, StructDef,
+    Annotation, Constant, DefinitionSource, Direction, ExprKind, ExternDef, FunctionDef, GlobalDef, GlobalEntry,
+    Placement, StructDef,
 };
 use crate::types::{parse_addrspace, Signature, StructEntry, Ty};
 
@@ -577,7 +578,7 @@ impl CellChecker<'_> {
             labels: Vec::new(),
             inline,
             span: form.span,
-            source: form.clone(),
+            source: DefinitionSource::Form(form.clone()),
             uses: BTreeSet::new(),
             kernel: attributes.kernel,
             annotations,

@@ -170,7 +170,7 @@ impl Session {
             _ => None,
         });
         let (label, forms, source_text) = match (subject, defined) {
-            (Some(name), Some(def)) => (name.to_string(), vec![def.source.clone()], self.history.span_text(def.span)),
+            (Some(name), Some(def)) => (name.to_string(), vec![def.source.form()], self.history.span_text(def.span)),
             (Some(name), None) if reader::is_symbol(name) => {
                 let message = if self.env.functions.contains_key(name) {
                     format!("`{name}` is declared without a body: there is nothing to list")

@@ -579,10 +579,12 @@ impl Session {
             let redefined = matches!(previous, Some(FunctionEntry { kind: FunctionKind::Defined(_), .. }));
             let param_names =
                 function.locals.iter().take(function.signature.params.len()).map(|local| local.name.clone()).collect();
+            let mut kept = function.clone();
+            kept.source = kept.source.compact(self.history.span_text(function.span));
             let entry = FunctionEntry {
                 signature: function.signature.clone(),
                 param_names,
-                kind: FunctionKind::Defined(Rc::new(function.clone())),
+                kind: FunctionKind::Defined(Rc::new(kept)),
                 invalidated: None,
             };
             if !recompiled {

@@ -100,3 +100,27 @@ fn an_interrupt_stops_the_item_that_runs_and_names_top_level_code() {
     assert_eq!(diagnostic.labels.first().map(|label| (label.span.start, label.span.end)), Some((2, 12)));
     assert_eq!(value(&mut session, "(add 1 2)"), "3", "the session goes on");
 }
+
+/// A definition with no unquote keeps its text, not its form (most of its memory); one built by
+/// an unquote keeps the form. Either way a change it depends on re-checks it from the very form
+/// it was defined by: a redefined struct invalidates both.
+#[test]
+fn definitions_keep_text_where_it_reads_back_to_their_form() {
+    use crate::check::FunctionKind;
+    use crate::tree::DefinitionSource;
+    let mut session = session();
+    value(&mut session, "(define-struct p (x int))");
+    value(&mut session, "(define ((plain int) (v (ptr (struct p)))) (ret (load (sptradd v x))))");
+    value(&mut session, "(define ((built int) (v (ptr (struct p)))) (ret (load (sptradd v ,(sym \"x\")))))");
+    let source = |session: &Session, name: &str| match &session.env.functions[name].kind {
+        FunctionKind::Defined(def) => def.source.clone(),
+        _ => panic!("`{name}` is defined"),
+    };
+    let DefinitionSource::Text { text, .. } = source(&session, "plain") else { panic!("`plain` keeps its text") };
+    assert_eq!(&*text, "(define ((plain int) (v (ptr (struct p)))) (ret (load (sptradd v x))))");
+    assert!(matches!(source(&session, "built"), DefinitionSource::Form(_)));
+    let outcome = session.eval("(define-struct p (y int))");
+    let messages: Vec<String> = outcome.diagnostics.iter().map(|diagnostic| diagnostic.message.clone()).collect();
+    assert!(messages.iter().any(|message| message.contains("`plain`")), "{messages:?}");
+    assert!(messages.iter().any(|message| message.contains("`built`")), "{messages:?}");
+}
