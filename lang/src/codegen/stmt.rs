@@ -17,7 +17,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         result: Option<&Ty>,
     ) -> Result<()> {
         if self.device.is_none() {
-            self.keep_null_accesses(function);
+            self.host_function_attributes(function);
         }
         let allocas = self.context.append_basic_block(function, "frame");
         let entry = self.context.append_basic_block(function, "entry");
@@ -58,7 +58,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let allocas = match function.get_first_basic_block() {
             Some(allocas) => allocas,
             None => {
-                self.keep_null_accesses(function);
+                self.host_function_attributes(function);
                 let allocas = self.context.append_basic_block(function, "frame");
                 let entry = self.context.append_basic_block(function, "entry");
                 self.builder.position_at_end(entry);
