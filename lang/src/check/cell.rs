@@ -98,7 +98,7 @@ impl<'a> CellChecker<'a> {
     pub(super) fn check_bodies(&mut self, forms: &[&Sexp], top_level_name: &str) {
         for form in forms {
             match form.head() {
-                Some("define-struct" | "define-global" | "define-shared" | "declare") => {}
+                Some("define-struct" | "define-global" | "define-shared" | "declare" | "declare-global") => {}
                 Some(head) if define_attributes(head).is_some() => {
                     let items = form.list().unwrap_or(&[]);
                     if items.len() > 2 {

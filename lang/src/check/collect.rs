@@ -57,7 +57,8 @@ impl CellChecker<'_> {
             match form.head() {
                 Some("define-global") => self.collect_global(form),
                 Some("define-shared") => self.collect_shared(form),
-                Some("declare") => self.collect_top_declare(form),
+                Some("declare") => self.collect_top_declare(form, false),
+                Some("declare-global") => self.collect_top_declare(form, true),
                 _ => {}
             }
         }
@@ -379,7 +380,9 @@ impl CellChecker<'_> {
         }
     }
 
-    fn collect_top_declare(&mut self, form: &Sexp) {
+    /// A top-level `(declare NAME TYPE)`: a session global. `(declare-global NAME (ptr T))` is
+    /// the same with the pointer into GPU global memory (address space 1), as in a body.
+    fn collect_top_declare(&mut self, form: &Sexp, global_pointer: bool) {
         let items = form.list().unwrap_or(&[]);
         let (Some(name), 3) = (items.get(1).and_then(Sexp::symbol), items.len()) else {
             self.error(syntax(form.span, "a declaration is `(declare NAME TYPE)`"));
@@ -388,7 +391,16 @@ impl CellChecker<'_> {
         if !self.define_global_name(name, items[1].span) {
             return;
         }
-        let Some(ty) = self.parse_ty(&items[2]) else { return };
+        let Some(mut ty) = self.parse_ty(&items[2]) else { return };
+        if global_pointer {
+            match ty {
+                Ty::Ptr(pointee, _) => ty = Ty::Ptr(pointee, 1),
+                _ => {
+                    self.error(type_error(items[2].span, "`declare-global` declares a pointer"));
+                    return;
+                }
+            }
+        }
         if !ty.is_value() {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));
             return;
