@@ -163,12 +163,8 @@ fn run_of_a_missing_file_says_so() {
     assert!(finished.stderr.contains("cannot read `/nonexistent/quasi-test.cl`"), "{}", finished.stderr);
 }
 
-/// Program output streams while the cell runs: each `tick` reaches the pipe when it is printed
-/// (C's stdout is flushed every few tens of milliseconds while compiled code runs), not when the
-/// cell ends. The cell prints three ticks 700 ms apart, then its value.
-#[test]
-fn output_streams_while_the_cell_runs() {
-    use std::io::BufRead;
+/// `quasi` reading cells from a pipe that the test writes as it goes; stdout piped, stderr dropped.
+fn quasi_reading_cells() -> (std::process::Child, std::process::ChildStdin) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
@@ -176,7 +172,17 @@ fn output_streams_while_the_cell_runs() {
         .stderr(Stdio::null())
         .spawn()
         .expect("the quasi binary starts");
-    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let stdin = child.stdin.take().expect("stdin is piped");
+    (child, stdin)
+}
+
+/// Program output streams while the cell runs: each `tick` reaches the pipe when it is printed
+/// (C's stdout is flushed every few tens of milliseconds while compiled code runs), not when the
+/// cell ends. The cell prints three ticks 700 ms apart, then its value.
+#[test]
+fn output_streams_while_the_cell_runs() {
+    use std::io::BufRead;
+    let (mut child, mut stdin) = quasi_reading_cells();
     let cells = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((usleep int) (us int)))\n\
                  (declare i int)\n(for ((set i 1) (le i 3) (set i (add i 1))) (call printf \"tick %d\\n\" i) (call usleep 700000))\n\
                  (add 40 2)\n";
@@ -273,14 +279,7 @@ fn sigint_interrupts_run_with_status_130() {
 #[test]
 fn an_interrupt_inside_libc_leaves_the_heap_and_stdio_working() {
     use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the quasi binary starts");
-    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let (mut child, mut stdin) = quasi_reading_cells();
     let cells = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((malloc (ptr int8)) (n int64)))\n\
                  (define ((free void) (p (ptr int8))))\n\
                  (define ((churn void)) (call printf \"churning\\n\") (while #t (call free (call malloc (int64 100))) (call printf \"\")))\n\
