@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use quasi_lang::{Item, Session, SessionConfig, Stream};
+use quasi_lang::{Session, SessionConfig, Stream};
 use similar::TextDiff;
 
 /// What a program printed and how it ended.
@@ -47,15 +47,7 @@ fn run_clisp(source: &Path) -> Result<Run, Failed> {
         let rendered = quasi_repl::render(&outcome, quasi_repl::Style::Plain);
         return Err(format!("{} did not run cleanly (status {status}):\n{rendered}", source.display()).into());
     }
-    let stdout = outcome
-        .items
-        .iter()
-        .filter_map(|item| match item {
-            Item::Output { stream: Stream::Stdout, text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    Ok(Run { stdout, status })
+    Ok(Run { stdout: outcome.written(Stream::Stdout), status })
 }
 
 fn check(program: &Path) -> Result<(), Failed> {

@@ -1,5 +1,5 @@
 //! Random well-typed programs with C twins. Each program is written twice at once, in C-Lisp
-//! and in C, so that both mean the same under LANGUAGE.md §4 and clang's `-fwrapv
+//! and in C, so that both mean the same under docs/language.md §4 and clang's `-fwrapv
 //! -ffp-contract=off`: wrapping integer arithmetic, shift amounts masked to the width (the
 //! C-Lisp side leaves them unmasked: Quasi defines them), division through helpers that never
 //! divide by zero or the minimum by -1, float-to-integer conversions only in range, every

@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use quasi_lang::{Item, Kind, Session, SessionConfig, Stream};
+use quasi_lang::{Kind, Session, SessionConfig, Stream};
 
 const WORKER_VARIABLE: &str = "QUASI_FUZZ_WORKER";
 const LIMIT_VARIABLE: &str = "QUASI_FUZZ_CELL_LIMIT_MS";
@@ -256,14 +256,7 @@ fn worker(job: &Path, cell_limit: Duration) -> i32 {
         *current.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((index, Instant::now()));
         let outcome = session.eval(cell);
         *current.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
-        let stdout: String = outcome
-            .items
-            .iter()
-            .filter_map(|item| match item {
-                Item::Output { stream: Stream::Stdout, text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
+        let stdout = outcome.written(Stream::Stdout);
         let rendered = quasi_repl::render(&outcome, quasi_repl::Style::Plain);
         let internal = outcome.diagnostics.iter().any(|diagnostic| diagnostic.kind == Kind::Internal);
         send(

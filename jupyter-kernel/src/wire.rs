@@ -115,16 +115,21 @@ fn parse(raw: RawMessage) -> Result<Request, ReadError> {
     let header: Header =
         serde_json::from_slice(header).map_err(|error| ReadError::Malformed(format!("header: {error}")))?;
     // Content that is JSON but for bytes that are not UTF-8 is still a request, to be answered
-    // (an execute_request with an error): dropping it would leave the client waiting.
-    let not_utf8 = std::str::from_utf8(content).err().map(|error| {
-        let at = error.valid_up_to();
-        format!("byte 0x{:02x} at byte {at} of the request's content is not UTF-8", content[at])
-    });
-    let parsed = match &not_utf8 {
-        None => serde_json::from_slice::<Value>(content),
-        Some(_) => serde_json::from_str::<Value>(&String::from_utf8_lossy(content)),
+    // (an execute_request with an error): dropping it would leave the client waiting. Only
+    // content that did not parse is looked at again.
+    let (content, not_utf8) = match serde_json::from_slice::<Value>(content) {
+        Ok(parsed) => (parsed, None),
+        Err(error) => {
+            let Err(bad) = std::str::from_utf8(content) else {
+                return Err(ReadError::Malformed(format!("content: {error}")));
+            };
+            let at = bad.valid_up_to();
+            let why = format!("byte 0x{:02x} at byte {at} of the request's content is not UTF-8", content[at]);
+            let parsed = serde_json::from_str::<Value>(&String::from_utf8_lossy(content))
+                .map_err(|error| ReadError::Malformed(format!("content: {error}")))?;
+            (parsed, Some(why))
+        }
     };
-    let content = parsed.map_err(|error| ReadError::Malformed(format!("content: {error}")))?;
     let metadata: Value = serde_json::from_slice(metadata).unwrap_or_else(|_| Value::Object(Default::default()));
     // An empty parent header (`{}`) is no header.
     let parent_header = serde_json::from_slice::<Header>(parent).ok();

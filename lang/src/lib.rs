@@ -62,6 +62,17 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// What the program wrote to `stream`, in order.
+    pub fn written(&self, stream: Stream) -> String {
+        self.items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Output { stream: written, text } if *written == stream => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the cell had an error.
     pub fn failed(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)

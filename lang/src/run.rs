@@ -198,9 +198,9 @@ impl Interrupter {
             while !state.stop {
                 state = if state.calling {
                     if interrupt.load(Ordering::SeqCst) {
-                        // SAFETY: signals the executor thread, which lives as long as the runner
-                        // (it is joined after this thread); the handler only jumps out of
-                        // compiled code, inside a guarded call.
+                        // SAFETY: `calling` is set only while `Runner::call` waits for the
+                        // executor thread, so that thread is alive; the handler only jumps out
+                        // of compiled code, inside a guarded call.
                         unsafe { quasi_request_interrupt(executor) };
                     }
                     changed.wait_timeout(state, INTERRUPT_POLL).unwrap_or_else(|poisoned| poisoned.into_inner()).0

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::cell::CellChecker;
-use super::{arity, cast_note, syntax, type_error, MAX_LOCAL_BYTES};
+use super::{arity, cast_note, global_memory_pointer, syntax, type_error, MAX_LOCAL_BYTES};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, Span};
 use crate::tree::{Expr, ExprKind, Local, Place, Placement, Stmt, MAX_NESTING};
@@ -214,13 +214,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
         let mut ty = self.ty(&items[2])?;
         if global_pointer {
             // cuda-lisp's `declare-global`: a local holding a pointer into global memory.
-            match ty {
-                Ty::Ptr(pointee, _) => ty = Ty::Ptr(pointee, 1),
-                _ => {
-                    self.error(type_error(items[2].span, "`declare-global` declares a pointer"));
-                    return None;
-                }
-            }
+            ty = global_memory_pointer(ty, items[2].span).map_err(|error| self.error(error)).ok()?;
         }
         if !ty.is_value() {
             self.error(type_error(items[2].span, "a variable cannot be `void`"));

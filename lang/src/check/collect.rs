@@ -8,8 +8,8 @@ use super::call::intrinsic_error;
 use super::cell::CellChecker;
 use super::env::{FunctionEntry, FunctionKind};
 use super::{
-    define_attributes, parse_prototype, syntax, type_error, typed_literal, Attributes, Prototype, MAX_LOCAL_BYTES,
-    MAX_SHARED_BYTES, MAX_VALUE_BYTES,
+    define_attributes, global_memory_pointer, parse_prototype, syntax, type_error, typed_literal, Attributes,
+    Prototype, MAX_LOCAL_BYTES, MAX_SHARED_BYTES, MAX_VALUE_BYTES,
 };
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{intrinsic_name, is_libdevice};
@@ -393,12 +393,9 @@ impl CellChecker<'_> {
         }
         let Some(mut ty) = self.parse_ty(&items[2]) else { return };
         if global_pointer {
-            match ty {
-                Ty::Ptr(pointee, _) => ty = Ty::Ptr(pointee, 1),
-                _ => {
-                    self.error(type_error(items[2].span, "`declare-global` declares a pointer"));
-                    return;
-                }
+            match global_memory_pointer(ty, items[2].span) {
+                Ok(pointer) => ty = pointer,
+                Err(error) => return self.error(error),
             }
         }
         if !ty.is_value() {

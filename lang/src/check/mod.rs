@@ -224,6 +224,15 @@ fn syntax(span: Span, message: impl Into<String>) -> Diagnostic {
     Diagnostic::error(Kind::Syntax, message).with_label(span, "")
 }
 
+/// The type `(declare-global NAME TYPE)` gives NAME, in a body or at the top level (cuda-lisp's
+/// form): TYPE must be a pointer, and it points into GPU global memory (address space 1).
+fn global_memory_pointer(ty: Ty, span: Span) -> Result<Ty, Diagnostic> {
+    match ty {
+        Ty::Ptr(pointee, _) => Ok(Ty::Ptr(pointee, 1)),
+        _ => Err(type_error(span, "`declare-global` declares a pointer")),
+    }
+}
+
 fn type_error(span: Span, message: impl Into<String>) -> Diagnostic {
     Diagnostic::error(Kind::Type, message).with_label(span, "")
 }

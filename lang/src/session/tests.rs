@@ -15,16 +15,8 @@ fn session() -> Session {
 /// The value a cell gave, or its diagnostics.
 fn value(session: &mut Session, cell: &str) -> String {
     let outcome = session.eval(cell);
-    let values: Vec<&str> = outcome
-        .items
-        .iter()
-        .filter_map(|item| match item {
-            Item::Value { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
     assert!(!outcome.failed(), "`{cell}` failed: {:?}", outcome.diagnostics);
-    values.join(" ")
+    values_of(&outcome).join(" ")
 }
 
 #[test]
