@@ -84,7 +84,18 @@ fn main() {
                 Ok(inside) => inside.with_extension("").display().to_string(),
                 Err(_) => Path::new("docs").join(path.file_stem().unwrap_or_default()).display().to_string(),
             };
-            Trial::test(name, move || check(&path))
+            // A transcript that needs what this machine lacks (a CUDA device) is skipped, and
+            // says why in its name.
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let parsed = if path.extension().is_some_and(|extension| extension == "md") {
+                transcript::parse_markdown(&text).transcript()
+            } else {
+                transcript::parse(&text)
+            };
+            match parsed.unmet_requirement() {
+                Some(reason) => Trial::test(format!("{name} (skipped: {reason})"), || Ok(())).with_ignored_flag(true),
+                None => Trial::test(name, move || check(&path)),
+            }
         })
         .collect();
     libtest_mimic::run(&arguments, trials).exit();

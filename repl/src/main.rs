@@ -30,6 +30,9 @@ use rustyline::{
 
 const USAGE: &str = "\
 usage: quasi                         the interactive REPL (cells from stdin when it is not a terminal)
+       quasi --gpu sim|sim-unchecked|device …
+                                     where launches run (as `:gpu`, or QUASI_GPU): the CUDA
+                                     device, or the CPU simulator, checked or not
        quasi run [--warnings] FILE [ARG…]
                                      run FILE as one cell, then its `main`; exit with its status
        quasi test [--bless] [--jobs N] [--timeout SECONDS] PATH…
@@ -70,8 +73,45 @@ fn main() {
     std::process::exit(code);
 }
 
+/// `--gpu MODE`: where the sessions of this process run launches.
+static GPU_MODE: std::sync::OnceLock<quasi_lang::GpuMode> = std::sync::OnceLock::new();
+
+/// Removes `--gpu MODE` from the front of the arguments (or after `run`) and returns the mode.
+fn take_gpu_option(arguments: &mut Vec<OsString>) -> Result<Option<quasi_lang::GpuMode>, String> {
+    let at = match arguments.first().and_then(|first| first.to_str()) {
+        Some("--gpu") => 0,
+        Some("run") if arguments.get(1).and_then(|second| second.to_str()) == Some("--gpu") => 1,
+        _ => return Ok(None),
+    };
+    let value = arguments.get(at + 1).and_then(|value| value.to_str()).unwrap_or("").to_string();
+    let mode = match value.as_str() {
+        "sim" => quasi_lang::GpuMode::Sim { check: true },
+        "sim-unchecked" => quasi_lang::GpuMode::Sim { check: false },
+        "device" => quasi_lang::GpuMode::Device,
+        _ => return Err(format!("`--gpu` takes sim, sim-unchecked or device, not `{value}`")),
+    };
+    arguments.drain(at..at + 2);
+    Ok(Some(mode))
+}
+
+/// The configuration of this process's sessions.
+fn session_config(capture_output: bool) -> SessionConfig {
+    SessionConfig { capture_output, gpu: GPU_MODE.get().copied(), ..SessionConfig::default() }
+}
+
 fn quasi() -> i32 {
-    match parse_arguments(std::env::args_os().skip(1).collect()) {
+    let mut arguments: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match take_gpu_option(&mut arguments) {
+        Ok(Some(mode)) => {
+            let _ = GPU_MODE.set(mode);
+        }
+        Ok(None) => {}
+        Err(message) => {
+            eprintln!("quasi: {message}\n{USAGE}");
+            return 2;
+        }
+    }
+    match parse_arguments(arguments) {
         Ok(Invocation::Repl) if std::io::stdin().is_terminal() => interactive(),
         Ok(Invocation::Repl) => piped(),
         Ok(Invocation::Run { warnings, file, args }) => run_file(&file, &args, warnings),
@@ -129,7 +169,7 @@ fn parse_run(arguments: &[String]) -> Result<Invocation, String> {
 }
 
 fn new_session() -> Session {
-    match Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }) {
+    match Session::new(session_config(true)) {
         Ok(session) => {
             watch_interrupts(&session);
             session
@@ -190,7 +230,7 @@ fn run_file(path: &str, args: &[String], warnings: bool) -> i32 {
         }
     };
     // Not captured: a script's output goes straight to stdout, as a compiled program's would.
-    let mut session = match Session::new(SessionConfig::default()) {
+    let mut session = match Session::new(session_config(false)) {
         Ok(session) => session,
         Err(error) => {
             eprintln!("quasi: cannot start a session: {error}");
@@ -610,6 +650,27 @@ mod tests {
         assert!(arguments(&["run"]).is_err());
         assert!(arguments(&["run", "--frobnicate", "f.cl"]).is_err());
         assert!(arguments(&["f.cl"]).is_err());
+    }
+
+    #[test]
+    fn the_gpu_option_comes_first_or_after_run() {
+        let take = |words: &[&str]| {
+            let mut words: Vec<OsString> = words.iter().map(OsString::from).collect();
+            take_gpu_option(&mut words).map(|mode| (mode, words))
+        };
+        let rest = |words: &[&str]| words.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(take(&["--gpu", "sim"]), Ok((Some(quasi_lang::GpuMode::Sim { check: true }), rest(&[]))));
+        assert_eq!(
+            take(&["run", "--gpu", "sim-unchecked", "f.cl"]),
+            Ok((Some(quasi_lang::GpuMode::Sim { check: false }), rest(&["run", "f.cl"])))
+        );
+        assert_eq!(
+            take(&["--gpu", "device", "run", "f.cl"]),
+            Ok((Some(quasi_lang::GpuMode::Device), rest(&["run", "f.cl"])))
+        );
+        assert_eq!(take(&["run", "f.cl"]), Ok((None, rest(&["run", "f.cl"]))));
+        assert!(take(&["--gpu", "fast"]).is_err());
+        assert!(take(&["--gpu"]).is_err());
     }
 
     #[test]

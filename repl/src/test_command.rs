@@ -231,6 +231,19 @@ pub fn main(options: Options, style: Style) -> i32 {
             return 2;
         }
     };
+    // Files that need what this machine lacks (a CUDA device) are skipped, with the reason.
+    let mut skipped = 0;
+    let files: Vec<PathBuf> = files
+        .into_iter()
+        .filter(|path| match unmet_requirement(path) {
+            Some(reason) => {
+                println!("skip {}: {reason}", path.display());
+                skipped += 1;
+                false
+            }
+            None => true,
+        })
+        .collect();
     let queue = Arc::new(Mutex::new(files.iter().cloned().enumerate().collect::<Vec<_>>().into_iter()));
     let (sender, answers) = mpsc::channel();
     let workers: Vec<_> = (0..options.jobs.min(files.len()))
@@ -267,8 +280,22 @@ pub fn main(options: Options, style: Style) -> i32 {
     for worker in workers {
         let _ = worker.join();
     }
-    println!("{passed} passed, {failed} failed");
+    if skipped > 0 {
+        println!("{passed} passed, {failed} failed, {skipped} skipped");
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
     i32::from(failed > 0)
+}
+
+/// Why a transcript or document cannot run here (see `Transcript::unmet_requirement`).
+fn unmet_requirement(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match kind_of(path)? {
+        Kind::Transcript => transcript::parse(&text).unmet_requirement(),
+        Kind::Document => transcript::parse_markdown(&text).transcript().unmet_requirement(),
+        Kind::Notebook => None,
+    }
 }
 
 /// Runs one file in a worker process, killed if it runs longer than `limit`.

@@ -7,6 +7,8 @@
 //! exact expected output. Lines before the first cell are the header: `#` comments, and `#: `
 //! lines holding a command run (unshown) before the first cell, e.g. `#: :opt 3`. In expected
 //! output, `[..]` matches any text within a line and a line `...` matches any number of lines.
+//! A header line `# requires: cuda-device` marks a transcript that needs a real GPU: where
+//! there is none it is skipped, with the reason.
 
 use std::path::Path;
 
@@ -16,6 +18,8 @@ use crate::{render_masked, Masking, Style};
 
 /// The header prefix of a command run before the first cell.
 const SETUP_PREFIX: &str = "#: ";
+/// The header prefix of what a transcript needs of the machine.
+const REQUIRES_PREFIX: &str = "# requires:";
 
 /// One cell of a transcript and the output it should give.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +45,24 @@ impl Transcript {
     /// The header's `#: ` commands, in order.
     pub fn setup_commands(&self) -> Vec<&str> {
         self.header.lines().filter_map(|line| line.strip_prefix(SETUP_PREFIX)).map(str::trim).collect()
+    }
+
+    /// Why this transcript cannot run on this machine (`# requires: cuda-device` without a
+    /// CUDA device, or a requirement nobody knows), if it cannot.
+    pub fn unmet_requirement(&self) -> Option<String> {
+        let requirements = self.header.lines().filter_map(|line| line.strip_prefix(REQUIRES_PREFIX));
+        for requirement in requirements.flat_map(str::split_whitespace) {
+            match requirement {
+                "cuda-device" => {
+                    static PROBE: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+                    if let Err(reason) = PROBE.get_or_init(quasi_lang::gpu_probe) {
+                        return Some(format!("needs a CUDA device ({reason})"));
+                    }
+                }
+                other => return Some(format!("requires `{other}`, which is not a known requirement (cuda-device is)")),
+            }
+        }
+        None
     }
 }
 
@@ -323,6 +345,9 @@ mod tests {
     fn cells_know_their_lines_and_the_header_its_commands() {
         let transcript = parse("# comment\n#: :opt 3\n> (add 1 2)\n3 : int\n> (define ((f int))\n.   (ret 1))\n");
         assert_eq!(transcript.setup_commands(), [":opt 3"]);
+        assert_eq!(transcript.unmet_requirement(), None);
+        let unknown = parse("# requires: a-quantum-computer\n> 1\n1 : int\n");
+        assert!(unknown.unmet_requirement().is_some_and(|reason| reason.contains("not a known requirement")));
         let lines: Vec<usize> = transcript.cells.iter().map(|cell| cell.line).collect();
         assert_eq!(lines, [3, 5]);
     }
