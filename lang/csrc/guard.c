@@ -32,6 +32,9 @@ static __thread sigjmp_buf *current_jump;
 static __thread uintptr_t guarded_frame;
 /* Whether an interrupt replaced a return address (plant_landing), and the one it replaced. */
 static __thread int landing_planted;
+/* The top of the GPU simulator's fiber the executor runs on (0: none): an interrupt there
+ * looks for a return address only up to it, never past the fiber's own stack. */
+static __thread uintptr_t fiber_top;
 static __thread uintptr_t landing_pc;
 static __thread int64_t fault_code;
 static __thread int64_t fault_site;
@@ -63,6 +66,7 @@ int64_t quasi_guarded_call(void (*entry)(void *), void *out) {
     }
     current_jump = previous;
     guarded_frame = previous_frame;
+    fiber_top = 0;
     return 1;
 }
 
@@ -192,9 +196,12 @@ void quasi_interrupted_on_return(void) {
 /* How far above the stack pointer an interrupt looks for the return into compiled code. */
 #define LANDING_SCAN_WORDS 16384
 
+void quasi_set_fiber_stack(uintptr_t top) { fiber_top = top; }
+
 static void plant_landing(uintptr_t stack_pointer) {
     uintptr_t *word = (uintptr_t *)stack_pointer;
-    for (int i = 0; i < LANDING_SCAN_WORDS && (uintptr_t)&word[i] < guarded_frame; i++) {
+    uintptr_t limit = fiber_top ? fiber_top : guarded_frame;
+    for (int i = 0; i < LANDING_SCAN_WORDS && (uintptr_t)&word[i] < limit; i++) {
         if (is_return_address(word[i])) {
             landing_pc = word[i];
             landing_planted = 1;

@@ -24,6 +24,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":asm [NAME]", "x86-64 assembly"),
     (":ptx [NAME]", "PTX of a kernel (or any void function) and what it calls; no GPU needed"),
     (":gpu-arch [sm_XX]", "show or set the GPU target of PTX (default sm_90)"),
+    (":gpu [sim [unchecked]|device]", "show or choose where launches run: the CUDA device or the CPU simulator"),
     (":time on|off|last", "show phase times after every cell, or of the last cell"),
     (":bench TEXT", "benchmark TEXT, as (bench TEXT)"),
 ];
@@ -82,6 +83,8 @@ pub(crate) enum Command<'a> {
     Ptx(Option<&'a str>),
     /// `:gpu-arch [sm_XX]`.
     GpuArch(&'a str),
+    /// `:gpu` shows where launches run; `:gpu sim`, `:gpu sim unchecked`, `:gpu device` choose.
+    Gpu(Option<crate::gpu::Mode>),
     Time(TimeSetting),
     /// `:bench TEXT` is `(bench TEXT)`.
     Bench(&'a str),
@@ -134,6 +137,13 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
         ":asm" => Command::Inspect { stages: &[Stage::Assembly], subject: subject(argument) },
         ":ptx" => Command::Ptx(subject(argument)),
         ":gpu-arch" => Command::GpuArch(argument),
+        ":gpu" => Command::Gpu(match argument.split_whitespace().collect::<Vec<_>>().as_slice() {
+            [] => None,
+            ["device"] => Some(crate::gpu::Mode::Device),
+            ["sim"] => Some(crate::gpu::Mode::Sim { check: true }),
+            ["sim", "unchecked"] => Some(crate::gpu::Mode::Sim { check: false }),
+            _ => return Err(syntax(format!("`:gpu` takes `sim`, `sim unchecked` or `device`, found `{argument}`"))),
+        }),
         ":time" => Command::Time(match argument {
             "on" => TimeSetting::On,
             "off" => TimeSetting::Off,

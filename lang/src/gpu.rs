@@ -8,6 +8,9 @@
 //! knows C-Lisp; it moves bytes, and the session spells them.
 
 pub(crate) mod ptx;
+pub(crate) mod sim;
+mod sim_build;
+pub(crate) use sim_build::mode_from_environment;
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -40,6 +43,21 @@ pub(crate) struct CompiledPtx {
 /// the session thread (printing buffers, registering PTX), which never run at once anyway.
 pub(crate) struct Gpu {
     state: Mutex<State>,
+    /// Runs launches on the CPU in `:gpu sim` mode (outside the mutex: compiled code runs
+    /// while a launch is under way, and a fault may leave the launch by a long jump).
+    simulator: Box<sim::Simulator>,
+}
+
+/// Where GPU forms run: on the CUDA device, or in the simulator (`:gpu sim`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The CUDA device (the default).
+    Device,
+    /// The CPU simulator.
+    Sim {
+        /// Loads, stores and barriers are checked.
+        check: bool,
+    },
 }
 
 /// The CUDA handles of the one device Quasi uses (ordinal 0, its primary context).
@@ -64,7 +82,9 @@ enum DeviceState {
 }
 
 struct Buffer {
+    /// A device pointer, or in the simulator the address of `memory`.
     pointer: sys::CUdeviceptr,
+    memory: Option<sim::Allocation>,
     length: u64,
     element_size: u64,
     /// The context generation it was made in: buffers of older ones died with their context.
@@ -91,6 +111,22 @@ struct State {
     loaded: HashMap<String, Loaded>,
     rows: Vec<DeviceTiming>,
     error: Option<String>,
+    /// The source of the access or barrier the last error names (the simulator's reports).
+    error_site: Option<crate::source::Span>,
+    mode: Mode,
+    /// The simulator's build of every launched function, or why it has none.
+    sim_kernels: HashMap<String, Result<Arc<sim::SimKernel>, String>>,
+    /// Arrays staged for the running launch in the simulator (freed at its end, or at the next
+    /// launch when a fault ended it).
+    sim_staged: Vec<SimStaged>,
+}
+
+/// A host array a simulated launch reads or writes, moved through memory of the simulator's
+/// (so that its bounds are checked like a buffer's).
+struct SimStaged {
+    memory: sim::Allocation,
+    host: u64,
+    copy_back: bool,
 }
 
 /// A driver error as a sentence: its name and CUDA's description.
@@ -168,8 +204,12 @@ impl Gpu {
             loaded: HashMap::new(),
             rows: Vec::new(),
             error: None,
+            error_site: None,
+            mode: Mode::Device,
+            sim_kernels: HashMap::new(),
+            sim_staged: Vec::new(),
         };
-        Box::new(Gpu { state: Mutex::new(state) })
+        Box::new(Gpu { state: Mutex::new(state), simulator: sim::Simulator::new() })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -186,7 +226,37 @@ impl Gpu {
             (codegen::RT_GPU_LEN.to_string(), runtime_len as *const () as usize),
             (codegen::RT_GPU_COPY.to_string(), runtime_copy as *const () as usize),
             (codegen::RT_GPU_LAUNCH.to_string(), runtime_launch as *const () as usize),
+            (codegen::SIM_FRAME.to_string(), self.simulator.frame_address()),
+            (codegen::SIM_SYNC.to_string(), sim::runtime_sync as *const () as usize),
+            (codegen::SIM_CHECK.to_string(), sim::runtime_check as *const () as usize),
         ]
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.lock().mode
+    }
+
+    /// Switches between the device and the simulator. Buffers of the other mode stay, but
+    /// using one is an error.
+    pub fn set_mode(&self, mode: Mode) {
+        self.lock().mode = mode;
+    }
+
+    /// The device's name, or why there is none (waits for the driver's start-up).
+    pub fn device_name(&self) -> Result<String, String> {
+        let mut state = self.lock();
+        let device = state.device()?.device;
+        Ok(result::device::get_name(device).unwrap_or_else(|_| "a CUDA device".into()))
+    }
+
+    /// Registers the simulator's build of a launched function (or why it has none).
+    pub fn set_sim_kernel(&self, name: &str, kernel: Result<Arc<sim::SimKernel>, String>) {
+        self.lock().sim_kernels.insert(name.to_string(), kernel);
+    }
+
+    /// The source of the access or barrier the last error names, if any.
+    pub fn take_error_site(&self) -> Option<crate::source::Span> {
+        self.lock().error_site.take()
     }
 
     /// The message of the last failed host GPU form (`FAULT_GPU`).
@@ -285,20 +355,92 @@ extern "C" fn runtime_launch(
     args: *const i64,
     arg_count: i64,
 ) -> i32 {
-    with_runtime(gpu, 1, |state| {
-        // SAFETY: codegen passes the kernel's name (a constant of `name_length` bytes), six
-        // dimensions and `arg_count` descriptors of `LAUNCH_ARG_WORDS` words, all in memory
-        // that lives across this call.
-        let (name, dimensions, words) = unsafe {
-            let name = std::str::from_utf8(std::slice::from_raw_parts(name, name_length.max(0) as usize))
-                .unwrap_or("?")
-                .to_string();
-            let dimensions: [i64; 6] = std::slice::from_raw_parts(dimensions, 6).try_into().unwrap_or([1; 6]);
-            let words = std::slice::from_raw_parts(args, arg_count.max(0) as usize * LAUNCH_ARG_WORDS).to_vec();
-            (name, dimensions, words)
-        };
-        state.launch(&name, dimensions, &words).map(|()| 0)
-    })
+    // SAFETY: codegen passes the kernel's name (a constant of `name_length` bytes), six
+    // dimensions and `arg_count` descriptors of `LAUNCH_ARG_WORDS` words, all in memory that
+    // lives across this call.
+    let (name, dimensions, words) = unsafe {
+        let name = std::str::from_utf8(std::slice::from_raw_parts(name, name_length.max(0) as usize))
+            .unwrap_or("?")
+            .to_string();
+        let dimensions: [i64; 6] = std::slice::from_raw_parts(dimensions, 6).try_into().unwrap_or([1; 6]);
+        let words = std::slice::from_raw_parts(args, arg_count.max(0) as usize * LAUNCH_ARG_WORDS).to_vec();
+        (name, dimensions, words)
+    };
+    // SAFETY: as in `with_runtime`.
+    let Some(runtime) = (unsafe { gpu.as_ref() }) else { return 1 };
+    if let Mode::Sim { .. } = runtime.mode() {
+        return simulate_launch(runtime, &name, dimensions, &words);
+    }
+    with_runtime(gpu, 1, |state| state.launch(&name, dimensions, &words).map(|()| 0))
+}
+
+/// A launch in the simulator: arguments are prepared under the runtime's lock, the kernel
+/// runs without it (a fault may end the launch by a long jump), then results are copied back.
+fn simulate_launch(gpu: &Gpu, name: &str, dimensions: [i64; 6], words: &[i64]) -> i32 {
+    let prepared = catch_unwind(AssertUnwindSafe(|| gpu.lock().prepare_simulation(name, dimensions, words)));
+    let (kernel, values, regions, bytes) = match prepared {
+        Ok(Ok(prepared)) => prepared,
+        Ok(Err(message)) => {
+            gpu.lock().error = Some(message);
+            return 1;
+        }
+        Err(_) => {
+            gpu.lock().error = Some("the GPU simulator failed unexpectedly (a bug in Quasi)".into());
+            return 1;
+        }
+    };
+    let ran = gpu.simulator.launch(name, &kernel, dimensions, &values, regions);
+    let mut state = gpu.lock();
+    let finished = match ran {
+        Ok(ran) => state.finish_simulation(name, dimensions, ran.duration, bytes),
+        Err(error) => {
+            state.error_site = error.site;
+            Err(error.message)
+        }
+    };
+    state.sim_staged.clear();
+    match finished {
+        Ok(()) => 0,
+        Err(message) => {
+            state.error = Some(message);
+            1
+        }
+    }
+}
+
+/// A launch's grid and block as CUDA allows them.
+fn check_dimensions(name: &str, dimensions: [i64; 6]) -> Result<(), String> {
+    for (index, dimension) in dimensions.iter().enumerate() {
+        // CUDA's limits: grid y and z and block z are smaller, but every device has the same.
+        let limit = [i64::from(i32::MAX), 65535, 65535, 1024, 1024, 64][index];
+        if !(1..=limit).contains(dimension) {
+            let which = if index < 3 { "grid" } else { "block" };
+            let axis = ["x", "y", "z"][index % 3];
+            return Err(if *dimension < 1 {
+                format!("launching `{name}`: a {which} dimension is {dimension}; dimensions are at least 1")
+            } else {
+                format!("launching `{name}`: {which} dimension {axis} is {dimension}; CUDA allows at most {limit}")
+            });
+        }
+    }
+    let threads = dimensions[3] * dimensions[4] * dimensions[5];
+    if threads > 1024 {
+        return Err(format!("launching `{name}`: a block of {threads} threads; CUDA allows at most 1024"));
+    }
+    Ok(())
+}
+
+fn descriptors(words: &[i64]) -> Vec<ArgDescriptor> {
+    words
+        .chunks(LAUNCH_ARG_WORDS)
+        .map(|word| ArgDescriptor {
+            kind: word[0],
+            value: word[1],
+            count: u64::try_from(word[2]).ok(),
+            element_size: word[3].max(1) as u64,
+            direction: word[4],
+        })
+        .collect()
 }
 
 /// One launch argument as codegen describes it (see `codegen::LAUNCH_ARG_WORDS`).
@@ -364,6 +506,10 @@ impl State {
         let bytes = (count as u64)
             .checked_mul(element_size.max(1) as u64)
             .ok_or("`gpu-alloc` of more bytes than a machine has")?;
+        if let Mode::Sim { .. } = self.mode {
+            let memory = sim::Allocation::zeroed(bytes as usize)?;
+            return Ok(self.add_buffer(memory.start() as u64, Some(memory), count as u64, element_size));
+        }
         self.device()?;
         // SAFETY: the context is current; the memory is owned by the new buffer entry and
         // freed by `free`, or with the session.
@@ -374,18 +520,16 @@ impl State {
                 .map_err(|error| format!("zeroing a new buffer failed: {}", cuda_error(error)))?;
             pointer
         };
+        Ok(self.add_buffer(pointer, None, count as u64, element_size))
+    }
+
+    fn add_buffer(&mut self, pointer: u64, memory: Option<sim::Allocation>, length: u64, element_size: i64) -> i64 {
         let handle = self.next_handle;
         self.next_handle += 1;
-        self.buffers.insert(
-            handle,
-            Buffer {
-                pointer,
-                length: count as u64,
-                element_size: element_size.max(1) as u64,
-                generation: self.generation,
-            },
-        );
-        Ok(handle as i64)
+        let buffer =
+            Buffer { pointer, memory, length, element_size: element_size.max(1) as u64, generation: self.generation };
+        self.buffers.insert(handle, buffer);
+        handle as i64
     }
 
     /// A live buffer; `form` names the form using it for the message.
@@ -393,7 +537,11 @@ impl State {
         match self.buffers.get(&handle) {
             _ if handle == 0 => Err(format!("`{form}` of a null buffer: it was never allocated")),
             None => Err(format!("`{form}` of a freed buffer")),
-            Some(buffer) if buffer.generation != self.generation => {
+            Some(buffer) if buffer.memory.is_some() != matches!(self.mode, Mode::Sim { .. }) => {
+                let made = if buffer.memory.is_some() { "in the simulator" } else { "on the device" };
+                Err(format!("`{form}` of a buffer made {made}; `:gpu` has switched since"))
+            }
+            Some(buffer) if buffer.memory.is_none() && buffer.generation != self.generation => {
                 Err(format!("`{form}` of a stale buffer: it was made before a kernel fault reset the GPU"))
             }
             Some(buffer) => Ok(buffer),
@@ -402,6 +550,10 @@ impl State {
 
     fn free(&mut self, handle: u64) -> Result<(), String> {
         let pointer = self.buffer(handle, "gpu-free")?.pointer;
+        if let Mode::Sim { .. } = self.mode {
+            self.buffers.remove(&handle);
+            return Ok(());
+        }
         self.device()?;
         // SAFETY: the pointer belongs to a live buffer of the current context, removed below.
         unsafe { result::free_sync(pointer) }.map_err(|error| format!("`gpu-free` failed: {}", cuda_error(error)))?;
@@ -440,6 +592,9 @@ impl State {
             _ => {
                 let target = check(self.buffer(destination as u64, "gpu-copy")?, "destination")?;
                 let origin = check(self.buffer(source as u64, "gpu-copy")?, "source")?;
+                if let Mode::Sim { .. } = self.mode {
+                    return self.copy_simulated("d2d", target, origin, bytes);
+                }
                 self.device()?;
                 let start = Instant::now();
                 // SAFETY: both ranges lie inside live buffers of the current context (checked).
@@ -452,7 +607,23 @@ impl State {
         }
     }
 
+    /// A copy in the simulator's memory (or between it and the host's), timed like the
+    /// device's.
+    fn copy_simulated(&mut self, label: &str, target: u64, origin: u64, bytes: u64) -> Result<(), String> {
+        let start = Instant::now();
+        // SAFETY: simulated buffers' ranges were bounds-checked; like C's memcpy (and the
+        // device's copies) the program's host pointer is trusted for `bytes`.
+        unsafe { std::ptr::copy(origin as *const u8, target as *mut u8, bytes as usize) };
+        let elapsed = start.elapsed();
+        let moved = if label == "d2d" { 2 * bytes } else { bytes };
+        self.row(label.into(), elapsed, Some(bytes), gb_per_second(moved, elapsed));
+        Ok(())
+    }
+
     fn copy_to_device(&mut self, target: sys::CUdeviceptr, host: u64, bytes: u64) -> Result<(), String> {
+        if let Mode::Sim { .. } = self.mode {
+            return self.copy_simulated("h2d", target, host, bytes);
+        }
         self.device()?;
         let start = Instant::now();
         // SAFETY: C-Lisp promises nothing about host pointers: like C's memcpy, the copy reads
@@ -468,6 +639,9 @@ impl State {
     }
 
     fn copy_to_host(&mut self, host: u64, origin: sys::CUdeviceptr, bytes: u64) -> Result<(), String> {
+        if let Mode::Sim { .. } = self.mode {
+            return self.copy_simulated("d2h", host, origin, bytes);
+        }
         self.device()?;
         let start = Instant::now();
         // SAFETY: as in `to_device`, the program's pointer is trusted for `bytes`.
@@ -488,6 +662,14 @@ impl State {
         }
         let (pointer, length, size) = {
             let buffer = self.buffer(handle, "print")?;
+            if let Some(memory) = &buffer.memory {
+                let size = buffer.element_size as usize;
+                let bytes = crate::value::buffer_shown_indices(buffer.length)
+                    .into_iter()
+                    .flat_map(|index| memory.bytes()[index as usize * size..][..size].iter().copied())
+                    .collect();
+                return Ok((buffer.length, bytes));
+            }
             (buffer.pointer, buffer.length, buffer.element_size)
         };
         self.device()?;
@@ -541,30 +723,10 @@ impl State {
     }
 
     fn launch(&mut self, name: &str, dimensions: [i64; 6], words: &[i64]) -> Result<(), String> {
-        for (index, dimension) in dimensions.iter().enumerate() {
-            if !(1..=i64::from(u32::MAX)).contains(dimension) {
-                let which = if index < 3 { "grid" } else { "block" };
-                return Err(format!(
-                    "launching `{name}`: a {which} dimension is {dimension}; dimensions are at least 1"
-                ));
-            }
-        }
-        let threads = dimensions[3] * dimensions[4] * dimensions[5];
-        if threads > 1024 {
-            return Err(format!("launching `{name}`: a block of {threads} threads; CUDA allows at most 1024"));
-        }
+        check_dimensions(name, dimensions)?;
         let function = self.function(name)?;
         let generation = self.generation;
-        let descriptors: Vec<ArgDescriptor> = words
-            .chunks(LAUNCH_ARG_WORDS)
-            .map(|word| ArgDescriptor {
-                kind: word[0],
-                value: word[1],
-                count: u64::try_from(word[2]).ok(),
-                element_size: word[3].max(1) as u64,
-                direction: word[4],
-            })
-            .collect();
+        let descriptors = descriptors(words);
         let mut values: Vec<u64> = Vec::with_capacity(descriptors.len());
         let mut staged: Vec<Staged> = Vec::new();
         let prepared = self.prepare_arguments(name, &descriptors, &mut values, &mut staged);
@@ -622,6 +784,16 @@ impl State {
                 KIND_HOST => {
                     let bytes = bytes
                         .ok_or_else(|| format!("argument {} of `{name}` is host memory without a size", index + 1))?;
+                    if let Mode::Sim { .. } = self.mode {
+                        let memory = sim::Allocation::zeroed(bytes as usize)?;
+                        if matches!(arg.direction, DIRECTION_IN | DIRECTION_INOUT) {
+                            self.copy_simulated("h2d", memory.start() as u64, arg.value as u64, bytes)?;
+                        }
+                        values.push(memory.start() as u64);
+                        let copy_back = matches!(arg.direction, DIRECTION_OUT | DIRECTION_INOUT);
+                        self.sim_staged.push(SimStaged { memory, host: arg.value as u64, copy_back });
+                        continue;
+                    }
                     self.device()?;
                     // SAFETY: a temporary owned by this launch (freed by `launch`).
                     let device = unsafe { result::malloc_sync(bytes.max(1) as usize) }.map_err(|error| {
@@ -645,6 +817,60 @@ impl State {
             }
         }
         Ok(moved)
+    }
+
+    /// A simulated launch's kernel, parameter values, the memory its threads may use and the
+    /// bytes its annotations move; host arrays are staged into the simulator's memory.
+    #[allow(clippy::type_complexity)]
+    fn prepare_simulation(
+        &mut self,
+        name: &str,
+        dimensions: [i64; 6],
+        words: &[i64],
+    ) -> Result<(Arc<sim::SimKernel>, Vec<u64>, Vec<sim::Region>, Option<u64>), String> {
+        check_dimensions(name, dimensions)?;
+        let kernel = match self.sim_kernels.get(name) {
+            Some(Ok(kernel)) => kernel.clone(),
+            Some(Err(message)) => return Err(format!("`{name}` cannot run in the simulator: {message}")),
+            None => return Err(format!("there is no simulator build of `{name}` (a bug in Quasi)")),
+        };
+        self.sim_staged.clear();
+        let mut values = Vec::new();
+        let bytes = self.prepare_arguments(name, &descriptors(words), &mut values, &mut Vec::new())?;
+        let mut regions: Vec<sim::Region> = self
+            .buffers
+            .iter()
+            .filter(|(_, buffer)| buffer.memory.is_some())
+            .map(|(_, buffer)| sim::Region {
+                start: buffer.pointer as usize,
+                end: (buffer.pointer + buffer.length * buffer.element_size) as usize,
+                what: format!("a buffer of {} elements", buffer.length),
+            })
+            .collect();
+        regions.extend(self.sim_staged.iter().map(|staged| sim::Region {
+            start: staged.memory.start(),
+            end: staged.memory.start() + staged.memory.len(),
+            what: "the host array staged for the launch".into(),
+        }));
+        Ok((kernel, values, regions, bytes))
+    }
+
+    /// After a simulated launch: staged results copied back, the launch's timing row.
+    fn finish_simulation(
+        &mut self,
+        name: &str,
+        dimensions: [i64; 6],
+        duration: Duration,
+        bytes: Option<u64>,
+    ) -> Result<(), String> {
+        let staged = std::mem::take(&mut self.sim_staged);
+        for staged in staged.iter().filter(|staged| staged.copy_back) {
+            self.copy_simulated("d2h", staged.host, staged.memory.start() as u64, staged.memory.len() as u64)?;
+        }
+        let [gx, gy, gz, bx, by, bz] = dimensions;
+        let detail = format!("simulated: grid ({gx}, {gy}, {gz}) block ({bx}, {by}, {bz})");
+        self.row(format!("kernel {name}"), duration, bytes, detail);
+        Ok(())
     }
 
     /// Launches and waits, timed by events around the launch.

@@ -31,6 +31,7 @@ mod value;
 
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use gpu::probe as gpu_probe;
+pub use gpu::Mode as GpuMode;
 pub use reader::{completeness, Completeness};
 pub use session::{
     Completion, CompletionKind, InterruptHandle, Session, SessionConfig, SessionError, DEFAULT_OPT_LEVEL,

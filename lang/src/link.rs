@@ -134,6 +134,8 @@ struct LiveCell {
 pub(crate) struct Program {
     // Field order matters for drop: the cells' code is released before the JIT is freed.
     cells: HashMap<u64, LiveCell>,
+    /// Code of the GPU simulator's kernel builds, by id (`link_device`).
+    device_code: HashMap<u64, CellCode>,
     /// The cell whose code each slot points into.
     slot_owners: HashMap<String, u64>,
     /// Cells committed since `release_finished`: their top-level code may not have run yet.
@@ -164,6 +166,7 @@ impl Program {
     pub(crate) fn new(jit: Jit) -> Program {
         Program {
             cells: HashMap::new(),
+            device_code: HashMap::new(),
             slot_owners: HashMap::new(),
             running: Vec::new(),
             cell_counter: 0,
@@ -436,6 +439,34 @@ impl Program {
     #[cfg(test)]
     pub(crate) fn code_in_use(&self) -> usize {
         self.jit.code_in_use()
+    }
+
+    /// Links an object of device code built for the simulator: `symbols` at fixed addresses
+    /// (its globals' storage), then the object; returns the code's id and the entry's address.
+    pub(crate) fn link_device(
+        &mut self,
+        object: &[u8],
+        name: &str,
+        symbols: &[(String, usize)],
+        entry: &str,
+    ) -> Result<(u64, usize), Diagnostic> {
+        self.jit.define_absolute(symbols).map_err(|error| Diagnostic::internal(error.to_string()))?;
+        let (code, addresses) = self
+            .jit
+            .link(object, name, &[entry.to_string()])
+            .map_err(|error| Diagnostic::internal(error.to_string()))?;
+        self.cell_counter += 1;
+        self.device_code.insert(self.cell_counter, code);
+        let address = addresses.first().copied().ok_or_else(|| Diagnostic::internal("no entry was linked"))?;
+        Ok((self.cell_counter, address))
+    }
+
+    /// Frees device code that was replaced by a new build (never while it runs: builds happen
+    /// before a cell's code runs).
+    pub(crate) fn remove_device(&mut self, id: u64) {
+        if let Some(code) = self.device_code.remove(&id) {
+            code.remove();
+        }
     }
 
     /// Keeps memory compiled code allocated for the session until the session ends.

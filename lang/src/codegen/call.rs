@@ -124,6 +124,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         name: &str,
         signature: &Signature,
         args: &[Expr],
+        span: Span,
     ) -> Result<Value<'ctx>> {
         let mut values: Vec<BasicMetadataValueEnum<'ctx>> = Vec::new();
         // An aggregate result is written to memory the caller passes first.
@@ -154,7 +155,18 @@ impl<'ctx> Lowering<'ctx, '_> {
         let call = match callee {
             // Device code is one module: its functions call each other directly.
             _ if member.is_some() => self.builder.build_call(member.transpose()?.ok_or_else(no_value)?, &values, "")?,
+            Callee::Intrinsic(link) if self.is_sim() && link.starts_with("llvm.nvvm.") => {
+                return Ok(match self.sim_intrinsic(link, &state.name, span)? {
+                    Some(value) => Value::Scalar(value),
+                    None => Value::Nothing,
+                });
+            }
             Callee::Direct(link) if self.device.is_some() => {
+                // The simulator runs libdevice's functions as the C library's (`__nv_sinf` is `sinf`).
+                let link = match link.strip_prefix("__nv_") {
+                    Some(host) if self.is_sim() => host,
+                    _ => link.as_str(),
+                };
                 let function = self.module.get_function(link).unwrap_or_else(|| {
                     self.module.add_function(link, self.function_type(signature, false), Some(Linkage::External))
                 });
@@ -296,6 +308,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         for arg in args {
             param_types.push(self.basic_type(&arg.ty).into());
             values.push(self.value(state, arg)?.into());
+        }
+        if self.is_sim() {
+            let scalars: Vec<BasicValueEnum<'ctx>> =
+                values.iter().filter_map(|value| BasicValueEnum::try_from(*value).ok()).collect();
+            return Ok(match self.sim_asm(template, &scalars, ty)? {
+                Some(value) => Value::Scalar(value),
+                None => Value::Nothing,
+            });
         }
         // Several outputs come back as a literal struct, converted to the named one after.
         let (function_type, fields) = match ty {

@@ -12,6 +12,8 @@ use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 
+use super::sim::{SimLowering, SimTarget};
+
 use super::{
     no_value, CodegenError, FunctionState, Lowering, Naming, Result, FAULT_GPU, LAUNCH_ARG_WORDS, RT_GPU, RT_GPU_LAUNCH,
 };
@@ -26,14 +28,22 @@ pub(crate) struct DeviceUnit<'u> {
     /// The session's globals: device code gets its own copies.
     pub globals: &'u HashMap<String, crate::tree::GlobalEntry>,
     pub structs: &'u HashMap<String, crate::types::StructEntry>,
+    /// Set when the device code is lowered for the host, for the simulator (`super::sim`).
+    pub sim: Option<SimTarget>,
 }
 
 /// Device code's extra state: its member functions and its copies of globals.
 pub(super) struct DeviceState<'ctx, 'n> {
-    unit: &'n DeviceUnit<'n>,
+    pub(super) unit: &'n DeviceUnit<'n>,
     pub(super) functions: HashMap<String, FunctionValue<'ctx>>,
     globals: std::cell::RefCell<HashMap<String, PointerValue<'ctx>>>,
-    shared_bytes: std::cell::Cell<u64>,
+    pub(super) shared_bytes: std::cell::Cell<u64>,
+    /// For the simulator: the device globals' storage to make, and the barriers and checked
+    /// accesses met so far (each call site is numbered for the simulator's reports).
+    pub(super) sim: Option<SimLowering>,
+    /// For the simulator: the globals' storage, and each shared array's offset.
+    pub(super) sim_globals: std::cell::RefCell<Vec<super::sim::SimGlobal>>,
+    pub(super) sim_shared: std::cell::RefCell<HashMap<String, u64>>,
 }
 
 /// A lowered device module: its kernel entry's PTX name and the shared memory it declares.
@@ -43,6 +53,9 @@ pub(crate) struct DeviceModule<'ctx> {
     pub shared_bytes: u64,
     /// libdevice functions it calls (`__nv_…`).
     pub libdevice: Vec<String>,
+    /// For the simulator: the storage of device globals, and the source of each barrier and
+    /// checked access (numbered as the code passes them to the simulator).
+    pub sim: Option<SimLowering>,
 }
 
 /// The PTX calling convention of kernels (LLVM's `ptx_kernel`).
@@ -86,6 +99,9 @@ pub(crate) fn lower_device<'ctx>(
         functions: HashMap::new(),
         globals: std::cell::RefCell::new(HashMap::new()),
         shared_bytes: std::cell::Cell::new(0),
+        sim: unit.sim.as_ref().map(SimLowering::new),
+        sim_globals: Default::default(),
+        sim_shared: Default::default(),
     };
     let mut lowering = Lowering {
         context,
@@ -117,6 +133,17 @@ pub(crate) fn lower_device<'ctx>(
     for member in unit.members {
         lowering.emit_function(member, functions[&member.name], None)?;
     }
+    if unit.sim.is_some() {
+        let entry = lowering.sim_entry(root, functions[&root.name])?;
+        lowering.module.verify().map_err(|message| CodegenError::Verify(message.to_string()))?;
+        let shared_bytes = lowering.device.as_ref().map_or(0, |device| device.shared_bytes.get());
+        let sim = lowering.device.as_mut().and_then(|device| {
+            let mut sim = device.sim.take()?;
+            sim.globals = device.sim_globals.take();
+            Some(sim)
+        });
+        return Ok(DeviceModule { module: lowering.module, entry, shared_bytes, libdevice: Vec::new(), sim });
+    }
     let entry = ptx_identifier("", &root.name);
     let kernel =
         lowering.module.add_function(&entry, lowering.function_type(&root.signature, false), Some(Linkage::External));
@@ -145,7 +172,7 @@ pub(crate) fn lower_device<'ctx>(
         .map(|function| function.get_name().to_string_lossy().into_owned())
         .filter(|name| crate::intrinsics::is_libdevice(name))
         .collect();
-    Ok(DeviceModule { module: lowering.module, entry, shared_bytes, libdevice })
+    Ok(DeviceModule { module: lowering.module, entry, shared_bytes, libdevice, sim: None })
 }
 
 impl<'ctx> Lowering<'ctx, '_> {
@@ -164,6 +191,14 @@ impl<'ctx> Lowering<'ctx, '_> {
             None => (Ty::Int(8), 0, None),
         };
         let (size, align) = crate::value::size_align(&ty, device.unit.structs);
+        if device.sim.is_some() {
+            let pointer = self.sim_global(name, &ty, space == 3, init, size, align);
+            let pointer = pointer.unwrap_or_else(|| generic.const_null());
+            if space != 3 {
+                device.globals.borrow_mut().insert(name.to_string(), pointer);
+            }
+            return pointer;
+        }
         let bytes = self.context.i8_type().array_type(size.max(1) as u32);
         let shared = space == 3;
         let global = self.module.add_global(
@@ -330,6 +365,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         register: crate::tree::GpuRegister,
         dimension: u8,
     ) -> Result<BasicValueEnum<'ctx>> {
+        if self.is_sim() {
+            return self.sim_index(register.ptx(), dimension.min(2));
+        }
         let axis = ["x", "y", "z"][usize::from(dimension.min(2))];
         let name = format!("llvm.nvvm.read.ptx.sreg.{}.{axis}", register.ptx());
         self.device_intrinsic(&name, &[])?.ok_or_else(no_value)

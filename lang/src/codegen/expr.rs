@@ -146,11 +146,13 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             ExprKind::Load(pointer) => {
                 let pointer = self.value(state, pointer)?.into_pointer_value();
+                let pointer = self.sim_checked(pointer, &expr.ty, false, &state.name, expr.span)?;
                 return self.read_value(pointer, &expr.ty);
             }
             ExprKind::Store(pointer, value) => {
                 let pointer = self.value(state, pointer)?.into_pointer_value();
                 let value = self.expr(state, value)?;
+                let pointer = self.sim_checked(pointer, &expr.ty, true, &state.name, expr.span)?;
                 return self.store_value(pointer, value, &expr.ty);
             }
             ExprKind::PtrAdd(pointer, index) => {
@@ -212,7 +214,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.store_value(element, value, &value_ty)?;
                 return Ok(Value::Memory(copy));
             }
-            ExprKind::Call { callee, name, signature, args } => return self.call(state, callee, name, signature, args),
+            ExprKind::Call { callee, name, signature, args } => {
+                return self.call(state, callee, name, signature, args, expr.span)
+            }
             ExprKind::Cast(op, value) => {
                 let from = value.ty.clone();
                 let value = self.value(state, value)?;
@@ -222,6 +226,10 @@ impl<'ctx> Lowering<'ctx, '_> {
                 return self.asm(state, &expr.ty, template, constraints, args)
             }
             ExprKind::GpuIndex(register, dimension) => self.gpu_index(*register, *dimension)?,
+            ExprKind::Barrier if self.is_sim() => {
+                self.sim_barrier(&state.name, expr.span)?;
+                return Ok(Value::Nothing);
+            }
             ExprKind::Barrier => {
                 self.device_intrinsic("llvm.nvvm.barrier0", &[])?;
                 return Ok(Value::Nothing);

@@ -11,6 +11,7 @@
 mod call;
 mod device;
 mod expr;
+mod sim;
 mod stmt;
 
 use std::collections::HashMap;
@@ -32,6 +33,7 @@ use crate::types::{Signature, Ty};
 
 use device::DeviceState;
 pub(crate) use device::{lower_device, DeviceUnit};
+pub(crate) use sim::{SimFrame, SimLowering, SimSite, SimTarget, SIM_CHECK, SIM_FRAME, SIM_SYNC};
 
 /// A failure of the code generator itself (never of the user's program).
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +44,9 @@ pub(crate) enum CodegenError {
     Verify(String),
     #[error("{0}")]
     Other(String),
+    /// Device code the simulator cannot run (inline PTX, an NVVM intrinsic): the user's error.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 type Result<T> = std::result::Result<T, CodegenError>;

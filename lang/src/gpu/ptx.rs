@@ -45,16 +45,18 @@ pub(crate) struct SessionGpu {
     /// Per launched function: the members its PTX was built from, kept alive so that pointer
     /// equality means "not redefined since", and the target and globals it was built for.
     built: HashMap<String, Built>,
+    /// Per launched function: what its simulator build came from, and its code's id.
+    pub(super) sim_built: HashMap<String, (Built, Option<u64>)>,
     /// The functions each session function launches, for the functions that launch any: kept
     /// as definitions are committed (`note_defined`), so a cell never walks every function.
     launches: HashMap<String, Vec<String>>,
     machine: Option<(String, TargetMachine)>,
-    builds: u64,
+    pub(super) builds: u64,
 }
 
-struct Built {
-    members: Vec<Rc<FunctionDef>>,
-    key: String,
+pub(super) struct Built {
+    pub(super) members: Vec<Rc<FunctionDef>>,
+    pub(super) key: String,
 }
 
 /// PTX and the LLVM IR it came from, before and after optimisation.
@@ -70,6 +72,7 @@ impl SessionGpu {
             runtime: Gpu::new(),
             arch: DEFAULT_ARCH.to_string(),
             built: HashMap::new(),
+            sim_built: HashMap::new(),
             launches: HashMap::new(),
             machine: None,
             builds: 0,
@@ -111,7 +114,7 @@ fn libdevice_path() -> Option<PathBuf> {
 
 /// What device code reads of the session's globals, for the cache key: a changed global
 /// changes its device copy.
-fn globals_key(env: &Env, members: &[Rc<FunctionDef>]) -> String {
+pub(super) fn globals_key(env: &Env, members: &[Rc<FunctionDef>]) -> String {
     let used: BTreeSet<&str> =
         members.iter().flat_map(|member| member.uses.iter()).filter_map(|used| used.strip_prefix("global:")).collect();
     used.into_iter()
@@ -119,7 +122,7 @@ fn globals_key(env: &Env, members: &[Rc<FunctionDef>]) -> String {
         .collect()
 }
 
-fn same_members(left: &[Rc<FunctionDef>], right: &[Rc<FunctionDef>]) -> bool {
+pub(super) fn same_members(left: &[Rc<FunctionDef>], right: &[Rc<FunctionDef>]) -> bool {
     left.len() == right.len() && left.iter().zip(right).all(|(a, b)| Rc::ptr_eq(a, b))
 }
 
@@ -137,18 +140,24 @@ impl SessionGpu {
 
     /// Makes sure every function host code can launch has current PTX registered with the
     /// runtime; `top` is the cell's top-level code. Builds add `ptx` rows to `timing`.
+    /// In the simulator, the builds that still need linking (`install_simulated`).
     pub(crate) fn prepare_launches(
         &mut self,
         source: &DeviceSource<'_>,
         top: &[&FunctionDef],
         timing: &mut PhaseTimes,
-    ) {
+    ) -> Vec<super::sim_build::PendingSim> {
         let mut targets: BTreeSet<String> =
             top.iter().flat_map(|function| tree::launch_targets(&function.body)).map(|(name, _)| name).collect();
         targets.extend(self.launches.values().flat_map(|launched| launched.iter().cloned()));
+        let mut pending = Vec::new();
         for target in targets {
-            self.ensure_ptx(source, &target, timing);
+            match self.runtime.mode() {
+                super::Mode::Device => self.ensure_ptx(source, &target, timing),
+                super::Mode::Sim { check } => pending.extend(self.ensure_simulated(source, &target, check, timing)),
+            }
         }
+        pending
     }
 
     fn ensure_ptx(&mut self, source: &DeviceSource<'_>, name: &str, timing: &mut PhaseTimes) {
@@ -196,26 +205,14 @@ impl SessionGpu {
     ) -> Result<(CompiledPtx, PtxListing), Diagnostic> {
         let gpu_error = |message: String| Diagnostic::error(Kind::Gpu, message);
         let name = root.name.clone();
-        if root.signature.ret != Ty::Void {
-            return Err(gpu_error(format!(
-                "`{name}` returns `{}`: only kernels and void functions run on the GPU",
-                root.signature.ret
-            )));
-        }
-        if let Some(param) = root.signature.params.iter().find(|param| !param.is_scalar()) {
-            return Err(gpu_error(format!("`{name}` takes a `{param}`: kernels take scalars and pointers")));
-        }
-        let lookup = |callee: &str| check::defined(source.env, callee);
-        if let Some(problem) = check::device_problem(root, &lookup) {
-            return Err(gpu_error(format!("`{name}` cannot run on the GPU: {problem}")));
-        }
-        let members = check::device_members(root, &lookup);
+        let members = launchable(source, root)?;
         self.nvptx_machine().map_err(gpu_error)?;
         let Some((arch, machine)) = &self.machine else { return Err(gpu_error("no NVPTX target".into())) };
         let triple = TargetTriple::create(TRIPLE);
         let target_data = machine.get_target_data();
         source.backend.take_llvm_errors();
-        let unit = DeviceUnit { members: &members, globals: &source.env.globals, structs: &source.env.structs };
+        let unit =
+            DeviceUnit { members: &members, globals: &source.env.globals, structs: &source.env.structs, sim: None };
         let lowered = codegen::lower_device(
             &source.backend.context,
             &target_data,
@@ -310,6 +307,30 @@ impl SessionGpu {
         }
         self.runtime.describe(handle, element)
     }
+}
+
+/// The device code of a function a launch may run: the function and every session function it
+/// calls; `error[gpu]` when it cannot run on a GPU.
+pub(super) fn launchable(
+    source: &DeviceSource<'_>,
+    root: &Rc<FunctionDef>,
+) -> Result<Vec<Rc<FunctionDef>>, Diagnostic> {
+    let gpu_error = |message: String| Diagnostic::error(Kind::Gpu, message);
+    let name = &root.name;
+    if root.signature.ret != Ty::Void {
+        return Err(gpu_error(format!(
+            "`{name}` returns `{}`: only kernels and void functions run on the GPU",
+            root.signature.ret
+        )));
+    }
+    if let Some(param) = root.signature.params.iter().find(|param| !param.is_scalar()) {
+        return Err(gpu_error(format!("`{name}` takes a `{param}`: kernels take scalars and pointers")));
+    }
+    let lookup = |callee: &str| check::defined(source.env, callee);
+    if let Some(problem) = check::device_problem(root, &lookup) {
+        return Err(gpu_error(format!("`{name}` cannot run on the GPU: {problem}")));
+    }
+    Ok(check::device_members(root, &lookup))
 }
 
 /// What `:ptx` lists without a name: the last cell's first kernel, or what it launched.

@@ -72,6 +72,12 @@ impl Session {
                     ),
                 }
             }
+            Command::Gpu(mode) => {
+                if let Some(mode) = mode {
+                    self.gpu.runtime.set_mode(mode);
+                }
+                outcome.items.push(message(self.gpu.describe_mode()));
+            }
             Command::GpuArch(argument) => match self.gpu.gpu_arch_command(argument) {
                 Ok(text) => outcome.items.push(message(text)),
                 Err(diagnostic) => outcome.diagnostics.push(diagnostic),
@@ -354,7 +360,8 @@ impl Session {
     /// Starts over: a fresh session with the same configuration.
     fn reset(&mut self) -> Result<(), SessionError> {
         let count = self.history.cell_count;
-        let mut fresh = Session::new(SessionConfig { opt_level: self.opt_level, ..self.config.clone() })?;
+        let gpu = Some(self.gpu.runtime.mode());
+        let mut fresh = Session::new(SessionConfig { opt_level: self.opt_level, gpu, ..self.config.clone() })?;
         fresh.history.cell_count = count;
         *self = fresh;
         Ok(())

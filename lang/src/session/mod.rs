@@ -26,6 +26,7 @@ use crate::codegen::{self, CellModule, TopLevel};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{self, ExpandedCell, Stage};
 use crate::gpu::ptx::{DeviceSource, SessionGpu};
+use crate::gpu::Mode as GpuMode;
 use crate::intrinsics;
 use crate::jit::Jit;
 use crate::link::{Emitted, Linked, Program};
@@ -55,11 +56,14 @@ pub struct SessionConfig {
     pub opt_level: u8,
     /// Load the Rhai macro library of `prelude/` at start-up (and after `:reset`).
     pub load_prelude: bool,
+    /// Where launches run; `None`: as `QUASI_GPU` says (`sim`, `sim-unchecked`, `device`), else
+    /// on the device.
+    pub gpu: Option<GpuMode>,
 }
 
 impl Default for SessionConfig {
     fn default() -> Self {
-        SessionConfig { capture_output: false, opt_level: DEFAULT_OPT_LEVEL, load_prelude: true }
+        SessionConfig { capture_output: false, opt_level: DEFAULT_OPT_LEVEL, load_prelude: true, gpu: None }
     }
 }
 
@@ -88,6 +92,9 @@ pub enum SessionError {
     /// The Rhai prelude failed to load.
     #[error("the prelude {0} failed to load: {1}")]
     Prelude(String, String),
+    /// A setting from the environment is not one the session knows.
+    #[error("{0}")]
+    Setting(String),
 }
 
 /// What a completion candidate names.
@@ -156,6 +163,13 @@ impl Session {
         jit.define_absolute(&run::runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
         // The CUDA driver starts in the background now, so the first GPU cell rarely waits.
         let gpu = SessionGpu::new();
+        let mode = match config.gpu {
+            Some(mode) => Some(mode),
+            None => crate::gpu::mode_from_environment().map_err(SessionError::Setting)?,
+        };
+        if let Some(mode) = mode {
+            gpu.runtime.set_mode(mode);
+        }
         jit.define_absolute(&gpu.runtime.runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
         let interrupt = expand::new_interrupt_flag();
         let mut session = Session {
@@ -662,8 +676,12 @@ impl Session {
     }
 
     /// Builds current PTX for every function host code can launch, before code runs.
+    /// In the simulator, builds for the host and links them instead.
     fn prepare_launches(&mut self, top: &[&FunctionDef], timing: &mut PhaseTimes) {
-        self.gpu.prepare_launches(&device_source(&self.env, &self.backend, &self.program), top, timing);
+        let pending = self.gpu.prepare_launches(&device_source(&self.env, &self.backend, &self.program), top, timing);
+        if !pending.is_empty() {
+            self.gpu.install_simulated(&mut self.program, pending);
+        }
     }
 }
 

@@ -62,9 +62,18 @@ impl Session {
                 if kind != Kind::RuntimeFault && span != item_span {
                     diagnostic = diagnostic.with_secondary(item_span, "while running this");
                 }
+                if kind == Kind::Gpu {
+                    // The simulator names the access or barrier in the kernel's source.
+                    if let Some(site) = self.gpu.runtime.take_error_site() {
+                        diagnostic = diagnostic.with_secondary(site, "here in the kernel");
+                    }
+                }
                 if kind == Kind::Gpu && diagnostic.message.starts_with("no CUDA device") {
-                    diagnostic =
-                        diagnostic.with_note("kernels still compile without a device, and `:ptx NAME` shows their PTX");
+                    diagnostic = diagnostic
+                        .with_note("kernels still compile without a device, and `:ptx NAME` shows their PTX")
+                        .with_note(
+                            "`:gpu sim` runs launches on the CPU, in the simulator (or start with QUASI_GPU=sim)",
+                        );
                 }
                 diagnostic.with_note(note)
             }

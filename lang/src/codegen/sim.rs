@@ -1,0 +1,346 @@
+//! Device code lowered for the host, for the GPU simulator (`gpu::sim`): the same members as
+//! for NVPTX, with what NVPTX's special registers, barriers and memory spaces are replaced by.
+//!
+//! - `(tid.x)` and the other indices read the simulator's frame (`SimFrame`), whose address
+//!   is the symbol `SIM_FRAME`: the simulator writes the running thread's indices there
+//!   before it runs or resumes the thread.
+//! - `(syncthreads)` calls `SIM_SYNC`, which suspends the thread's fiber until every thread of
+//!   the block has arrived.
+//! - Shared memory is one allocation per block, at `SimFrame::shared`; each `define-shared`
+//!   array is at a fixed offset in it.
+//! - A global used in device code is storage of the simulator's (initialised from the
+//!   definition, like the GPU's copy), named by an external symbol the simulator defines.
+//! - With checking on, every `load` and `store` passes its address through `SIM_CHECK`, which
+//!   returns it when it lies in memory the thread may use, and reports it otherwise.
+//! - The entry takes the launch's argument words (`void (ptr words)`) and calls the kernel.
+
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, PointerValue};
+use inkwell::AddressSpace;
+
+use super::{no_value, CodegenError, Lowering, Result};
+use crate::reader::Span;
+use crate::tree::FunctionDef;
+use crate::types::Ty;
+
+/// The frame compiled simulator code reads: the running thread's indices and its block's
+/// shared memory. Its address is the symbol `SIM_FRAME` of the session's JIT.
+#[repr(C)]
+pub(crate) struct SimFrame {
+    /// `tid.x y z`, `ctaid.x y z` (block), `ntid.x y z` (block size), `nctaid.x y z` (grid).
+    pub index: [i32; 12],
+    /// The running block's shared memory.
+    pub shared: *mut u8,
+}
+
+pub(crate) const SIM_FRAME: &str = "quasi#sim_frame";
+/// `void (ptr frame, i32 site)`: a barrier.
+pub(crate) const SIM_SYNC: &str = "quasi#sim_sync";
+/// `ptr (ptr frame, ptr address, i64 bytes, i64 site_and_write)`: the address to use.
+pub(crate) const SIM_CHECK: &str = "quasi#sim_check";
+
+/// How device code is lowered for the simulator.
+#[derive(Clone, Debug)]
+pub(crate) struct SimTarget {
+    /// Whether loads and stores are checked.
+    pub check: bool,
+    /// Makes the symbols of this build's globals and entry unique in the session.
+    pub prefix: String,
+}
+
+/// Storage the simulator makes for a device global: its symbol, initial bytes and alignment.
+#[derive(Clone, Debug)]
+pub(crate) struct SimGlobal {
+    pub name: String,
+    pub symbol: String,
+    pub image: Vec<u8>,
+}
+
+/// A barrier or checked access in simulated code, by the number the code passes.
+#[derive(Clone, Debug)]
+pub(crate) struct SimSite {
+    pub span: Span,
+    pub function: String,
+}
+
+/// What lowering for the simulator collects.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SimLowering {
+    /// Filled when lowering is done (from `DeviceState::sim_globals`).
+    pub globals: Vec<SimGlobal>,
+    pub sites: Vec<SimSite>,
+    /// Whether the code has a barrier: without one, threads run one after another, no fibers.
+    pub barrier: bool,
+    prefix: String,
+    check: bool,
+}
+
+impl SimLowering {
+    pub(super) fn new(target: &SimTarget) -> SimLowering {
+        SimLowering { prefix: target.prefix.clone(), check: target.check, ..SimLowering::default() }
+    }
+}
+
+/// The offset of a special register in `SimFrame::index`.
+fn index_slot(register: &str, axis: u8) -> u64 {
+    let base = match register {
+        "tid" => 0,
+        "ctaid" => 3,
+        "ntid" => 6,
+        _ => 9,
+    };
+    base + u64::from(axis.min(2))
+}
+
+/// The special register an NVVM intrinsic reads (`llvm.nvvm.read.ptx.sreg.tid.x`).
+fn intrinsic_register(link: &str) -> Option<(&str, u8)> {
+    let rest = link.strip_prefix("llvm.nvvm.read.ptx.sreg.")?;
+    let (register, axis) = rest.split_once('.')?;
+    let axis = match axis {
+        "x" => 0,
+        "y" => 1,
+        "z" => 2,
+        _ => return None,
+    };
+    matches!(register, "tid" | "ctaid" | "ntid" | "nctaid").then_some((register, axis))
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    pub(super) fn is_sim(&self) -> bool {
+        self.device.as_ref().is_some_and(|device| device.sim.is_some())
+    }
+
+    fn sim_state(&mut self) -> Option<&mut SimLowering> {
+        self.device.as_mut().and_then(|device| device.sim.as_mut())
+    }
+
+    fn frame(&self) -> PointerValue<'ctx> {
+        self.external_global(SIM_FRAME)
+    }
+
+    /// A special register: a load from the frame (the simulator sets it per thread).
+    pub(super) fn sim_index(&mut self, register: &str, axis: u8) -> Result<BasicValueEnum<'ctx>> {
+        let int = self.context.i32_type();
+        let slot = self.context.i64_type().const_int(index_slot(register, axis), false);
+        // SAFETY: the slot is below 12, inside `SimFrame::index`.
+        let pointer = unsafe { self.builder.build_in_bounds_gep(int, self.frame(), &[slot], "")? };
+        Ok(self.builder.build_load(int, pointer, "")?)
+    }
+
+    /// `(syncthreads)`: the simulator's barrier, numbered by its site.
+    pub(super) fn sim_barrier(&mut self, function: &str, span: Span) -> Result<()> {
+        let site = self.sim_site(function, span);
+        if let Some(sim) = self.sim_state() {
+            sim.barrier = true;
+        }
+        let ptr = self.context.ptr_type(AddressSpace::default());
+        let int = self.context.i32_type();
+        let sync = self.runtime_function(SIM_SYNC, self.context.void_type().fn_type(&[ptr.into(), int.into()], false));
+        self.builder.build_call(sync, &[self.frame().into(), int.const_int(u64::from(site), false).into()], "")?;
+        Ok(())
+    }
+
+    fn sim_site(&mut self, function: &str, span: Span) -> u32 {
+        let Some(sim) = self.sim_state() else { return 0 };
+        sim.sites.push(SimSite { span, function: function.to_string() });
+        (sim.sites.len() - 1) as u32
+    }
+
+    /// The address a `load` or `store` of a `ty` uses: with checking on, what the simulator's
+    /// check returns for it.
+    pub(super) fn sim_checked(
+        &mut self,
+        pointer: PointerValue<'ctx>,
+        ty: &Ty,
+        write: bool,
+        function: &str,
+        span: Span,
+    ) -> Result<PointerValue<'ctx>> {
+        if !self.device.as_ref().and_then(|device| device.sim.as_ref()).is_some_and(|sim| sim.check) {
+            return Ok(pointer);
+        }
+        let site = self.sim_site(function, span);
+        let bytes = self.size_of(ty);
+        let ptr = self.context.ptr_type(AddressSpace::default());
+        let word = self.context.i64_type();
+        let check =
+            self.runtime_function(SIM_CHECK, ptr.fn_type(&[ptr.into(), ptr.into(), word.into(), word.into()], false));
+        let generic = if pointer.get_type().get_address_space() == AddressSpace::default() {
+            pointer
+        } else {
+            self.builder.build_address_space_cast(pointer, ptr, "")?
+        };
+        let tag = word.const_int((u64::from(site) << 1) | u64::from(write), false);
+        let checked = self
+            .builder
+            .build_call(check, &[self.frame().into(), generic.into(), bytes.into(), tag.into()], "")?
+            .try_as_basic_value()
+            .basic()
+            .ok_or_else(no_value)?
+            .into_pointer_value();
+        if pointer.get_type() == ptr {
+            Ok(checked)
+        } else {
+            Ok(self.builder.build_address_space_cast(checked, pointer.get_type(), "")?)
+        }
+    }
+
+    /// A device global for the simulator: in shared memory at its offset (read from the frame
+    /// where it is used, so never cached across functions), or storage the simulator makes
+    /// under a symbol of this build.
+    pub(super) fn sim_global(
+        &self,
+        name: &str,
+        ty: &Ty,
+        shared: bool,
+        init: Option<&crate::tree::Constant>,
+        size: usize,
+        align: usize,
+    ) -> Option<PointerValue<'ctx>> {
+        let device = self.device.as_ref()?;
+        let sim = device.sim.as_ref()?;
+        if shared {
+            let offset = *device.sim_shared.borrow_mut().entry(name.to_string()).or_insert_with(|| {
+                let align = align.max(16) as u64;
+                let offset = device.shared_bytes.get().div_ceil(align) * align;
+                device.shared_bytes.set(offset + size as u64);
+                offset
+            });
+            let generic = self.context.ptr_type(AddressSpace::default());
+            let base = self.builder.build_load(generic, self.sim_shared_slot(), "").ok()?.into_pointer_value();
+            let offset = self.context.i64_type().const_int(offset, false);
+            // SAFETY: an offset inside the block's shared memory, which is `shared_bytes` long.
+            return unsafe { self.builder.build_gep(self.context.i8_type(), base, &[offset], "") }.ok();
+        }
+        let mut image = vec![0u8; size.max(1)];
+        if let Some(init) = init {
+            crate::value::encode_constant(&mut image, 0, ty, init, device.unit.structs, &|_| 0);
+        }
+        let symbol = format!("quasi#sim#{}#{name}", sim.prefix);
+        let global = self.external_global(&symbol);
+        device.sim_globals.borrow_mut().push(SimGlobal { name: name.to_string(), symbol, image });
+        Some(global)
+    }
+
+    fn sim_shared_slot(&self) -> PointerValue<'ctx> {
+        let word = self.context.i64_type();
+        let offset = word.const_int(std::mem::offset_of!(SimFrame, shared) as u64, false);
+        // SAFETY: `shared` lies inside the frame.
+        unsafe { self.builder.build_in_bounds_gep(self.context.i8_type(), self.frame(), &[offset], "") }
+            .unwrap_or_else(|_| self.frame())
+    }
+
+    /// A call of an NVVM intrinsic in simulated code: the registers and the barrier; others
+    /// have no simulation.
+    pub(super) fn sim_intrinsic(
+        &mut self,
+        link: &str,
+        function: &str,
+        span: Span,
+    ) -> Result<Option<BasicValueEnum<'ctx>>> {
+        if let Some((register, axis)) = intrinsic_register(link) {
+            return self.sim_index(register, axis).map(Some);
+        }
+        if matches!(link, "llvm.nvvm.barrier0" | "llvm.nvvm.barrier.sync") {
+            self.sim_barrier(function, span)?;
+            return Ok(None);
+        }
+        Err(CodegenError::Unsupported(format!("the simulator cannot run the NVVM intrinsic `{link}`")))
+    }
+
+    /// Inline PTX in simulated code: the atomic additions C-Lisp kernels use (`red.add` and
+    /// `atom.add`, as the prelude's `reduce` does); other PTX has no simulation.
+    pub(super) fn sim_asm(
+        &mut self,
+        template: &str,
+        values: &[BasicValueEnum<'ctx>],
+        result: &Ty,
+    ) -> Result<Option<BasicValueEnum<'ctx>>> {
+        let words: Vec<&str> = template.split_whitespace().collect();
+        let opcode = words.first().copied().unwrap_or("");
+        let parts: Vec<&str> = opcode.trim_end_matches(';').split('.').collect();
+        let atomic = matches!(parts.first(), Some(&"red") | Some(&"atom")) && parts.contains(&"add");
+        let float = parts.iter().any(|part| matches!(*part, "f32" | "f64"));
+        let unsupported =
+            || CodegenError::Unsupported(format!("the simulator cannot run the inline PTX `{}`", template.trim()));
+        if !atomic {
+            return Err(unsupported());
+        }
+        // red: (address, value); atom: (address, value) with the old value as the result.
+        let (pointer, value) = match values {
+            [BasicValueEnum::PointerValue(pointer), value] => (*pointer, *value),
+            _ => return Err(unsupported()),
+        };
+        if !pointer.is_const() && pointer.get_type().get_address_space() != AddressSpace::default() {
+            return Err(unsupported());
+        }
+        let op = if float {
+            llvm_sys::LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpFAdd
+        } else {
+            llvm_sys::LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpAdd
+        };
+        // SAFETY: builder, pointer and value belong to this module's context; inkwell 0.11's
+        // `build_atomicrmw` takes integers only.
+        let old = unsafe {
+            use inkwell::values::AsValueRef;
+            let raw = llvm_sys::core::LLVMBuildAtomicRMW(
+                self.builder.as_mut_ptr(),
+                op,
+                pointer.as_value_ref(),
+                value.as_value_ref(),
+                llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingMonotonic,
+                0,
+            );
+            if raw.is_null() {
+                None
+            } else {
+                Some(BasicValueEnum::new(raw))
+            }
+        };
+        let old = old.ok_or_else(unsupported);
+        let old = old?;
+        Ok((*result != Ty::Void).then_some(old))
+    }
+
+    /// The simulator's entry: `void (ptr words)`, the launch's argument words converted back
+    /// to the kernel's parameter types.
+    pub(super) fn sim_entry(&mut self, root: &FunctionDef, kernel: FunctionValue<'ctx>) -> Result<String> {
+        let prefix = self.device.as_ref().and_then(|device| device.sim.as_ref()).map(|sim| sim.prefix.clone());
+        let name = format!("quasi#sim#{}#entry", prefix.unwrap_or_default());
+        let ptr = self.context.ptr_type(AddressSpace::default());
+        let entry = self.module.add_function(
+            &name,
+            self.context.void_type().fn_type(&[ptr.into()], false),
+            Some(inkwell::module::Linkage::External),
+        );
+        let block = self.context.append_basic_block(entry, "entry");
+        self.builder.position_at_end(block);
+        let words = entry.get_first_param().ok_or_else(no_value)?.into_pointer_value();
+        let word = self.context.i64_type();
+        let mut args: Vec<BasicMetadataValueEnum<'ctx>> = Vec::new();
+        for (index, param) in root.signature.params.iter().enumerate() {
+            let offset = word.const_int(index as u64, false);
+            // SAFETY: the simulator passes one word per parameter.
+            let slot = unsafe { self.builder.build_in_bounds_gep(word, words, &[offset], "")? };
+            let value = self.builder.build_load(word, slot, "")?.into_int_value();
+            let target = self.basic_type(param);
+            let converted: BasicValueEnum<'ctx> = match target {
+                inkwell::types::BasicTypeEnum::IntType(int) => {
+                    self.builder.build_int_truncate_or_bit_cast(value, int, "")?.into()
+                }
+                inkwell::types::BasicTypeEnum::FloatType(float) => {
+                    let bits = if float == self.context.f32_type() { self.context.i32_type() } else { word };
+                    let bits = self.builder.build_int_truncate_or_bit_cast(value, bits, "")?;
+                    self.builder.build_bit_cast(bits, float, "")?
+                }
+                inkwell::types::BasicTypeEnum::PointerType(pointer) => {
+                    self.builder.build_int_to_ptr(value, pointer, "")?.into()
+                }
+                _ => return Err(CodegenError::Other("a kernel parameter that is not a scalar".into())),
+            };
+            args.push(converted.into());
+        }
+        self.builder.build_call(kernel, &args, "")?;
+        self.builder.build_return(None)?;
+        Ok(name)
+    }
+}

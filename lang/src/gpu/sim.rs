@@ -1,0 +1,573 @@
+//! The GPU simulator (`:gpu sim`): launches run on the CPU, the kernel compiled for the host by
+//! the same codegen (`codegen::sim`), with CUDA's thread model.
+//!
+//! Strategy (measured; ARCHITECTURE.md explains the choice): a kernel without a barrier runs
+//! its threads one after another on one fiber, a plain call per thread. A kernel with a
+//! barrier runs each thread of a block on its own fiber (corosensei's stackful coroutines); a
+//! barrier suspends the thread's fiber, and the block's threads are resumed in rounds, each
+//! round running every thread to its next barrier, so a barrier waits for exactly the block's
+//! threads. Blocks run one after another on the executor thread: faults and interrupts end a
+//! guarded call on that thread only, and a block per core would at most halve the time on the
+//! two-core machines this runs on.
+//!
+//! Checking (on unless `:gpu sim unchecked`): every load and store's address must lie in a
+//! buffer, a launch's staged array, the kernel's globals, the block's shared memory or the
+//! thread's own stack; buffers get red zones so that running off one end is never inside its
+//! neighbour. A barrier that not every thread of a block reaches, or threads waiting at
+//! different barriers, are reported too. A failed check is reported once, and the access is
+//! redirected to scratch memory so that nothing is corrupted; the launch stops at the next
+//! barrier or when the thread ends.
+//!
+//! Faults (a wild access with checking off) and interrupts leave a launch through the guard's
+//! long jump, from inside a fiber; the next launch resets the fibers left behind
+//! (`Run::abandoned`) without unwinding them (compiled code has nothing to drop).
+
+use std::alloc::Layout;
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corosensei::stack::{DefaultStack, Stack};
+use corosensei::{Coroutine, CoroutineResult, Yielder};
+
+use crate::codegen::{SimFrame, SimSite};
+use crate::source::Span;
+
+/// Bytes before and after every simulated allocation that no access may touch.
+const RED_ZONE: usize = 256;
+/// Alignment of simulated allocations (what `cudaMalloc` promises).
+const ALIGN: usize = 256;
+/// The stack of a thread's fiber in a kernel with barriers, and of the one fiber that runs a
+/// kernel without.
+const THREAD_STACK: usize = 256 << 10;
+const GRID_STACK: usize = 8 << 20;
+
+extern "C" {
+    /// The stack an interrupt may search for a return into compiled code: the fiber's (0: the
+    /// guarded call's own stack).
+    fn quasi_set_fiber_stack(top: usize);
+}
+
+/// Zeroed memory with red zones, `ALIGN`-aligned: a simulated buffer, staged array, global
+/// or block's shared memory.
+pub(crate) struct Allocation {
+    base: *mut u8,
+    layout: Layout,
+    len: usize,
+}
+
+// SAFETY: plain memory owned by this value; the runtime's mutex or the launch orders its users.
+unsafe impl Send for Allocation {}
+// SAFETY: as for `Send`: shared references only read it, and writers hold the runtime's lock.
+unsafe impl Sync for Allocation {}
+
+impl Allocation {
+    pub(crate) fn zeroed(len: usize) -> Result<Allocation, String> {
+        let layout = len
+            .checked_add(2 * RED_ZONE)
+            .and_then(|total| Layout::from_size_align(total, ALIGN).ok())
+            .ok_or_else(|| format!("cannot allocate {len} bytes"))?;
+        // SAFETY: the layout is non-zero in size (red zones).
+        let base = unsafe { std::alloc::alloc_zeroed(layout) };
+        if base.is_null() {
+            return Err(format!("the simulator could not allocate {len} bytes"));
+        }
+        Ok(Allocation { base, layout, len })
+    }
+
+    /// The first usable byte.
+    pub(crate) fn start(&self) -> usize {
+        self.base as usize + RED_ZONE
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes from `start` belong to this allocation.
+        unsafe { std::slice::from_raw_parts(self.start() as *const u8, self.len) }
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.start() as *mut u8, self.len) }
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout.
+        unsafe { std::alloc::dealloc(self.base, self.layout) }
+    }
+}
+
+/// A kernel compiled for the simulator.
+pub(crate) struct SimKernel {
+    /// `void (ptr words)`.
+    pub entry: usize,
+    pub shared_bytes: u64,
+    pub barrier: bool,
+    /// Barriers and checked accesses, by the number the code passes.
+    pub sites: Vec<SimSite>,
+    /// The storage of its device globals (the code refers to it by address).
+    pub globals: Vec<(String, Allocation)>,
+}
+
+/// Memory a thread may use, for checking: `[start, end)` and what it is.
+#[derive(Clone, Debug)]
+pub(crate) struct Region {
+    pub start: usize,
+    pub end: usize,
+    pub what: String,
+}
+
+/// The first failed check or barrier of a launch.
+struct Failure {
+    message: String,
+    site: Option<u32>,
+}
+
+type Fiber = Coroutine<(), u32, (), DefaultStack>;
+
+/// What a launch keeps while its code runs; compiled code reaches it through the frame.
+#[derive(Default)]
+struct Run {
+    yielder: usize,
+    regions: Vec<Region>,
+    /// The region found last (accesses come in runs to the same buffer).
+    last: usize,
+    stack: (usize, usize),
+    shared: (usize, usize),
+    check_failed: Option<Failure>,
+    scratch: Vec<u64>,
+    kernel: String,
+    fibers: Vec<Option<Fiber>>,
+    /// Each fiber's stack, `(limit, base)`.
+    fiber_stacks: Vec<(usize, usize)>,
+    stacks: Vec<DefaultStack>,
+    grid_stack: Option<DefaultStack>,
+    /// A launch is running (set until it returns): still set at the next launch, the last one
+    /// left through a long jump (a fault or interrupt) and its fibers are abandoned.
+    active: bool,
+}
+
+/// The simulator of one session. The frame comes first: compiled code's `SIM_FRAME` symbol is
+/// the simulator's address.
+#[repr(C)]
+pub(crate) struct Simulator {
+    frame: UnsafeCell<SimFrame>,
+    run: UnsafeCell<Run>,
+}
+
+// SAFETY: the frame and run state are used by the executor thread during a launch only, while
+// the session thread waits for the cell; between launches nothing touches them.
+unsafe impl Send for Simulator {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Simulator {}
+
+/// What a finished launch reports.
+pub(crate) struct Ran {
+    pub duration: Duration,
+}
+
+/// Why a launch failed: the message, and the source of the access or barrier it names.
+pub(crate) struct SimError {
+    pub message: String,
+    pub site: Option<Span>,
+}
+
+impl Simulator {
+    pub(crate) fn new() -> Box<Simulator> {
+        Box::new(Simulator {
+            frame: UnsafeCell::new(SimFrame { index: [0; 12], shared: std::ptr::null_mut() }),
+            run: UnsafeCell::new(Run::default()),
+        })
+    }
+
+    /// The address compiled code knows as `SIM_FRAME`.
+    pub(crate) fn frame_address(&self) -> usize {
+        self as *const Simulator as usize
+    }
+
+    /// Runs `kernel` over the grid. `words` are the parameter values, `regions` the memory
+    /// its threads may use besides shared memory and their stacks.
+    pub(crate) fn launch(
+        &self,
+        name: &str,
+        kernel: &Arc<SimKernel>,
+        dimensions: [i64; 6],
+        words: &[u64],
+        mut regions: Vec<Region>,
+    ) -> Result<Ran, SimError> {
+        // SAFETY: only the executor thread runs launches, one at a time (see `Send`).
+        let run = unsafe { &mut *self.run.get() };
+        if run.active {
+            run.abandon();
+        }
+        for (name, global) in &kernel.globals {
+            regions.push(Region {
+                start: global.start(),
+                end: global.start() + global.len(),
+                what: format!("the device copy of `{name}`"),
+            });
+        }
+        regions.sort_by_key(|region| region.start);
+        run.regions = regions;
+        run.last = 0;
+        run.check_failed = None;
+        run.kernel = name.to_string();
+        let mut shared = Allocation::zeroed(kernel.shared_bytes as usize).map_err(plain)?;
+        run.shared = (shared.start(), shared.start() + kernel.shared_bytes as usize);
+        // SAFETY: as above; compiled code reads the frame only while this launch runs it.
+        let frame = unsafe { &mut *self.frame.get() };
+        let dims: Vec<i32> = dimensions.iter().map(|&dimension| dimension as i32).collect();
+        frame.index = [0; 12];
+        frame.index[6..9].copy_from_slice(&dims[3..6]);
+        frame.index[9..12].copy_from_slice(&dims[0..3]);
+        frame.shared = shared.start() as *mut u8;
+        run.active = true;
+        let start = Instant::now();
+        let outcome = if kernel.barrier {
+            self.run_blocks(kernel, &dims, words, &mut shared)
+        } else {
+            self.run_grid(kernel, &dims, words)
+        };
+        let duration = start.elapsed();
+        // SAFETY: as above; the run has ended, nothing else refers to the state.
+        let run = unsafe { &mut *self.run.get() };
+        run.active = false;
+        run.regions = Vec::new();
+        outcome?;
+        if let Some(failure) = run.check_failed.take() {
+            return Err(self.error(kernel, failure));
+        }
+        Ok(Ran { duration })
+    }
+
+    fn error(&self, kernel: &SimKernel, failure: Failure) -> SimError {
+        let site = failure.site.and_then(|site| kernel.sites.get(site as usize));
+        SimError { message: failure.message, site: site.map(|site| site.span) }
+    }
+
+    /// A kernel without barriers: every thread, one after another, on one fiber.
+    fn run_grid(&self, kernel: &SimKernel, dims: &[i32], words: &[u64]) -> Result<(), SimError> {
+        // SAFETY: see `launch`.
+        let run = unsafe { &mut *self.run.get() };
+        let stack = match run.grid_stack.take() {
+            Some(stack) => stack,
+            None => {
+                DefaultStack::new(GRID_STACK).map_err(|error| plain(format!("no stack for the simulator: {error}")))?
+            }
+        };
+        run.stack = (stack.limit().get(), stack.base().get());
+        let top = stack.base().get();
+        let simulator = self as *const Simulator as usize;
+        let entry = kernel.entry;
+        let words = words.as_ptr() as usize;
+        let (grid, block) = ([dims[0], dims[1], dims[2]], [dims[3], dims[4], dims[5]]);
+        let mut fiber: Fiber = Coroutine::with_stack(stack, move |_, ()| {
+            // SAFETY: the simulator and the words outlive the fiber's run (it ends before
+            // `launch` returns, or is abandoned); the entry takes one word per parameter.
+            let simulator = unsafe { &*(simulator as *const Simulator) };
+            // SAFETY: `entry` is the address of the build's entry, `void (ptr words)`.
+            let entry: extern "C" fn(*const u64) = unsafe { std::mem::transmute(entry) };
+            let frame = simulator.frame.get();
+            let run = simulator.run.get();
+            for bz in 0..grid[2] {
+                for by in 0..grid[1] {
+                    for bx in 0..grid[0] {
+                        for tz in 0..block[2] {
+                            for ty in 0..block[1] {
+                                for tx in 0..block[0] {
+                                    // SAFETY: the frame is ours while the launch runs.
+                                    unsafe {
+                                        (&mut (*frame).index)[0..6].copy_from_slice(&[tx, ty, tz, bx, by, bz]);
+                                    }
+                                    entry(words as *const u64);
+                                    // SAFETY: as above.
+                                    if unsafe { (*run).check_failed.is_some() } {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        run.fibers = vec![None];
+        // SAFETY: the guard's C code keeps the value in a thread-local.
+        unsafe { quasi_set_fiber_stack(top) };
+        let result = fiber.resume(());
+        // SAFETY: as above.
+        unsafe { quasi_set_fiber_stack(0) };
+        // SAFETY: see `launch`; the fiber has stopped.
+        let run = unsafe { &mut *self.run.get() };
+        run.fibers.clear();
+        if let CoroutineResult::Yield(site) = result {
+            // A barrier the code analysis did not see (cannot happen): never leave it suspended.
+            // SAFETY: nothing on the fiber's stack needs dropping (see `Run::abandon`).
+            unsafe { fiber.force_reset() };
+            run.grid_stack = Some(fiber.into_stack());
+            return Err(plain(format!("a barrier at site {site} in a kernel without barriers (a bug in Quasi)")));
+        }
+        run.grid_stack = Some(fiber.into_stack());
+        Ok(())
+    }
+
+    /// A kernel with barriers: per block, a fiber per thread, resumed in rounds.
+    fn run_blocks(
+        &self,
+        kernel: &SimKernel,
+        dims: &[i32],
+        words: &[u64],
+        shared: &mut Allocation,
+    ) -> Result<(), SimError> {
+        let (grid, block) = ([dims[0], dims[1], dims[2]], [dims[3], dims[4], dims[5]]);
+        let threads: Vec<[i32; 3]> = (0..block[2])
+            .flat_map(|tz| (0..block[1]).flat_map(move |ty| (0..block[0]).map(move |tx| [tx, ty, tz])))
+            .collect();
+        for bz in 0..grid[2] {
+            for by in 0..grid[1] {
+                for bx in 0..grid[0] {
+                    shared.bytes_mut().fill(0);
+                    // SAFETY: see `launch`.
+                    unsafe { (&mut (*self.frame.get()).index)[3..6].copy_from_slice(&[bx, by, bz]) };
+                    self.run_block(kernel, [bx, by, bz], &threads, words)?;
+                    // SAFETY: see `launch`.
+                    if let Some(failure) = unsafe { (*self.run.get()).check_failed.take() } {
+                        return Err(self.error(kernel, failure));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run_block(
+        &self,
+        kernel: &SimKernel,
+        block: [i32; 3],
+        threads: &[[i32; 3]],
+        words: &[u64],
+    ) -> Result<(), SimError> {
+        // SAFETY: see `launch`.
+        let run = unsafe { &mut *self.run.get() };
+        let simulator = self as *const Simulator as usize;
+        let entry = kernel.entry;
+        let words = words.as_ptr() as usize;
+        run.fibers.clear();
+        run.fiber_stacks.clear();
+        for _ in threads {
+            let stack = match run.stacks.pop() {
+                Some(stack) => stack,
+                None => DefaultStack::new(THREAD_STACK)
+                    .map_err(|error| plain(format!("no stack for a simulated thread: {error}")))?,
+            };
+            run.fiber_stacks.push((stack.limit().get(), stack.base().get()));
+            let fiber: Fiber = Coroutine::with_stack(stack, move |yielder, ()| {
+                // SAFETY: as in `run_grid`.
+                let simulator = unsafe { &*(simulator as *const Simulator) };
+                // SAFETY: see `launch`; `runtime_sync` reads the yielder of the running fiber.
+                unsafe { (*simulator.run.get()).yielder = yielder as *const Yielder<(), u32> as usize };
+                // SAFETY: `entry` is the address of the build's entry, `void (ptr words)`.
+                let entry: extern "C" fn(*const u64) = unsafe { std::mem::transmute(entry) };
+                entry(words as *const u64);
+            });
+            run.fibers.push(Some(fiber));
+        }
+        let mut finished: Option<usize> = None;
+        let mut waiting: Vec<(usize, u32)> = Vec::new();
+        loop {
+            waiting.clear();
+            for (index, thread) in threads.iter().enumerate() {
+                // SAFETY: see `launch`; no fiber runs now.
+                let run = unsafe { &mut *self.run.get() };
+                let Some(fiber) = run.fibers[index].as_mut() else { continue };
+                // SAFETY: as above, for the frame.
+                unsafe { (&mut (*self.frame.get()).index)[0..3].copy_from_slice(thread) };
+                run.stack = run.fiber_stacks[index];
+                let top = run.stack.1;
+                let fiber: *mut Fiber = fiber;
+                // SAFETY: the guard keeps the value in a thread-local; the fiber lives in
+                // `run.fibers`, which nothing resizes or drops while it runs.
+                let result = unsafe {
+                    quasi_set_fiber_stack(top);
+                    let result = (*fiber).resume(());
+                    quasi_set_fiber_stack(0);
+                    result
+                };
+                // SAFETY: see `launch`; the fiber has stopped.
+                let run = unsafe { &mut *self.run.get() };
+                match result {
+                    CoroutineResult::Yield(site) => waiting.push((index, site)),
+                    CoroutineResult::Return(()) => {
+                        if let Some(done) = run.fibers[index].take() {
+                            run.stacks.push(done.into_stack());
+                        }
+                        finished.get_or_insert(index);
+                    }
+                }
+                if run.check_failed.is_some() {
+                    run.abandon();
+                    return Ok(());
+                }
+            }
+            let Some(&(first, site)) = waiting.first() else { return Ok(()) };
+            // SAFETY: see `launch`; no fiber runs now.
+            let run = unsafe { &mut *self.run.get() };
+            let place = |thread: usize| format!("block {}, thread {}", triple(block), triple(threads[thread]));
+            let line = |site: u32| site_phrase(kernel, site);
+            if let Some(done) = finished {
+                run.abandon();
+                return Err(SimError {
+                    message: format!(
+                        "kernel `{}`: {} waits at {}, which {} never reaches (it finished): every thread of a block must reach each `syncthreads`",
+                        run.kernel,
+                        place(first),
+                        line(site),
+                        place(done)
+                    ),
+                    site: kernel.sites.get(site as usize).map(|site| site.span),
+                });
+            }
+            if let Some(&(other, other_site)) = waiting.iter().find(|(_, other)| *other != site) {
+                run.abandon();
+                return Err(SimError {
+                    message: format!(
+                        "kernel `{}`: the threads of a block wait at different barriers: {} at {}, {} at {}",
+                        run.kernel,
+                        place(first),
+                        line(site),
+                        place(other),
+                        line(other_site)
+                    ),
+                    site: kernel.sites.get(other_site as usize).map(|site| site.span),
+                });
+            }
+        }
+    }
+}
+
+impl Run {
+    /// Forgets the fibers of a launch that did not finish (a failed check, a barrier error,
+    /// or a long jump out of it), keeping their stacks for the next launch.
+    fn abandon(&mut self) {
+        for fiber in self.fibers.drain(..).flatten() {
+            let mut fiber = fiber;
+            // SAFETY: compiled code and the fiber's closure keep nothing that needs dropping on
+            // the fiber's stack.
+            unsafe { fiber.force_reset() };
+            self.stacks.push(fiber.into_stack());
+        }
+        self.active = false;
+    }
+}
+
+fn plain(message: String) -> SimError {
+    SimError { message, site: None }
+}
+
+fn triple(index: [i32; 3]) -> String {
+    format!("({}, {}, {})", index[0], index[1], index[2])
+}
+
+fn site_phrase(kernel: &SimKernel, site: u32) -> String {
+    match kernel.sites.get(site as usize) {
+        Some(site) => format!("the `syncthreads` in `{}`", site.function),
+        None => "a `syncthreads`".to_string(),
+    }
+}
+
+/// `SIM_SYNC`: suspends the running thread's fiber until the block's next round.
+pub(crate) extern "C" fn runtime_sync(frame: *mut SimFrame, site: i32) {
+    // SAFETY: compiled code passes the frame of the simulator running it (the simulator's
+    // address); the yielder is the running fiber's, set when it started or last resumed.
+    unsafe {
+        let simulator = &*(frame as *const Simulator);
+        let run = simulator.run.get();
+        let yielder = (*run).yielder as *const Yielder<(), u32>;
+        if yielder.is_null() {
+            return;
+        }
+        (*yielder).suspend(site as u32);
+        (*run).yielder = yielder as usize;
+    }
+}
+
+/// `SIM_CHECK`: the address a load or store uses: its own when `bytes` from it lie in memory
+/// the thread may use, else scratch memory, the first such access being reported.
+pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, bytes: i64, tag: i64) -> usize {
+    // SAFETY: as in `runtime_sync`; the run state is the executor thread's during the launch.
+    let run = unsafe { &mut *(*(frame as *const Simulator)).run.get() };
+    let end = address.wrapping_add(bytes.max(0) as usize);
+    let inside = |(start, stop): (usize, usize)| start <= address && end <= stop && address <= end;
+    if inside(run.stack) || inside(run.shared) {
+        return address;
+    }
+    if let Some(region) = run.regions.get(run.last) {
+        if inside((region.start, region.end)) {
+            return address;
+        }
+    }
+    let index = run.regions.partition_point(|region| region.start <= address);
+    if index > 0 && inside((run.regions[index - 1].start, run.regions[index - 1].end)) {
+        run.last = index - 1;
+        return address;
+    }
+    if run.check_failed.is_none() {
+        // SAFETY: as above.
+        let frame = unsafe { &*frame };
+        let write = tag & 1 == 1;
+        let thread = [frame.index[0], frame.index[1], frame.index[2]];
+        let block = [frame.index[3], frame.index[4], frame.index[5]];
+        let message = format!(
+            "out-of-bounds {} of {bytes} bytes in kernel `{}`, block {}, thread {}: {}",
+            if write { "write" } else { "read" },
+            run.kernel,
+            triple(block),
+            triple(thread),
+            describe(run, address)
+        );
+        run.check_failed = Some(Failure { message, site: Some((tag >> 1) as u32) });
+    }
+    let words = (bytes.max(8) as usize).div_ceil(8);
+    if run.scratch.len() < words {
+        run.scratch.resize(words, 0);
+    }
+    run.scratch.as_mut_ptr() as usize
+}
+
+/// Where a bad address lies: past the end of, or before, the nearest memory it may use.
+fn describe(run: &Run, address: usize) -> String {
+    let (shared_start, shared_end) = run.shared;
+    let shared_bytes = shared_end - shared_start;
+    if address >= shared_start && address < shared_end + RED_ZONE {
+        return format!(
+            "at byte {} of the block's shared memory, which has {shared_bytes} bytes",
+            address - shared_start
+        );
+    }
+    if address < shared_start && address + RED_ZONE >= shared_start {
+        return format!("{} bytes before the block's shared memory ({shared_bytes} bytes)", shared_start - address);
+    }
+    let index = run.regions.partition_point(|region| region.start <= address);
+    if index > 0 {
+        let region = &run.regions[index - 1];
+        if address < region.end + RED_ZONE {
+            let length = region.end - region.start;
+            return format!("at byte {} of {}, which has {length} bytes", address - region.start, region.what);
+        }
+    }
+    if let Some(region) = run.regions.get(index) {
+        if region.start - address <= RED_ZONE {
+            let length = region.end - region.start;
+            return format!("{} bytes before {} ({length} bytes)", region.start - address, region.what);
+        }
+    }
+    if address < 4096 {
+        return format!("address {address:#x}, a null pointer");
+    }
+    format!("address {address:#x} is in no buffer, shared memory or memory of the thread's own")
+}
