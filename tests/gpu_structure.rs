@@ -129,6 +129,26 @@ fn the_staged_sgemm_uses_shared_tiles() {
     }
 }
 
+/// The fast configuration of the staged SGEMM: 128-bit loads from global and shared memory
+/// and 128-bit stores to C (LLVM's load/store vectorizer, from alignment the generated code
+/// makes visible), one barrier in the double-buffered k loop besides the prologue's; the
+/// scalar variant has no 128-bit global accesses.
+#[test]
+fn the_staged_sgemm_moves_quads() {
+    let mut session = session();
+    eval_ok(&mut session, ",@(sgemm sg 128 128 8 8 8)");
+    let text = ptx(&mut session, "sg");
+    for needle in ["ld.global.v4.f32", "ld.shared.v4.f32", "st.global.v4.f32", "st.shared.v4.f32"] {
+        assert!(text.contains(needle), "PTX lacks `{needle}`:\n{text}");
+    }
+    assert_eq!(text.matches("bar.sync").count(), 2, "{text}");
+    eval_ok(&mut session, ",@(sgemm plain 64 64 8 4 4 (#:vector #f))");
+    let text = ptx(&mut session, "plain");
+    for needle in ["ld.global.v4", "st.global.v4"] {
+        assert!(!text.contains(needle), "PTX has `{needle}`:\n{text}");
+    }
+}
+
 #[test]
 fn launches_run_on_a_device_or_say_there_is_none() {
     let mut session = session();
