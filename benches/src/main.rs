@@ -2,11 +2,12 @@
 //!
 //! Harness-less on purpose: a run prints measurements side by side and never asserts a time
 //! (machines differ; ratios taken in one run are what compares). Sections:
-//! `quasi-bench [latency] [startup] [kernels] [staging] [session] [--iterations N] [--runs N] [--reps N] [--quick]`.
+//! `quasi-bench [latency] [startup] [kernels] [staging] [session] [sim] [--iterations N] [--runs N] [--reps N] [--quick]`.
 
 mod kernels;
 mod latency;
 mod session;
+mod sim;
 mod staging;
 mod startup;
 mod stats;
@@ -25,6 +26,7 @@ pub struct Options {
     pub kernels: bool,
     pub staging: bool,
     pub session: bool,
+    pub sim: bool,
     /// Timed iterations per latency row (after warm-up).
     pub iterations: usize,
     /// Untimed iterations before each latency row.
@@ -39,7 +41,7 @@ pub struct Options {
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] [session] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] [session] [sim] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
@@ -48,7 +50,10 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] 
             the cost of collecting phase times
   session   a long session: memory retained per definition and per expression cell after
             10,000 of each, p50 near cell 100 against cell 10,000, a cell of 8,000 forms
-Without a section name, all five run (start-up first, so its first Session::new is cold).
+  sim       the GPU simulator (:gpu sim), checked and unchecked: vector add and the staged SGEMM
+            against compiled C-Lisp on the CPU, and Numba's CUDA simulator when
+            QUASI_NUMBA_PYTHON names a Python with numba (QUASI_NUMBA_BUDGET: its seconds, 150)
+Without a section name, all six run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5) and repetitions (3), for a first look.";
 
 fn parse_options() -> Result<Options> {
@@ -58,6 +63,7 @@ fn parse_options() -> Result<Options> {
         kernels: false,
         staging: false,
         session: false,
+        sim: false,
         iterations: 200,
         warmup: 20,
         runs: 25,
@@ -81,6 +87,7 @@ fn parse_options() -> Result<Options> {
             "kernels" => options.kernels = true,
             "staging" => options.staging = true,
             "session" => options.session = true,
+            "sim" => options.sim = true,
             "--iterations" => options.iterations = number("--iterations")?,
             "--warmup" => options.warmup = number("--warmup")?,
             "--runs" => options.runs = number("--runs")?,
@@ -100,9 +107,9 @@ fn parse_options() -> Result<Options> {
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
     }
-    if !(options.latency || options.startup || options.kernels || options.staging || options.session) {
-        (options.latency, options.startup, options.kernels, options.staging, options.session) =
-            (true, true, true, true, true);
+    if !(options.latency || options.startup || options.kernels || options.staging || options.session || options.sim) {
+        (options.latency, options.startup, options.kernels, options.staging, options.session, options.sim) =
+            (true, true, true, true, true, true);
     }
     Ok(options)
 }
@@ -125,6 +132,9 @@ fn main() -> Result<()> {
     }
     if options.session {
         session::run(&options)?;
+    }
+    if options.sim {
+        sim::run(&options)?;
     }
     println!("load average at the end: {}", load_average());
     Ok(())
