@@ -8,6 +8,7 @@
 //! knows C-Lisp; it moves bytes, and the session spells them.
 
 pub(crate) mod ptx;
+pub mod ptxas;
 
 use std::collections::HashMap;
 use std::ffi::c_void;
