@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: format, lints and module layering, then unit tests, transcripts,
-# binary tests and the Jupyter tests.
+# binary tests, every kernel through NVIDIA's ptxas, and the Jupyter tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -13,11 +13,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 python3 scripts/module-graph lang/src >/dev/null
 python3 scripts/module-graph jupyter-kernel/src >/dev/null
 
-cargo test --workspace --no-fail-fast
-
-# Jupyter: quasi-kernel against real clients (jupyter_kernel_test, nbclient, jupyter console)
-# from a virtual environment of pinned versions. pytest's exit status is the script's.
-cargo build -p quasi-kernel -p quasi-repl
+# The test environment of pinned versions: the Jupyter clients below, and NVIDIA's PTX assembler
+# (pip's nvidia-cuda-nvcc-cu12), with which tests/ptxas.rs assembles every kernel and which
+# `:ptx` uses. Made before cargo test, which needs ptxas: QUASI_REQUIRE_PTXAS turns its absence
+# into a failure instead of a skip.
 venv=.venv-test
 requirements=tests/jupyter/requirements.txt
 if ! "$venv/bin/python" -c "" 2>/dev/null; then
@@ -29,6 +28,15 @@ if ! cmp -s "$requirements" "$venv/requirements.installed"; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
     cp "$requirements" "$venv/requirements.installed"
 fi
+ptxas=("$PWD/$venv"/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas)
+export QUASI_PTXAS="${ptxas[0]}"
+export QUASI_REQUIRE_PTXAS=1
+
+cargo test --workspace --no-fail-fast
+
+# Jupyter: quasi-kernel against real clients (jupyter_kernel_test, nbclient, jupyter console)
+# from the virtual environment above. pytest's exit status is the script's.
+cargo build -p quasi-kernel -p quasi-repl
 "${CARGO_TARGET_DIR:-target}/debug/quasi-kernel" install --prefix "$venv" >/dev/null
 # This environment's kernelspecs first: a user-wide `quasi` must not shadow the one under test.
 export JUPYTER_PATH="$PWD/$venv/share/jupyter"

@@ -125,11 +125,12 @@ pub fn listing_markdown(title: &str, language: quasi_lang::Language, text: &str)
 /// A listing as HTML: its title, then the text highlighted by `quasi_repl::highlight`. The
 /// classes are coloured by the theme's editor colours through a `<style>` of this output's own,
 /// which JupyterLab keeps for outputs of the running kernel (trusted) and drops, with the colours
-/// only, from an untrusted notebook.
+/// only, from an untrusted notebook. Indented by one character as text outputs are, so a listing
+/// and the line after it (`:ptx`'s ptxas line) start at one left edge.
 pub fn listing(title: &str, language: quasi_lang::Language, text: &str) -> String {
     let heading = if title.is_empty() { String::new() } else { format!("<b>{}</b>", escape(title)) };
     format!(
-        "<div class=\"quasi-listing\"><style>{}</style>{heading}<pre>{}</pre></div>",
+        "<div class=\"quasi-listing\" style=\"padding-left:1ch\"><style>{}</style>{heading}<pre>{}</pre></div>",
         quasi_repl::highlight::css(".quasi-listing"),
         quasi_repl::highlight::html(language, text)
     )

@@ -11,6 +11,7 @@ pub(crate) mod ptx;
 pub(crate) mod sim;
 mod sim_build;
 pub(crate) use sim_build::mode_from_environment;
+pub mod ptxas;
 
 use std::collections::HashMap;
 use std::ffi::c_void;

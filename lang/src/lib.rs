@@ -31,6 +31,8 @@ mod value;
 
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use gpu::probe as gpu_probe;
+/// NVIDIA's PTX assembler: finding it, its resource report, occupancy (`:ptx`'s last line).
+pub use gpu::ptxas;
 pub use gpu::Mode as GpuMode;
 pub use reader::{completeness, Completeness};
 pub use session::{

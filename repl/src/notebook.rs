@@ -248,11 +248,13 @@ pub fn strip_ansi(text: &str) -> String {
 }
 
 /// A cell's text without what legitimately changes between runs: colour, addresses, durations
-/// and shares of time, and the column widths of tables that hold them.
+/// and shares of time, the column widths of tables that hold them, and `:ptx`'s ptxas line
+/// (it depends on whether and which ptxas is installed).
 pub fn comparable(text: &str) -> String {
-    static VOLATILE: LazyLock<[(Regex, &str); 6]> = LazyLock::new(|| {
+    static VOLATILE: LazyLock<[(Regex, &str); 7]> = LazyLock::new(|| {
         let pattern = |text: &str| Regex::new(text).expect("a valid pattern");
         [
+            (pattern(r"(?m)^ptxas[ :].*$"), "ptxas <resources>"),
             (pattern(r"0x[0-9a-f]+"), "0x<address>"),
             (pattern(r"\b\d+(\.\d+)?\s?(ns|µs|us|ms|s)\b"), "<duration>"),
             (pattern(r"\b\d+(\.\d+)?\s?%"), "<share>"),
@@ -278,6 +280,9 @@ mod tests {
         assert_eq!(comparable("\u{1b}[1mtook 1.25 ms\u{1b}[0m at 0x7f00ab"), comparable("took 3 µs at 0x55aa"));
         assert_eq!(comparable("| a    | 12.0 ms |\n+------+---------+"), comparable("| a | 9 ms |\n+---+----+"));
         assert_ne!(comparable("49 : int"), comparable("48 : int"));
+        let found = "}\nptxas sm_90: 8 registers, 0 bytes spill stores, 0 bytes spill loads, 0 bytes smem; occupancy …";
+        assert_eq!(comparable(found), comparable("}\nptxas: not found, so no register count (…)"));
+        assert_ne!(comparable(found), comparable("}\n"));
     }
 
     #[test]

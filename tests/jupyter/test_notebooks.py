@@ -1,5 +1,5 @@
 """Every notebook in notebooks/ runs end to end under nbclient, and its outputs match the
-ones saved in the file (addresses and durations masked).
+ones saved in the file (addresses, durations and `:ptx`'s ptxas line masked).
 
 `python tests/jupyter/test_notebooks.py` re-executes the notebooks and saves their outputs."""
 
@@ -23,6 +23,8 @@ HAS_CUDA_DRIVER = ctypes.util.find_library("cuda") is not None
 
 ADDRESS = re.compile(r"0x[0-9a-f]+")
 DURATION = re.compile(r"\b\d+(\.\d+)?\s?(ns|µs|us|ms|s)\b")
+# `:ptx`'s last line depends on whether and which ptxas is installed.
+PTXAS = re.compile(r'"ptxas[ :][^"\n]*"')
 # A bench or autotune chart is drawn from the measured times: its shape changes every run.
 SVG = re.compile(r"<svg[\s\S]*?</svg>")
 
@@ -37,6 +39,7 @@ def execute(notebook):
 
 
 def mask(text):
+    text = PTXAS.sub('"ptxas <resources>"', text)
     return DURATION.sub("<duration>", ADDRESS.sub("0x<address>", SVG.sub("<svg/>", text)))
 
 

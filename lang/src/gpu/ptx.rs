@@ -52,6 +52,13 @@ pub(crate) struct SessionGpu {
     launches: HashMap<String, Vec<String>>,
     machine: Option<(String, TargetMachine)>,
     pub(super) builds: u64,
+    /// Threads per block of the last launch of each function the session compiled whose block
+    /// is constant, for the occupancy `:ptx` reports.
+    last_block: HashMap<String, u32>,
+    /// Every function host code launched, kernel or not.
+    launched: BTreeSet<String>,
+    /// `kernels_ptx`'s listings, rebuilt when a member changes (as `built`).
+    listed: HashMap<String, (Built, Result<String, Diagnostic>)>,
 }
 
 pub(super) struct Built {
@@ -76,6 +83,9 @@ impl SessionGpu {
             launches: HashMap::new(),
             machine: None,
             builds: 0,
+            last_block: HashMap::new(),
+            launched: BTreeSet::new(),
+            listed: HashMap::new(),
         }
     }
 }
@@ -98,9 +108,13 @@ pub(crate) fn arch_list() -> String {
     ARCHES.join(" ")
 }
 
-/// Where libdevice is: `QUASI_LIBDEVICE`, or the CUDA toolkit's usual places.
+/// Where libdevice is: `QUASI_LIBDEVICE`, beside the ptxas `:ptx` uses (`BIN/../nvvm/libdevice`
+/// in a CUDA toolkit and in the pip package `nvidia-cuda-nvcc-cu12`), or the CUDA toolkit's
+/// usual places.
 fn libdevice_path() -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> = std::env::var_os("QUASI_LIBDEVICE").map(PathBuf::from).into_iter().collect();
+    let beside_ptxas = super::ptxas::find().and_then(|ptxas| Some(ptxas.parent()?.parent()?.to_path_buf()));
+    candidates.extend(beside_ptxas.map(|toolkit| toolkit.join("nvvm/libdevice/libdevice.10.bc")));
     candidates.extend(
         [
             "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc",
@@ -130,6 +144,7 @@ impl SessionGpu {
     /// Records what a newly committed body of `name` launches, replacing what its earlier body
     /// launched.
     pub(crate) fn note_defined(&mut self, name: &str, body: &FunctionDef) {
+        self.note_launches(&body.body);
         let launched: Vec<String> = tree::launch_targets(&body.body).into_iter().map(|(name, _)| name).collect();
         if launched.is_empty() {
             self.launches.remove(name);
@@ -147,6 +162,9 @@ impl SessionGpu {
         top: &[&FunctionDef],
         timing: &mut PhaseTimes,
     ) -> Vec<super::sim_build::PendingSim> {
+        for function in top {
+            self.note_launches(&function.body);
+        }
         let mut targets: BTreeSet<String> =
             top.iter().flat_map(|function| tree::launch_targets(&function.body)).map(|(name, _)| name).collect();
         targets.extend(self.launches.values().flat_map(|launched| launched.iter().cloned()));
@@ -158,6 +176,58 @@ impl SessionGpu {
             }
         }
         pending
+    }
+
+    /// Notes the functions `body` launches and, where a launch's block is constant, its size.
+    fn note_launches(&mut self, body: &[tree::Stmt]) {
+        tree::visit_exprs(body, &mut |expr| {
+            if let tree::ExprKind::Launch(launch) = &expr.kind {
+                self.launched.insert(launch.kernel.clone());
+                let threads = launch.block.iter().try_fold(1i64, |product, dimension| {
+                    constant(dimension).and_then(|size| product.checked_mul(size))
+                });
+                if let Some(threads) = threads.and_then(|threads| u32::try_from(threads).ok()) {
+                    self.last_block.insert(launch.kernel.clone(), threads);
+                }
+            }
+        });
+    }
+
+    /// Threads per block of the last launch of `name` compiled in the session, when constant.
+    pub(crate) fn last_block(&self, name: &str) -> Option<u32> {
+        self.last_block.get(name).copied()
+    }
+
+    /// Every kernel of the session (`define-kernel`s and the functions host code launched)
+    /// with its current PTX, or why it has none; built only when a member changed since the
+    /// last call.
+    pub(crate) fn kernels_ptx(&mut self, source: &DeviceSource<'_>) -> Vec<(String, Result<String, Diagnostic>)> {
+        let mut names: BTreeSet<String> = source
+            .env
+            .functions
+            .keys()
+            .filter(|name| check::defined(source.env, name).is_some_and(|def| def.kernel))
+            .cloned()
+            .collect();
+        names.extend(self.launched.iter().filter(|name| check::defined(source.env, name).is_some()).cloned());
+        let mut listings = Vec::new();
+        for name in names {
+            let Some(root) = check::defined(source.env, &name) else { continue };
+            let members = check::device_members(&root, &|callee| check::defined(source.env, callee));
+            let key = format!("{} {}", self.arch, globals_key(source.env, &members));
+            let current = self
+                .listed
+                .get(&name)
+                .is_some_and(|(built, _)| built.key == key && same_members(&built.members, &members));
+            if !current {
+                let ptx = self.build_ptx(source, &root).map(|(_, listing)| listing.ptx);
+                self.listed.insert(name.clone(), (Built { members, key }, ptx));
+            }
+            if let Some((_, ptx)) = self.listed.get(&name) {
+                listings.push((name, ptx.clone()));
+            }
+        }
+        listings
     }
 
     fn ensure_ptx(&mut self, source: &DeviceSource<'_>, name: &str, timing: &mut PhaseTimes) {
@@ -331,6 +401,27 @@ pub(super) fn launchable(
         return Err(gpu_error(format!("`{name}` cannot run on the GPU: {problem}")));
     }
     Ok(check::device_members(root, &lookup))
+}
+
+/// The value of a launch dimension that is a constant: a literal, maybe cast, or a product of
+/// such.
+fn constant(expr: &tree::Expr) -> Option<i64> {
+    match &expr.kind {
+        tree::ExprKind::Int(value) => Some(*value),
+        tree::ExprKind::Cast(_, inner) => constant(inner),
+        tree::ExprKind::Binary(tree::BinOp::Mul, left, right) => constant(left)?.checked_mul(constant(right)?),
+        _ => None,
+    }
+}
+
+/// `:ptx`'s last line: what ptxas says of `name`'s PTX (its resources and the occupancy they
+/// allow), ptxas's errors, or how to get ptxas.
+pub(crate) fn ptxas_line(arch: &str, name: &str, ptx: &str, block: Option<u32>) -> String {
+    let Some(ptxas) = super::ptxas::find() else { return super::ptxas::missing_line() };
+    match super::ptxas::assemble(&ptxas, ptx, arch, name) {
+        Ok(resources) => super::ptxas::resource_line(arch, &resources, block),
+        Err(error) => format!("ptxas {arch} rejected the PTX of `{name}`:\n{error}"),
+    }
 }
 
 /// What `:ptx` lists without a name: the last cell's first kernel, or what it launched.

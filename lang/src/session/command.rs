@@ -62,7 +62,16 @@ impl Session {
             Command::Ptx(subject) => {
                 let default = || self.history.last_expansion.as_deref().and_then(ptx::default_ptx_subject);
                 match subject.map(str::to_string).or_else(default) {
-                    Some(name) => return self.inspect_command(&[Stage::Ptx], Some(&name)),
+                    Some(name) => {
+                        let mut outcome = self.inspect_command(&[Stage::Ptx], Some(&name));
+                        // The listing ends with what NVIDIA's assembler makes of it.
+                        if let Some(Item::Listing { language: Language::Ptx, text, .. }) = outcome.items.last() {
+                            let block = self.gpu.last_block(&name);
+                            let line = ptx::ptxas_line(&self.gpu.arch, &name, text, block);
+                            outcome.items.push(message(line));
+                        }
+                        return outcome;
+                    }
                     None => outcome.diagnostics.push(
                         Diagnostic::error(
                             Kind::Syntax,

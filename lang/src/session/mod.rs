@@ -371,6 +371,20 @@ impl Session {
         (start, items)
     }
 
+    /// Every kernel of the session (`define-kernel`s and the functions host code launched) with
+    /// its current PTX for the `:gpu-arch` target, or the error that stops it from running on
+    /// the GPU; rebuilt only for kernels whose device code changed since the last call. For
+    /// checking kernels with outside tools (the ptxas test).
+    pub fn kernels_ptx(&mut self) -> Vec<(String, Result<String, Diagnostic>)> {
+        let source = device_source(&self.env, &self.backend, &self.program);
+        self.gpu.kernels_ptx(&source)
+    }
+
+    /// The GPU target PTX is built for (`:gpu-arch`).
+    pub fn gpu_arch(&self) -> &str {
+        &self.gpu.arch
+    }
+
     /// Names for completion: defined functions, globals and structs.
     pub fn defined_names(&self) -> Vec<String> {
         let mut names: Vec<String> =
