@@ -134,8 +134,8 @@ struct LiveCell {
 pub(crate) struct Program {
     // Field order matters for drop: the cells' code is released before the JIT is freed.
     cells: HashMap<u64, LiveCell>,
-    /// Code of the GPU simulator's kernel builds, by id (`link_device`).
-    device_code: HashMap<u64, CellCode>,
+    /// Code of the GPU simulator's kernel builds, by id (`link_device`), and where it starts.
+    device_code: HashMap<u64, (CellCode, usize)>,
     /// The cell whose code each slot points into.
     slot_owners: HashMap<String, u64>,
     /// Cells committed since `release_finished`: their top-level code may not have run yet.
@@ -455,16 +455,20 @@ impl Program {
             .jit
             .link(object, name, &[entry.to_string()])
             .map_err(|error| Diagnostic::internal(error.to_string()))?;
-        self.cell_counter += 1;
-        self.device_code.insert(self.cell_counter, code);
         let address = addresses.first().copied().ok_or_else(|| Diagnostic::internal("no entry was linked"))?;
+        self.cell_counter += 1;
+        self.device_code.insert(self.cell_counter, (code, address));
+        // The entry is the object's first function (`codegen::sim`): a fault in the kernel is
+        // named after it.
+        self.code_starts.insert(address, name.to_string());
         Ok((self.cell_counter, address))
     }
 
     /// Frees device code that was replaced by a new build (never while it runs: builds happen
     /// before a cell's code runs).
     pub(crate) fn remove_device(&mut self, id: u64) {
-        if let Some(code) = self.device_code.remove(&id) {
+        if let Some((code, start)) = self.device_code.remove(&id) {
+            self.code_starts.remove(&start);
             code.remove();
         }
     }

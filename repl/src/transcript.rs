@@ -8,7 +8,7 @@
 //! lines holding a command run (unshown) before the first cell, e.g. `#: :opt 3`. In expected
 //! output, `[..]` matches any text within a line and a line `...` matches any number of lines.
 //! A header line `# requires: cuda-device` marks a transcript that needs a real GPU: where
-//! there is none it is skipped, with the reason.
+//! there is none it is skipped, with the reason (`no-cuda-device`: the reverse).
 
 use std::path::Path;
 
@@ -51,15 +51,19 @@ impl Transcript {
     /// CUDA device, or a requirement nobody knows), if it cannot.
     pub fn unmet_requirement(&self) -> Option<String> {
         let requirements = self.header.lines().filter_map(|line| line.strip_prefix(REQUIRES_PREFIX));
+        static PROBE: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
         for requirement in requirements.flat_map(str::split_whitespace) {
-            match requirement {
-                "cuda-device" => {
-                    static PROBE: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
-                    if let Err(reason) = PROBE.get_or_init(quasi_lang::gpu_probe) {
-                        return Some(format!("needs a CUDA device ({reason})"));
-                    }
+            match (requirement, PROBE.get_or_init(quasi_lang::gpu_probe)) {
+                ("cuda-device", Err(reason)) => return Some(format!("needs a CUDA device ({reason})")),
+                ("no-cuda-device", Ok(device)) => {
+                    return Some(format!("needs a machine without a CUDA device ({device})"))
                 }
-                other => return Some(format!("requires `{other}`, which is not a known requirement (cuda-device is)")),
+                ("cuda-device" | "no-cuda-device", _) => {}
+                (other, _) => {
+                    return Some(format!(
+                        "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device)"
+                    ))
+                }
             }
         }
         None

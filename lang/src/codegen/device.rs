@@ -116,6 +116,9 @@ pub(crate) fn lower_device<'ctx>(
     };
     let root = unit.members.first().ok_or_else(|| CodegenError::Other("device code without a kernel".into()))?;
     let mut functions = HashMap::new();
+    if unit.sim.is_some() {
+        lowering.sim_entry_declaration();
+    }
     for member in unit.members {
         let function = lowering.module.add_function(
             &ptx_identifier("$f_", &member.name),

@@ -303,15 +303,21 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// The simulator's entry: `void (ptr words)`, the launch's argument words converted back
     /// to the kernel's parameter types.
-    pub(super) fn sim_entry(&mut self, root: &FunctionDef, kernel: FunctionValue<'ctx>) -> Result<String> {
+    /// Declared before the members, so that it is the object's first function and a fault's
+    /// address in any of them is after it (`Program::function_at`).
+    pub(super) fn sim_entry_declaration(&mut self) -> (String, FunctionValue<'ctx>) {
         let prefix = self.device.as_ref().and_then(|device| device.sim.as_ref()).map(|sim| sim.prefix.clone());
         let name = format!("quasi#sim#{}#entry", prefix.unwrap_or_default());
         let ptr = self.context.ptr_type(AddressSpace::default());
-        let entry = self.module.add_function(
-            &name,
-            self.context.void_type().fn_type(&[ptr.into()], false),
-            Some(inkwell::module::Linkage::External),
-        );
+        let function_type = self.context.void_type().fn_type(&[ptr.into()], false);
+        let entry = self.module.get_function(&name).unwrap_or_else(|| {
+            self.module.add_function(&name, function_type, Some(inkwell::module::Linkage::External))
+        });
+        (name, entry)
+    }
+
+    pub(super) fn sim_entry(&mut self, root: &FunctionDef, kernel: FunctionValue<'ctx>) -> Result<String> {
+        let (name, entry) = self.sim_entry_declaration();
         let block = self.context.append_basic_block(entry, "entry");
         self.builder.position_at_end(block);
         let words = entry.get_first_param().ok_or_else(no_value)?.into_pointer_value();

@@ -436,12 +436,11 @@ impl Simulator {
                 run.abandon();
                 return Err(SimError {
                     message: format!(
-                        "kernel `{}`: the threads of a block wait at different barriers: {} at {}, {} at {}",
+                        "kernel `{}`: the threads of a block wait at different barriers: {} at {}, {} at another (marked below)",
                         run.kernel,
                         place(first),
                         line(site),
                         place(other),
-                        line(other_site)
                     ),
                     site: kernel.sites.get(other_site as usize).map(|site| site.span),
                 });
@@ -571,3 +570,7 @@ fn describe(run: &Run, address: usize) -> String {
     }
     format!("address {address:#x} is in no buffer, shared memory or memory of the thread's own")
 }
+
+#[cfg(test)]
+#[path = "sim_tests.rs"]
+mod tests;

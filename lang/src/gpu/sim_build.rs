@@ -156,7 +156,7 @@ fn link(program: &mut Program, name: &str, compiled: Compiled) -> Result<(SimKer
         symbols.push((global.symbol, memory.start()));
         globals.push((global.name, memory));
     }
-    let (id, entry) = program.link_device(&object, &format!("sim#{name}"), &symbols, &entry).map_err(|diagnostic| {
+    let (id, entry) = program.link_device(&object, name, &symbols, &entry).map_err(|diagnostic| {
         format!("linking the simulator's build failed (a bug in Quasi): {}", diagnostic.message)
     })?;
     Ok((SimKernel { entry, shared_bytes, barrier: sim.barrier, sites: sim.sites, globals }, id))

@@ -203,6 +203,12 @@ impl Session {
         Ok(())
     }
 
+    /// Bytes of code memory in use, for tests that code is given back.
+    #[cfg(test)]
+    pub(crate) fn code_in_use(&self) -> usize {
+        self.program.code_in_use()
+    }
+
     /// A handle that interrupts this session's running cell from another thread.
     pub fn interrupt_handle(&self) -> InterruptHandle {
         InterruptHandle(self.interrupt.clone())

@@ -1,0 +1,106 @@
+//! The simulator inside a session: interrupts and faults leave a launch from inside compiled
+//! code (on a fiber when the kernel has barriers), and the next launch still works; a rebuilt
+//! kernel gives its old code back.
+
+use std::time::Duration;
+
+use crate::{Outcome, Session, SessionConfig};
+
+fn session() -> Session {
+    let config = SessionConfig {
+        capture_output: true,
+        load_prelude: false,
+        gpu: Some(crate::GpuMode::Sim { check: true }),
+        ..SessionConfig::default()
+    };
+    Session::new(config).expect("a session starts")
+}
+
+fn ok(session: &mut Session, cell: &str) -> Outcome {
+    let outcome = session.eval(cell);
+    assert!(!outcome.failed(), "`{cell}` failed: {:?}", outcome.diagnostics);
+    outcome
+}
+
+fn value(session: &mut Session, cell: &str) -> String {
+    let outcome = ok(session, cell);
+    outcome
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            crate::Item::Value { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `cell`, interrupting it after 200 ms; returns the first diagnostic's message.
+fn interrupted(session: &mut Session, cell: &str) -> String {
+    let interrupt = session.interrupt_handle();
+    let timer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        interrupt.interrupt();
+    });
+    let outcome = session.eval(cell);
+    timer.join().expect("the timer thread");
+    outcome.diagnostics.first().map(|diagnostic| diagnostic.message.clone()).unwrap_or_default()
+}
+
+const SUM: &str = "(define-shared part (64 int))
+(define-kernel ((block-sum void) (out (ptr int) out 1))
+  (store (aptradd part (tid.x)) (tid.x))
+  (syncthreads)
+  (if (eq (tid.x) 0)
+    (store out (add (load (aptradd part 63)) (load (aptradd part 1))))))
+(define-global (result int))";
+
+#[test]
+fn an_interrupted_launch_leaves_the_simulator_ready() {
+    let mut session = session();
+    ok(&mut session, SUM);
+    ok(&mut session, "(define-kernel ((spin void) (n int)) (while (gt n 0) (set n (add n 1))))");
+    ok(&mut session, "(define-kernel ((spin-at-barrier void)) (while #t (syncthreads)))");
+    // Without barriers the threads run on one fiber; with them, on a fiber each.
+    for spinner in ["(launch spin (grid 2) (block 32) 1)", "(launch spin-at-barrier (grid 1) (block 64))"] {
+        let message = interrupted(&mut session, spinner);
+        assert!(message.starts_with("interrupted"), "{spinner}: {message}");
+        ok(&mut session, "(launch block-sum (grid 1) (block 64) (ptr-to result))");
+        assert_eq!(value(&mut session, "result"), "64", "after {spinner}");
+    }
+}
+
+#[test]
+fn a_fault_inside_a_fiber_leaves_the_simulator_ready() {
+    let mut session = session();
+    ok(&mut session, SUM);
+    ok(&mut session, ":gpu sim unchecked");
+    ok(&mut session, "(define-kernel ((wild void) (p (ptr int (addrspace 1)))) (syncthreads) (store p 1))");
+    let outcome = session.eval("(launch wild (grid 1) (block 64) (inttoptr 8 (ptr int (addrspace 1))))");
+    let message = outcome.diagnostics.first().map(|diagnostic| diagnostic.message.clone()).unwrap_or_default();
+    assert!(message.starts_with("segmentation fault in function `wild`"), "{message}");
+    ok(&mut session, "(launch block-sum (grid 1) (block 64) (ptr-to result))");
+    assert_eq!(value(&mut session, "result"), "64");
+}
+
+#[test]
+fn a_rebuilt_kernel_gives_its_old_code_back() {
+    let mut session = session();
+    ok(&mut session, SUM);
+    ok(&mut session, "(launch block-sum (grid 1) (block 64) (ptr-to result))");
+    let in_use = session.code_in_use();
+    for n in 2..12 {
+        ok(
+            &mut session,
+            &format!(
+                "(define-kernel ((block-sum void) (out (ptr int) out 1))
+                   (store (aptradd part (tid.x)) (mul (tid.x) {n}))
+                   (syncthreads)
+                   (if (eq (tid.x) 0) (store out (load (aptradd part 63)))))"
+            ),
+        );
+        ok(&mut session, "(launch block-sum (grid 1) (block 64) (ptr-to result))");
+        assert_eq!(value(&mut session, "result"), format!("{}", 63 * n));
+    }
+    assert!(session.code_in_use() <= in_use + 4096, "{} > {in_use}", session.code_in_use());
+}
