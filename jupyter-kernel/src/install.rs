@@ -1,6 +1,8 @@
 //! Install: writes the `quasi` kernelspec (kernel.json and logos) and the prebuilt JupyterLab
 //! extension `quasi-jupyterlab` (C-Lisp highlighting, `crate::labextension`) where Jupyter looks
-//! for them.
+//! for them. With `--gpu MODE` the kernelspec is another one beside `quasi`, `quasi-MODE`, whose
+//! kernel.json sets `QUASI_GPU=MODE` (the session reads it at start), so a notebook front end
+//! offers both kernels, e.g. "Quasi" and "Quasi (GPU simulator)".
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,10 +19,12 @@ const LABEXTENSION_NAME: &str = "quasi-jupyterlab";
 const LOGO_32: &[u8] = include_bytes!("../assets/logo-32x32.png");
 const LOGO_64: &[u8] = include_bytes!("../assets/logo-64x64.png");
 
-pub const USAGE: &str = "usage: quasi-kernel install [--user | --sys-prefix | --prefix DIR]
+pub const USAGE: &str = "usage: quasi-kernel install [--user | --sys-prefix | --prefix DIR] [--gpu MODE]
   --user        JUPYTER_DATA_DIR or the user's Jupyter data directory (the default)
   --sys-prefix  the active virtual environment (VIRTUAL_ENV, CONDA_PREFIX or python3's sys.prefix)
-  --prefix DIR  DIR/share/jupyter";
+  --prefix DIR  DIR/share/jupyter
+  --gpu MODE    install the kernel `quasi-MODE` beside `quasi`, whose launches run as QUASI_GPU=MODE:
+                sim (\"Quasi (GPU simulator)\"), sim-unchecked or device";
 
 /// Which Jupyter data directory the kernelspec and the extension go to.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,20 +34,67 @@ enum Target {
     Prefix(PathBuf),
 }
 
-fn parse(args: &[String]) -> anyhow::Result<Target> {
-    match args {
-        [] => Ok(Target::User),
-        [flag] if flag == "--user" => Ok(Target::User),
-        [flag] if flag == "--sys-prefix" => Ok(Target::SysPrefix),
-        [flag, prefix] if flag == "--prefix" => Ok(Target::Prefix(PathBuf::from(prefix))),
-        [flag] if flag.starts_with("--prefix=") => Ok(Target::Prefix(PathBuf::from(&flag["--prefix=".len()..]))),
-        _ => anyhow::bail!("{USAGE}"),
+/// What `--gpu MODE` installs: the value of `QUASI_GPU`, the kernelspec's name and display name.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct GpuMode {
+    value: &'static str,
+    display_name: &'static str,
+}
+
+const GPU_MODES: [GpuMode; 3] = [
+    GpuMode { value: "sim", display_name: "Quasi (GPU simulator)" },
+    GpuMode { value: "sim-unchecked", display_name: "Quasi (GPU simulator, unchecked)" },
+    GpuMode { value: "device", display_name: "Quasi (CUDA device)" },
+];
+
+#[derive(Debug, PartialEq, Eq)]
+struct Options {
+    target: Target,
+    gpu: Option<GpuMode>,
+}
+
+fn parse(args: &[String]) -> anyhow::Result<Options> {
+    let mut target = None;
+    let mut gpu = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || inline.clone().or_else(|| args.next().cloned());
+        match flag {
+            "--user" if inline.is_none() && target.is_none() => target = Some(Target::User),
+            "--sys-prefix" if inline.is_none() && target.is_none() => target = Some(Target::SysPrefix),
+            "--prefix" if target.is_none() => match value() {
+                Some(prefix) => target = Some(Target::Prefix(PathBuf::from(prefix))),
+                None => anyhow::bail!("{USAGE}"),
+            },
+            "--gpu" if gpu.is_none() => match value() {
+                Some(mode) => match GPU_MODES.iter().find(|known| known.value == mode) {
+                    Some(known) => gpu = Some(*known),
+                    None => anyhow::bail!("--gpu is `{mode}`; it may be `sim`, `sim-unchecked` or `device`"),
+                },
+                None => anyhow::bail!("{USAGE}"),
+            },
+            _ => anyhow::bail!("{USAGE}"),
+        }
+    }
+    Ok(Options { target: target.unwrap_or(Target::User), gpu })
+}
+
+/// The kernelspec's directory name: `quasi`, or `quasi-MODE` for `--gpu MODE`.
+fn kernel_name(gpu: Option<GpuMode>) -> String {
+    match gpu {
+        None => KERNEL_NAME.to_string(),
+        Some(mode) => format!("{KERNEL_NAME}-{}", mode.value),
     }
 }
 
 /// `quasi-kernel install …`
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let data_dir = match parse(args)? {
+    let options = parse(args)?;
+    let data_dir = match options.target {
         Target::User => match std::env::var_os("JUPYTER_DATA_DIR") {
             Some(dir) => PathBuf::from(dir),
             None => jupyter_zmq_client::user_data_dir().context("finding the user's Jupyter data directory")?,
@@ -51,10 +102,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         Target::SysPrefix => sys_prefix()?.join("share").join("jupyter"),
         Target::Prefix(prefix) => prefix.join("share").join("jupyter"),
     };
-    let directory = data_dir.join("kernels").join(KERNEL_NAME);
+    let name = kernel_name(options.gpu);
+    let directory = data_dir.join("kernels").join(&name);
     let executable = std::env::current_exe().context("finding this executable")?;
-    write_kernelspec(&directory, &executable)?;
-    println!("installed the Quasi kernelspec in {}", directory.display());
+    write_kernelspec(&directory, &kernelspec(&executable, options.gpu))?;
+    println!("installed the kernelspec `{name}` in {}", directory.display());
     let extension = data_dir.join("labextensions").join(LABEXTENSION_NAME);
     write_labextension(&extension)?;
     println!("installed the JupyterLab extension {LABEXTENSION_NAME} (C-Lisp highlighting) in {}", extension.display());
@@ -77,22 +129,26 @@ fn sys_prefix() -> anyhow::Result<PathBuf> {
 }
 
 /// The kernel.json contents.
-fn kernelspec(executable: &Path) -> JupyterKernelspec {
+fn kernelspec(executable: &Path, gpu: Option<GpuMode>) -> JupyterKernelspec {
+    let mut env = HashMap::new();
+    if let Some(mode) = gpu {
+        env.insert("QUASI_GPU".to_string(), mode.value.to_string());
+    }
     JupyterKernelspec {
         argv: vec![executable.display().to_string(), "--connection-file".to_string(), "{connection_file}".to_string()],
-        display_name: "Quasi".to_string(),
+        display_name: gpu.map_or("Quasi", |mode| mode.display_name).to_string(),
         language: "c-lisp".to_string(),
         // Present and empty rather than null: jupyter_client reads these as dicts.
         metadata: Some(HashMap::new()),
         // Interrupts come as interrupt_request on control, not as SIGINT.
         interrupt_mode: Some("message".to_string()),
-        env: Some(HashMap::new()),
+        env: Some(env),
     }
 }
 
-fn write_kernelspec(directory: &Path, executable: &Path) -> anyhow::Result<()> {
+fn write_kernelspec(directory: &Path, spec: &JupyterKernelspec) -> anyhow::Result<()> {
     std::fs::create_dir_all(directory).with_context(|| format!("creating {}", directory.display()))?;
-    let json = serde_json::to_string_pretty(&kernelspec(executable))?;
+    let json = serde_json::to_string_pretty(spec)?;
     std::fs::write(directory.join("kernel.json"), json + "\n")
         .with_context(|| format!("writing {}/kernel.json", directory.display()))?;
     std::fs::write(directory.join("logo-32x32.png"), LOGO_32)?;
@@ -130,23 +186,50 @@ fn write_labextension(directory: &Path) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse, Target};
+    use super::{parse, Options, Target, GPU_MODES};
     use expect_test::expect;
     use std::path::{Path, PathBuf};
 
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|arg| arg.to_string()).collect()
+    }
+
     #[test]
     fn flags() {
-        let args = |list: &[&str]| list.iter().map(|arg| arg.to_string()).collect::<Vec<_>>();
-        assert_eq!(parse(&args(&[])).ok(), Some(Target::User));
-        assert_eq!(parse(&args(&["--sys-prefix"])).ok(), Some(Target::SysPrefix));
-        assert_eq!(parse(&args(&["--prefix", "/opt/x"])).ok(), Some(Target::Prefix(PathBuf::from("/opt/x"))));
+        let target = |list: &[&str]| parse(&args(list)).ok().map(|options| options.target);
+        assert_eq!(target(&[]), Some(Target::User));
+        assert_eq!(target(&["--sys-prefix"]), Some(Target::SysPrefix));
+        assert_eq!(target(&["--prefix", "/opt/x"]), Some(Target::Prefix(PathBuf::from("/opt/x"))));
+        assert_eq!(target(&["--prefix=/opt/x"]), Some(Target::Prefix(PathBuf::from("/opt/x"))));
         assert!(parse(&args(&["--prefix"])).is_err());
         assert!(parse(&args(&["--user", "--sys-prefix"])).is_err());
+        assert!(parse(&args(&["--user=x"])).is_err());
+        assert!(parse(&args(&["install"])).is_err());
+    }
+
+    #[test]
+    fn gpu_flag() {
+        let gpu = |list: &[&str]| parse(&args(list)).map(|options| options.gpu.map(|mode| mode.value));
+        assert_eq!(gpu(&[]).ok(), Some(None));
+        assert_eq!(gpu(&["--gpu", "sim"]).ok(), Some(Some("sim")));
+        assert_eq!(gpu(&["--gpu=sim-unchecked"]).ok(), Some(Some("sim-unchecked")));
+        assert_eq!(
+            parse(&args(&["--prefix", "/p", "--gpu", "device"])).ok(),
+            Some(Options { target: Target::Prefix(PathBuf::from("/p")), gpu: Some(GPU_MODES[2]) })
+        );
+        assert_eq!(parse(&args(&["--gpu", "sim", "--user"])).ok().map(|options| options.target), Some(Target::User));
+        assert!(gpu(&["--gpu"]).is_err());
+        assert!(gpu(&["--gpu", "sim", "--gpu", "device"]).is_err());
+        let unknown = gpu(&["--gpu", "cuda"]).err().map(|error| error.to_string()).unwrap_or_default();
+        assert_eq!(unknown, "--gpu is `cuda`; it may be `sim`, `sim-unchecked` or `device`");
+        let names: Vec<String> =
+            [None, Some(GPU_MODES[0]), Some(GPU_MODES[1])].into_iter().map(super::kernel_name).collect();
+        assert_eq!(names, ["quasi", "quasi-sim", "quasi-sim-unchecked"]);
     }
 
     #[test]
     fn kernel_json() {
-        let json = serde_json::to_string_pretty(&super::kernelspec(Path::new("/opt/quasi/bin/quasi-kernel")))
+        let json = serde_json::to_string_pretty(&super::kernelspec(Path::new("/opt/quasi/bin/quasi-kernel"), None))
             .unwrap_or_default();
         expect![[r#"
             {
@@ -160,6 +243,28 @@ mod tests {
               "metadata": {},
               "interrupt_mode": "message",
               "env": {}
+            }"#]]
+        .assert_eq(&json);
+    }
+
+    #[test]
+    fn kernel_json_of_the_simulator() {
+        let spec = super::kernelspec(Path::new("/opt/quasi/bin/quasi-kernel"), Some(GPU_MODES[0]));
+        let json = serde_json::to_string_pretty(&spec).unwrap_or_default();
+        expect![[r#"
+            {
+              "argv": [
+                "/opt/quasi/bin/quasi-kernel",
+                "--connection-file",
+                "{connection_file}"
+              ],
+              "display_name": "Quasi (GPU simulator)",
+              "language": "c-lisp",
+              "metadata": {},
+              "interrupt_mode": "message",
+              "env": {
+                "QUASI_GPU": "sim"
+              }
             }"#]]
         .assert_eq(&json);
     }

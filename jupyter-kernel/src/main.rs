@@ -25,7 +25,7 @@ mod wire;
 use std::path::Path;
 
 const USAGE: &str = "usage: quasi-kernel --connection-file FILE   serve a Jupyter client
-       quasi-kernel install [--user | --sys-prefix | --prefix DIR]";
+       quasi-kernel install [--user | --sys-prefix | --prefix DIR] [--gpu MODE]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -75,23 +75,12 @@ fn bad_invocations_are_usage_errors() {
 }
 
 /// The project's own suite passes under `quasi test` as it does under the cargo harness:
-/// every transcript, the language reference's examples, and the notebooks (gpu.ipynb's saved
-/// outputs are those of a machine without a CUDA driver, so it is left out where one exists).
+/// every transcript, the language reference's examples, and the notebooks (gpu.ipynb runs its
+/// launches in the simulator, so it shows the same with or without a CUDA device).
 #[test]
 fn the_projects_own_transcripts_and_notebooks_pass() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
-    let has_cuda = ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1"]
-        .iter()
-        .any(|path| Path::new(path).exists());
-    let mut arguments = vec!["tests".to_string(), "docs/language.md".to_string()];
-    for entry in std::fs::read_dir(root.join("notebooks")).expect("notebooks/").flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".ipynb") && !(has_cuda && name == "gpu.ipynb") {
-            arguments.push(format!("notebooks/{name}"));
-        }
-    }
-    let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
-    let output = quasi_test(root, &arguments);
+    let output = quasi_test(root, &["tests", "docs/language.md", "notebooks"]);
     let report = stdout(&output);
     assert_eq!(output.status.code(), Some(0), "{report}");
     let files = report.lines().filter(|line| line.starts_with("ok ")).count();

@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
 from conftest import ROOT
-from test_notebooks import HAS_CUDA_DRIVER, NOTEBOOKS, mask
+from test_notebooks import NOTEBOOKS, mask
 
 SCREENSHOTS = ROOT / ".browser-screenshots"
 # Generous: two shared cores, a debug-built kernel, and Chromium's software rendering.
@@ -388,11 +388,6 @@ def check_prompts(cell, saved_cell):
     return problems
 
 
-def saved_outputs_apply(name):
-    """gpu.ipynb is saved where there is no CUDA device (as in test_notebooks.py)."""
-    return not (name == "gpu.ipynb" and HAS_CUDA_DRIVER)
-
-
 def expect(predicate, what):
     """A cell check from a check of the cell's element: expect(has_svg_chart, "an SVG chart")."""
     return lambda cell, saved_cell: [] if predicate(cell.element) else [f"shows no {what}"]
@@ -462,7 +457,7 @@ def notebook_problems(driver, name, saved):
     saved_cells = [cell for cell in saved.cells if cell.cell_type == "code"]
     if len(cells) != len(saved_cells):
         return [f"{len(cells)} code cells shown, {len(saved_cells)} in the file"]
-    checks = CELL_CHECKS + ([check_outputs] if saved_outputs_apply(name) else [])
+    checks = CELL_CHECKS + [check_outputs]
     for cell, saved_cell in zip(cells, saved_cells):
         extra = NOTEBOOK_CHECKS.get(name, {}).get(cell.number, [])
         for check in checks + extra:

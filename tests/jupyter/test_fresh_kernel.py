@@ -1,15 +1,19 @@
 """Cases that need a kernel of their own, so that what they count is theirs: `:save FILE` (the
 kernel writes every cell it executed, failures included, as a transcript `quasi test` passes at
-once), inspection and completion that run no cell, and aborted cells that are not numbered."""
+once), inspection and completion that run no cell, aborted cells that are not numbered, and the
+kernelspec `quasi-kernel install --gpu sim` writes (its kernel runs launches in the simulator)."""
 
 import contextlib
 import os
 import pathlib
 import subprocess
 
+import json
+
+from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import start_new_kernel
 
-from conftest import KERNEL_NAME, ROOT
+from conftest import KERNEL_NAME, ROOT, kernel_argv
 
 TIMEOUT = 30
 # The `quasi` binary the test command builds.
@@ -32,8 +36,8 @@ def run_cell(client, code):
 
 
 @contextlib.contextmanager
-def fresh_kernel():
-    manager, client = start_new_kernel(kernel_name=KERNEL_NAME)
+def fresh_kernel(kernel_name=KERNEL_NAME, **options):
+    manager, client = start_new_kernel(kernel_name=kernel_name, **options)
     try:
         yield client
     finally:
@@ -102,3 +106,36 @@ def test_save_without_a_file_name_is_an_error():
         reply, _ = run_cell(client, ":save")
         assert reply["content"]["status"] == "error"
         assert reply["content"]["ename"] == "error[syntax]"
+
+
+def test_install_gpu_sim_gives_a_simulator_kernel(tmp_path, monkeypatch):
+    installed = subprocess.run([kernel_argv()[0], "install", "--prefix", str(tmp_path), "--gpu", "sim"], capture_output=True, text=True, timeout=60)
+    assert installed.returncode == 0, installed.stderr
+    kernels = tmp_path / "share" / "jupyter" / "kernels"
+    # Beside the plain kernel, not instead of it: only `quasi-sim` is written here.
+    assert sorted(path.name for path in kernels.iterdir()) == ["quasi-sim"]
+    spec = json.loads((kernels / "quasi-sim" / "kernel.json").read_text())
+    assert spec["env"] == {"QUASI_GPU": "sim"}
+    assert spec["display_name"] == "Quasi (GPU simulator)"
+    # Found where Jupyter looks, as `jupyter kernelspec list` would find it.
+    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join([str(kernels.parent), os.environ.get("JUPYTER_PATH", "")]))
+    assert KernelSpecManager().find_kernel_specs()["quasi-sim"] == str(kernels / "quasi-sim")
+    with fresh_kernel("quasi-sim") as client:
+        reply, shown = run_cell(client, ":gpu")
+        assert reply["content"]["status"] == "ok"
+        assert shown == ["GPU: the simulator (launches run on the CPU; accesses and barriers are checked)"]
+        run_cell(client, "(define-kernel ((twice void) (p (ptr int) inout n) (n int)) (store (ptradd p (tid.x)) (mul 2 (load (ptradd p (tid.x))))))")
+        run_cell(client, "(define-global (xs (arr 3 int)) (const (1 2 3)))")
+        reply, _ = run_cell(client, "(launch twice (grid 1) (block 3) (aptradd xs 0) 3)")
+        assert reply["content"]["status"] == "ok", reply["content"]
+        msg_id = client.execute("xs")
+        assert shell_reply(client, msg_id)["content"]["status"] == "ok"
+        while True:
+            message = client.get_iopub_msg(timeout=TIMEOUT)
+            if message["parent_header"].get("msg_id") == msg_id and message["msg_type"] == "execute_result":
+                assert message["content"]["data"]["text/plain"] == "[2, 4, 6] : (arr 3 int)"
+                break
+    # The plain kernel leaves the mode to the environment it starts in: the device by default.
+    with fresh_kernel(env={key: value for key, value in os.environ.items() if key != "QUASI_GPU"}) as client:
+        _, shown = run_cell(client, ":gpu")
+        assert len(shown) == 1 and shown[0].startswith("GPU: the device"), shown
