@@ -18,6 +18,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,18 +139,27 @@ static void on_signal(int signal_number, siginfo_t *info, void *context) {
 static _Atomic uintptr_t code_start[MAX_CODE_RANGES], code_end[MAX_CODE_RANGES];
 
 void quasi_code_range(uintptr_t start, uintptr_t end) {
-    int empty = -1;
     for (int i = 0; i < MAX_CODE_RANGES; i++) {
-        if (code_start[i] == start) {
-            if (end == 0) code_start[i] = 0;
-            else code_end[i] = end;
+        if (atomic_load(&code_start[i]) == start) {
+            if (end == 0) {
+                code_end[i] = 0;
+                atomic_store(&code_start[i], 0);
+            } else {
+                code_end[i] = end;
+            }
             return;
         }
-        if (code_start[i] == 0 && empty < 0) empty = i;
     }
-    if (end != 0 && empty >= 0) {
-        code_end[empty] = end;
-        code_start[empty] = start;
+    if (end == 0) return;
+    /* Sessions start and end on several threads at once (tests, notebooks): a slot is claimed
+     * with a compare-and-swap, so two sessions never take the same one (one would lose its
+     * range, and interrupts would never find its code). Its end is 0 until written. */
+    for (int i = 0; i < MAX_CODE_RANGES; i++) {
+        uintptr_t empty = 0;
+        if (atomic_compare_exchange_strong(&code_start[i], &empty, start)) {
+            code_end[i] = end;
+            return;
+        }
     }
 }
 

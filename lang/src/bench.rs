@@ -324,10 +324,22 @@ impl Bencher<'_> {
                 span: form.span,
             };
             let labels: Vec<String> = point.iter().map(ToString::to_string).collect();
+            // A parameter in the run and check expressions stands for the point's value too (a
+            // kernel's launch depends on its tiles).
+            let bind = |form: &Sexp| {
+                map_tree(
+                    form,
+                    &|form: &Sexp| form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone())),
+                    form.span,
+                )
+            };
+            let run = bind(run);
+            let check = check.as_ref().map(bind);
+            let check_buffer = check_buffer.as_ref().map(|(pointer, count)| (bind(pointer), bind(count)));
             let result = self.autotune_variant(
                 name,
                 &call,
-                run,
+                &run,
                 check.as_ref(),
                 check_buffer.as_ref(),
                 &mut reference,
@@ -410,7 +422,17 @@ impl Bencher<'_> {
                 |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message),
             )
         };
-        let definition = self.pipeline.expand_quietly(call).map_err(first_line)?;
+        // A generator may return several forms (a kernel's shared arrays and the kernel).
+        let definition: Vec<Sexp> = self
+            .pipeline
+            .expand_quietly(call)
+            .map_err(first_line)?
+            .into_iter()
+            .flat_map(|form| match form.list() {
+                Some(items) if items.first().is_some_and(|first| first.list().is_some()) => items.to_vec(),
+                _ => vec![form],
+            })
+            .collect();
         if !definition.iter().any(|form| crate::bench::defines(form, name)) {
             return Err(format!("the generator did not return a definition of `{name}`"));
         }

@@ -719,6 +719,9 @@ impl Pipeline for Session {
         let linked = self.compile(&cell, &prefix, TopLevel::PerItem, &mut PhaseTimes::default())?;
         let entries = linked.entries().to_vec();
         self.commit(&cell, linked);
+        // What its top-level code launches (a bench's or autotune's run) is built now.
+        let top: Vec<&FunctionDef> = cell.top.iter().map(|item| &item.function).collect();
+        self.prepare_launches(&top, &mut PhaseTimes::default());
         Ok((cell.top.iter().map(|item| item.value.clone()).collect(), entries))
     }
 
