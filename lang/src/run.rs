@@ -550,6 +550,41 @@ pub(crate) fn complete_text(pending: &mut Vec<u8>, bytes: &[u8]) -> String {
     text
 }
 
+/// Runs `work` on this thread behind the fault guard, for LLVM's code generation of device
+/// code (on the session's thread): LLVM's back ends crash on some inputs (NVPTX's
+/// SeparateConstOffsetFromGEP on one kernel), and a crash then ends `work`, not the session.
+/// `Err` holds the signal. What `work` was changing must then be leaked, never used or freed.
+pub(crate) fn guarded_here<T, F: FnOnce() -> T>(work: F) -> Result<T, i32> {
+    struct Job<F, T> {
+        work: Option<F>,
+        result: Option<std::thread::Result<T>>,
+    }
+    extern "C" fn trampoline<F: FnOnce() -> T, T>(job: *mut c_void) {
+        // SAFETY: `guarded_here` passes its own `Job`, alive across the call.
+        let job = unsafe { &mut *(job as *mut Job<F, T>) };
+        if let Some(work) = job.work.take() {
+            // A panic must not unwind into the guard's C frame.
+            job.result = Some(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+        }
+    }
+    let mut job = Job { work: Some(work), result: None };
+    // SAFETY: the trampoline matches the guard's entry type and takes the job it is given.
+    let faulted = unsafe { quasi_guarded_call(trampoline::<F, T>, (&mut job as *mut Job<F, T>).cast()) != 0 };
+    if faulted {
+        let (mut code, mut site, mut signal, mut address, mut pc, mut detail) = (0, 0, 0, 0, 0, 0);
+        // SAFETY: reads the thread-local fault record the guard just wrote.
+        unsafe { quasi_fault_info(&mut code, &mut site, &mut signal, &mut address, &mut pc, &mut detail) };
+        // The work's state was left mid-way: forgotten, not dropped.
+        std::mem::forget(job);
+        return Err(signal as i32);
+    }
+    match job.result {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        None => Err(0),
+    }
+}
+
 fn guarded_call(entries: &[usize], result_size: usize, capture: bool) -> CallReport {
     // Eight-byte aligned, as every value type the entry may store needs at most that.
     let mut buffer = vec![0u64; result_size.div_ceil(8).max(1)];

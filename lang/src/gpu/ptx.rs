@@ -311,13 +311,24 @@ impl SessionGpu {
             link_libdevice(&module, &source.backend.context, &lowered.entry, lowered.libdevice)
         };
         let ir = crate::inspect::trim_ir(&module.print_to_string().to_string());
-        module
-            .run_passes("default<O3>", machine, PassBuilderOptions::create())
-            .map_err(|error| gpu_error(format!("LLVM passes failed on `{name}`: {error}")))?;
-        let optimised = crate::inspect::trim_ir(&module.print_to_string().to_string());
-        let buffer = machine
-            .write_to_memory_buffer(&module, FileType::Assembly)
-            .map_err(|error| gpu_error(format!("LLVM could not emit PTX for `{name}`: {error}")))?;
+        let compiled = crate::run::guarded_here(|| {
+            module
+                .run_passes("default<O3>", machine, PassBuilderOptions::create())
+                .map_err(|error| gpu_error(format!("LLVM passes failed on `{name}`: {error}")))?;
+            let optimised = crate::inspect::trim_ir(&module.print_to_string().to_string());
+            let buffer = machine
+                .write_to_memory_buffer(&module, FileType::Assembly)
+                .map_err(|error| gpu_error(format!("LLVM could not emit PTX for `{name}`: {error}")))?;
+            Ok((optimised, buffer))
+        });
+        let (optimised, buffer) = match compiled {
+            Ok(result) => result?,
+            Err(signal) => {
+                // LLVM stopped mid-way through the module: it is never touched again.
+                std::mem::forget(module);
+                return Err(llvm_crashed(&name, signal, arch));
+            }
+        };
         let errors = source.backend.take_llvm_errors();
         if let Some(error) = errors.first() {
             return Err(gpu_error(format!("LLVM could not compile `{name}` for {arch}: {}", error.trim())));
@@ -377,6 +388,15 @@ impl SessionGpu {
         }
         self.runtime.describe(handle, element)
     }
+}
+
+/// A crash inside LLVM's code generation as a diagnostic (`run::guarded_here`).
+pub(super) fn llvm_crashed(name: &str, signal: i32, target: &str) -> Diagnostic {
+    Diagnostic::error(
+        Kind::Internal,
+        format!("LLVM crashed ({}) compiling `{name}` for {target}", crate::session::signal_name(signal)),
+    )
+    .with_note("a bug in LLVM's back end on this code; the kernel was not built, and the session is intact")
 }
 
 /// The device code of a function a launch may run: the function and every session function it

@@ -139,10 +139,21 @@ fn compile(
             lowered.shared_bytes
         ));
     }
-    backend.optimise(&lowered.module, 3).map_err(|diagnostic| diagnostic.message)?;
-    let object = backend.emit_object(&lowered.module, 3).map_err(|diagnostic| diagnostic.message)?;
+    let module = lowered.module;
+    let object = crate::run::guarded_here(|| {
+        backend.optimise(&module, 3)?;
+        backend.emit_object(&module, 3).map(|object| object.as_slice().to_vec())
+    });
+    let object = match object {
+        Ok(object) => object.map_err(|diagnostic| diagnostic.message)?,
+        Err(signal) => {
+            // LLVM stopped mid-way through the module: it is never touched again.
+            std::mem::forget(module);
+            return Err(super::ptx::llvm_crashed(&root.name, signal, "the simulator").message);
+        }
+    };
     let sim = lowered.sim.unwrap_or_default();
-    Ok(Compiled { object: object.as_slice().to_vec(), entry: lowered.entry, sim, shared_bytes: lowered.shared_bytes })
+    Ok(Compiled { object, entry: lowered.entry, sim, shared_bytes: lowered.shared_bytes })
 }
 
 /// Makes the build's globals, links its code; returns the kernel and the code's id.

@@ -9,6 +9,7 @@
 mod command;
 mod history;
 mod report;
+pub(crate) use report::signal_name;
 #[cfg(test)]
 mod tests;
 mod top_level;

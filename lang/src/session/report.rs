@@ -135,7 +135,7 @@ fn function_phrase(name: &str) -> String {
 }
 
 /// A signal's conventional name (SIGTERM), or its number.
-fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     let names = [
         (libc::SIGSEGV, "SIGSEGV"),
         (libc::SIGBUS, "SIGBUS"),
