@@ -628,3 +628,28 @@ fn guarded_call(entries: &[usize], result_size: usize, capture: bool) -> CallRep
     let result = buffer.iter().flat_map(|word| word.to_ne_bytes()).take(result_size).collect();
     CallReport { result, rest: Progress { items: Vec::new(), output, errors }, fault, allocations }
 }
+
+/// A signal's conventional name (SIGTERM), or its number.
+pub(crate) fn signal_name(signal: i32) -> String {
+    let names = [
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+        (libc::SIGSTKFLT, "SIGSTKFLT"),
+        (libc::SIGPWR, "SIGPWR"),
+        (libc::SIGSYS, "SIGSYS"),
+    ];
+    names.iter().find(|(number, _)| *number == signal).map_or_else(|| format!("{signal}"), |(_, name)| name.to_string())
+}

@@ -394,7 +394,7 @@ impl SessionGpu {
 pub(super) fn llvm_crashed(name: &str, signal: i32, target: &str) -> Diagnostic {
     Diagnostic::error(
         Kind::Internal,
-        format!("LLVM crashed ({}) compiling `{name}` for {target}", crate::session::signal_name(signal)),
+        format!("LLVM crashed ({}) compiling `{name}` for {target}", crate::run::signal_name(signal)),
     )
     .with_note("a bug in LLVM's back end on this code; the kernel was not built, and the session is intact")
 }

@@ -464,6 +464,14 @@ impl Run {
     }
 }
 
+impl Drop for Run {
+    /// Fibers a long jump left suspended are reset, never unwound: unwinding would resume them
+    /// in compiled code (maybe freed with the session by now) that has no unwind tables.
+    fn drop(&mut self) {
+        self.abandon();
+    }
+}
+
 fn plain(message: String) -> SimError {
     SimError { message, site: None }
 }

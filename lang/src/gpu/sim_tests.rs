@@ -68,6 +68,16 @@ fn an_interrupted_launch_leaves_the_simulator_ready() {
         ok(&mut session, "(launch block-sum (grid 1) (block 64) (ptr-to result))");
         assert_eq!(value(&mut session, "result"), "64", "after {spinner}");
     }
+    // A session whose last launch was interrupted at a barrier ends (or resets) cleanly: the
+    // fibers left suspended there are reset, not unwound.
+    assert!(interrupted(&mut session, "(launch spin-at-barrier (grid 1) (block 64))").starts_with("interrupted"));
+    ok(&mut session, ":reset");
+    assert!(interrupted(
+        &mut session,
+        "(define-kernel ((s void)) (while #t (syncthreads))) (launch s (grid 1) (block 8))"
+    )
+    .starts_with("interrupted"));
+    drop(session);
 }
 
 #[test]

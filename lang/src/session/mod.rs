@@ -9,7 +9,6 @@
 mod command;
 mod history;
 mod report;
-pub(crate) use report::signal_name;
 #[cfg(test)]
 mod tests;
 mod top_level;

@@ -82,7 +82,7 @@ impl Session {
                 let place = place.unwrap_or_default();
                 let what = match *signal {
                     other if *raised && other != libc::SIGABRT => {
-                        format!("the program raised signal {}", signal_name(other))
+                        format!("the program raised signal {}", run::signal_name(other))
                     }
                     libc::SIGSEGV if run::is_stack_overflow(*address) => format!(
                         "stack overflow{place} (compiled code's stack is 64 MiB; is the recursion unbounded?)"
@@ -99,7 +99,7 @@ impl Session {
                         "the program aborted (SIGABRT; glibc does this when it finds the heap corrupted, e.g. a double free)"
                             .to_string()
                     }
-                    other => format!("the program raised signal {}", signal_name(other)),
+                    other => format!("the program raised signal {}", run::signal_name(other)),
                 };
                 Diagnostic::error(Kind::RuntimeFault, what).with_label(item_span, "").with_note(note)
             }
@@ -132,31 +132,6 @@ fn function_phrase(name: &str) -> String {
     } else {
         format!("function `{name}`")
     }
-}
-
-/// A signal's conventional name (SIGTERM), or its number.
-pub(crate) fn signal_name(signal: i32) -> String {
-    let names = [
-        (libc::SIGSEGV, "SIGSEGV"),
-        (libc::SIGBUS, "SIGBUS"),
-        (libc::SIGFPE, "SIGFPE"),
-        (libc::SIGILL, "SIGILL"),
-        (libc::SIGTRAP, "SIGTRAP"),
-        (libc::SIGTERM, "SIGTERM"),
-        (libc::SIGHUP, "SIGHUP"),
-        (libc::SIGQUIT, "SIGQUIT"),
-        (libc::SIGUSR1, "SIGUSR1"),
-        (libc::SIGUSR2, "SIGUSR2"),
-        (libc::SIGALRM, "SIGALRM"),
-        (libc::SIGVTALRM, "SIGVTALRM"),
-        (libc::SIGPROF, "SIGPROF"),
-        (libc::SIGXCPU, "SIGXCPU"),
-        (libc::SIGXFSZ, "SIGXFSZ"),
-        (libc::SIGSTKFLT, "SIGSTKFLT"),
-        (libc::SIGPWR, "SIGPWR"),
-        (libc::SIGSYS, "SIGSYS"),
-    ];
-    names.iter().find(|(number, _)| *number == signal).map_or_else(|| format!("{signal}"), |(_, name)| name.to_string())
 }
 
 /// Says which unquote generated the code a diagnostic points at, and what it expanded to.
