@@ -7,8 +7,10 @@ use std::time::Duration;
 use crate::{Outcome, Session, SessionConfig};
 
 fn session() -> Session {
+    // Not capturing output: a capture is of the process's file descriptors, and the session
+    // tests beside these capture theirs.
     let config = SessionConfig {
-        capture_output: true,
+        capture_output: false,
         load_prelude: false,
         gpu: Some(crate::GpuMode::Sim { check: true }),
         ..SessionConfig::default()
