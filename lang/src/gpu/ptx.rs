@@ -390,10 +390,11 @@ impl SessionGpu {
     }
 }
 
-/// A crash inside LLVM's code generation as a diagnostic (`run::guarded_here`).
+/// A crash inside LLVM's code generation as a diagnostic (`run::guarded_here`): `error[gpu]`, as
+/// for other device code LLVM cannot compile (not an internal error of Quasi's).
 pub(super) fn llvm_crashed(name: &str, signal: i32, target: &str) -> Diagnostic {
     Diagnostic::error(
-        Kind::Internal,
+        Kind::Gpu,
         format!("LLVM crashed ({}) compiling `{name}` for {target}", crate::run::signal_name(signal)),
     )
     .with_note("a bug in LLVM's back end on this code; the kernel was not built, and the session is intact")
