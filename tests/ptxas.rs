@@ -21,7 +21,16 @@ use quasi_lang::{Item, Session};
 use quasi_repl::{notebook, transcript};
 
 /// The prelude's `sgemm` at these arguments after the name (bm bn bk tm tn); none may spill.
-const SGEMM: &[&str] = &["16 16 2 4 4", "64 64 8 4 4", "128 128 8 8 8", "128 64 8 8 4", "64 128 8 4 8"];
+const SGEMM: &[&str] = &[
+    "16 16 2 4 4",
+    "64 64 8 4 4",
+    "64 64 8 8 8",
+    "128 128 8 8 8",
+    "128 128 16 8 8",
+    "128 64 8 8 8",
+    "128 64 8 8 4",
+    "64 128 8 4 8",
+];
 
 /// The prelude's `reduce` at these block sizes.
 const REDUCE: &[&str] = &["128", "256"];
