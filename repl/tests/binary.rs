@@ -156,6 +156,29 @@ fn run_of_an_ill_typed_file_fails_before_running() {
     assert!(finished.stderr.contains("bad.cl:3:"), "{}", finished.stderr);
 }
 
+/// A `main` that `quasi run` cannot call is an error before running (status 1) at `main`'s
+/// definition, not a type error in the call quasi run would have written.
+#[test]
+fn run_of_a_main_it_cannot_call_fails_before_running() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    for (name, main) in [
+        ("float.cl", "(define ((main int) (x float)) (ret 0))"),
+        ("three.cl", "(define ((main int) (a int) (b int) (c int)) (ret 0))"),
+        ("argv.cl", "(define ((main int) (argc int) (argv int)) (ret 0))"),
+        ("ret.cl", "(define ((main float)) (ret 1.0))"),
+    ] {
+        let file = write_file(
+            directory.path(),
+            name,
+            &format!("(define ((puts int) (s (ptr int8))))\n(call puts \"top\")\n{main}\n"),
+        );
+        let finished = quasi(&["run", &file], "");
+        assert_eq!(finished.status.code(), Some(1), "{name}: {}", finished.stderr);
+        assert!(finished.stderr.contains("error[type]: `quasi run` cannot call `main`"), "{name}: {}", finished.stderr);
+        assert!(finished.stderr.contains(&format!("{name}:3:1")), "{name}: {}", finished.stderr);
+    }
+}
+
 #[test]
 fn run_of_a_missing_file_says_so() {
     let finished = quasi(&["run", "/nonexistent/quasi-test.cl"], "");

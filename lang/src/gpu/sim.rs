@@ -215,6 +215,7 @@ impl Simulator {
         regions.sort_by_key(|region| region.start);
         run.regions = regions;
         run.last = 0;
+        run.yielder = 0;
         run.check_failed = None;
         run.kernel = name.to_string();
         let mut shared = Allocation::zeroed(kernel.shared_bytes as usize).map_err(plain)?;

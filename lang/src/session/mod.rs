@@ -271,6 +271,12 @@ impl Session {
             return (outcome, status);
         }
         let Some(main) = self.env.functions.get("main").cloned() else { return (outcome, 0) };
+        if let Some(diagnostic) = main_shape_error(&main, crate::check::defined(&self.env, "main").map(|def| def.span))
+        {
+            outcome.diagnostics.push(diagnostic);
+            self.history.attach_sources(&mut outcome);
+            return (outcome, 1);
+        }
         let call = match main.signature.params.len() {
             0 => "(call main)".to_string(),
             1 => format!("(call main {})", args.len() + 1),
@@ -755,6 +761,33 @@ fn device_source<'s>(env: &'s Env, backend: &'s Backend, program: &'s Program) -
 
 /// `quasi run`'s status after an error: 130 if interrupted, 2 after a runtime fault or GPU
 /// error, 1 for an error before running.
+/// Why `quasi run` cannot call this `main` (docs/language.md §5.5): it takes `()`, `(argc)` or
+/// `(argc argv)`, argc an integer and argv a pointer to pointers, and returns an integer or
+/// nothing.
+fn main_shape_error(main: &crate::check::FunctionEntry, span: Option<Span>) -> Option<Diagnostic> {
+    let params = &main.signature.params;
+    let argc_ok = params.first().is_none_or(|argc| matches!(argc, crate::types::Ty::Int(_)));
+    let argv_ok = params.get(1).is_none_or(|argv| argv.pointee().and_then(crate::types::Ty::pointee).is_some());
+    let ret_ok = matches!(main.signature.ret, crate::types::Ty::Int(_) | crate::types::Ty::Void);
+    if params.len() <= 2 && argc_ok && argv_ok && ret_ok {
+        return None;
+    }
+    let found: Vec<String> = params.iter().map(ToString::to_string).collect();
+    let mut diagnostic = Diagnostic::error(
+        Kind::Type,
+        format!(
+            "`quasi run` cannot call `main` : ({}) -> {}: it takes (), (argc) or (argc argv) and returns an integer or void",
+            found.join(", "),
+            main.signature.ret
+        ),
+    )
+    .with_note("argc is an integer (1 + the arguments after FILE), argv a pointer to pointers, e.g. (ptr (ptr int8))");
+    if let Some(span) = span {
+        diagnostic = diagnostic.with_label(span, "");
+    }
+    Some(diagnostic)
+}
+
 fn failure_status(outcome: &Outcome) -> i32 {
     let has =
         |kind: Kind| outcome.diagnostics.iter().any(|diagnostic| diagnostic.is_error() && diagnostic.kind == kind);
