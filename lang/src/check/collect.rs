@@ -505,13 +505,6 @@ impl CellChecker<'_> {
             return;
         }
         if !has_body {
-            if signature.params.iter().chain([&signature.ret]).any(|ty| matches!(ty, Ty::Struct(_) | Ty::Arr(..))) {
-                self.error(
-                    type_error(proto_form.span, "external functions cannot take or return structs or arrays by value")
-                        .with_note("pass a pointer instead"),
-                );
-                return;
-            }
             // A forward declaration of a function defined in this cell or the session must agree.
             if let Some((existing, _)) = declared.get(&name) {
                 if *existing != signature {
@@ -534,6 +527,15 @@ impl CellChecker<'_> {
             }
             if signature.variadic && signature.params.is_empty() {
                 self.error(type_error(proto_form.span, "a variadic declaration needs at least one fixed parameter"));
+                return;
+            }
+            // Not a forward declaration (checked above): a C function, whose convention for
+            // structs and arrays by value is not C-Lisp's.
+            if signature.params.iter().chain([&signature.ret]).any(|ty| matches!(ty, Ty::Struct(_) | Ty::Arr(..))) {
+                self.error(
+                    type_error(proto_form.span, "external functions cannot take or return structs or arrays by value")
+                        .with_note("pass a pointer instead; a forward declaration of a C-Lisp function is fine when its definition follows in the same cell"),
+                );
                 return;
             }
             let kind = match (self.resolve)(&name) {
