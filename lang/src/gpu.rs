@@ -255,6 +255,11 @@ impl Gpu {
         self.lock().sim_kernels.insert(name.to_string(), kernel);
     }
 
+    /// Whether a segmentation fault at `address` was a simulated thread's stack overflow.
+    pub fn simulated_stack_overflow(&self, address: usize) -> bool {
+        self.simulator.is_stack_overflow(address)
+    }
+
     /// The source of the access or barrier the last error names, if any.
     pub fn take_error_site(&self) -> Option<crate::source::Span> {
         self.lock().error_site.take()

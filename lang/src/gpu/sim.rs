@@ -39,8 +39,8 @@ const RED_ZONE: usize = 256;
 const ALIGN: usize = 256;
 /// The stack of a thread's fiber in a kernel with barriers, and of the one fiber that runs a
 /// kernel without.
-const THREAD_STACK: usize = 256 << 10;
-const GRID_STACK: usize = 8 << 20;
+pub(crate) const THREAD_STACK: usize = 256 << 10;
+const GRID_STACK: usize = 256 << 10;
 
 extern "C" {
     /// The stack an interrupt may search for a return into compiled code: the fiber's (0: the
@@ -183,6 +183,15 @@ impl Simulator {
             frame: UnsafeCell::new(SimFrame { index: [0; 12], shared: std::ptr::null_mut() }),
             run: UnsafeCell::new(Run::default()),
         })
+    }
+
+    /// Whether a faulting address lies at the bottom of the stack of the simulated thread that
+    /// ran last (corosensei's guard page is the stack's first page, from `limit`) or just below:
+    /// a stack overflow. Read after the launch ended.
+    pub(crate) fn is_stack_overflow(&self, address: usize) -> bool {
+        // SAFETY: no launch runs now (the fault ended it), so nothing else uses the state.
+        let (limit, _) = unsafe { (*self.run.get()).stack };
+        limit != 0 && address < limit + 4096 && address + (64 << 10) >= limit
     }
 
     /// The address compiled code knows as `SIM_FRAME`.

@@ -87,6 +87,10 @@ impl Session {
                     libc::SIGSEGV if run::is_stack_overflow(*address) => format!(
                         "stack overflow{place} (compiled code's stack is 64 MiB; is the recursion unbounded?)"
                     ),
+                    libc::SIGSEGV if self.gpu.runtime.simulated_stack_overflow(*address) => format!(
+                        "stack overflow{place} in a simulated GPU thread (its stack is {} KiB; is the recursion unbounded?)",
+                        crate::gpu::sim::THREAD_STACK >> 10
+                    ),
                     libc::SIGSEGV => {
                         let access = if *write { "write to" } else { "read of" };
                         format!("segmentation fault{place}: {access} address {address:#x}")
