@@ -248,6 +248,8 @@ impl Simulator {
         let run = unsafe { &mut *self.run.get() };
         run.active = false;
         run.regions = Vec::new();
+        // Only a launch that a fault ended leaves its thread's stack for `is_stack_overflow`.
+        run.stack = (0, 0);
         outcome?;
         if let Some(failure) = run.check_failed.take() {
             return Err(self.error(kernel, failure));
@@ -306,7 +308,6 @@ impl Simulator {
                 }
             }
         });
-        run.fibers = vec![None];
         // SAFETY: the guard's C code keeps the value in a thread-local.
         unsafe { quasi_set_fiber_stack(top) };
         let result = fiber.resume(());
@@ -314,7 +315,6 @@ impl Simulator {
         unsafe { quasi_set_fiber_stack(0) };
         // SAFETY: see `launch`; the fiber has stopped.
         let run = unsafe { &mut *self.run.get() };
-        run.fibers.clear();
         if let CoroutineResult::Yield(site) = result {
             // A barrier the code analysis did not see (cannot happen): never leave it suspended.
             // SAFETY: nothing on the fiber's stack needs dropping (see `Run::abandon`).

@@ -84,12 +84,14 @@ impl Session {
                     other if *raised && other != libc::SIGABRT => {
                         format!("the program raised signal {}", run::signal_name(other))
                     }
-                    libc::SIGSEGV if run::is_stack_overflow(*address) => format!(
-                        "stack overflow{place} (compiled code's stack is 64 MiB; is the recursion unbounded?)"
-                    ),
+                    // First: a fiber's stack is often mapped just below the executor's, inside the
+                    // looser window `run::is_stack_overflow` allows.
                     libc::SIGSEGV if self.gpu.runtime.simulated_stack_overflow(*address) => format!(
                         "stack overflow{place} in a simulated GPU thread (its stack is {} KiB; is the recursion unbounded?)",
                         crate::gpu::sim::THREAD_STACK >> 10
+                    ),
+                    libc::SIGSEGV if run::is_stack_overflow(*address) => format!(
+                        "stack overflow{place} (compiled code's stack is 64 MiB; is the recursion unbounded?)"
                     ),
                     libc::SIGSEGV => {
                         let access = if *write { "write to" } else { "read of" };
