@@ -304,18 +304,16 @@ impl Bencher<'_> {
         let mut definitions: Vec<Option<Vec<Sexp>>> = Vec::new();
         for point in &points {
             let bindings: HashMap<&str, &Sexp> = names.iter().map(String::as_str).zip(point.iter()).collect();
-            let arguments: Vec<Sexp> = generator[2..]
-                .iter()
-                .map(|argument| {
-                    map_tree(
-                        argument,
-                        &|form: &Sexp| {
-                            form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone()))
-                        },
-                        argument.span,
-                    )
-                })
-                .collect();
+            // Each parameter stands for the point's value: in the generator's arguments, and in
+            // the run and check expressions too (a kernel's launch depends on its tiles).
+            let bind = |form: &Sexp| {
+                map_tree(
+                    form,
+                    &|form: &Sexp| form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone())),
+                    form.span,
+                )
+            };
+            let arguments: Vec<Sexp> = generator[2..].iter().map(bind).collect();
             let call = Sexp {
                 kind: SexpKind::Unquote(Box::new(list(
                     generator[1..2].iter().cloned().chain(arguments).collect(),
@@ -324,15 +322,6 @@ impl Bencher<'_> {
                 span: form.span,
             };
             let labels: Vec<String> = point.iter().map(ToString::to_string).collect();
-            // A parameter in the run and check expressions stands for the point's value too (a
-            // kernel's launch depends on its tiles).
-            let bind = |form: &Sexp| {
-                map_tree(
-                    form,
-                    &|form: &Sexp| form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone())),
-                    form.span,
-                )
-            };
             let run = bind(run);
             let check = check.as_ref().map(bind);
             let check_buffer = check_buffer.as_ref().map(|(pointer, count)| (bind(pointer), bind(count)));

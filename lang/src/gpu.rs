@@ -61,6 +61,21 @@ pub enum Mode {
     },
 }
 
+impl Mode {
+    /// The names `QUASI_GPU` and `quasi --gpu` take, for messages.
+    pub const NAMES: &'static str = "sim, sim-unchecked or device";
+
+    /// The mode a name of `NAMES` stands for.
+    pub fn from_name(name: &str) -> Option<Mode> {
+        match name {
+            "sim" => Some(Mode::Sim { check: true }),
+            "sim-unchecked" => Some(Mode::Sim { check: false }),
+            "device" => Some(Mode::Device),
+            _ => None,
+        }
+    }
+}
+
 /// The CUDA handles of the one device Quasi uses (ordinal 0, its primary context).
 struct Device {
     device: sys::CUdevice,

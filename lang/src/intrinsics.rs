@@ -257,6 +257,19 @@ pub(crate) fn intrinsic_name(name: &str) -> String {
         .join(".")
 }
 
+/// The name host code calls an intrinsic by: host code erases address spaces (every pointer is
+/// `ptr`), so its pointer manglings name address space 0 (`llvm.ptrmask.p1.i64` is
+/// `llvm.ptrmask.p0.i64` there).
+pub(crate) fn host_intrinsic_name(name: &str) -> String {
+    name.split('.')
+        .map(|part| match part.strip_prefix('p') {
+            Some(space) if !space.is_empty() && space.bytes().all(|byte| byte.is_ascii_digit()) => "p0",
+            _ => part,
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
 /// libdevice's math functions (`__nv_sinf`…): declared like C functions, linked into device code.
 pub(crate) fn is_libdevice(name: &str) -> bool {
     name.starts_with("__nv_")
@@ -272,6 +285,14 @@ mod tests {
         assert_eq!(intrinsic_name("llvm.memset.p1i8.i32"), "llvm.memset.p1.i32");
         assert_eq!(intrinsic_name("llvm.sqrt.f32"), "llvm.sqrt.f32");
         assert_eq!(intrinsic_name("llvm.ptrmask.p0.i64"), "llvm.ptrmask.p0.i64");
+    }
+
+    #[test]
+    fn host_intrinsic_names_are_in_address_space_0() {
+        assert_eq!(host_intrinsic_name("llvm.ptrmask.p1.i64"), "llvm.ptrmask.p0.i64");
+        assert_eq!(host_intrinsic_name("llvm.memcpy.p3.p1.i64"), "llvm.memcpy.p0.p0.i64");
+        assert_eq!(host_intrinsic_name("llvm.sqrt.f32"), "llvm.sqrt.f32");
+        assert_eq!(host_intrinsic_name("llvm.nvvm.read.ptx.sreg.tid.x"), "llvm.nvvm.read.ptx.sreg.tid.x");
     }
 
     #[test]

@@ -84,11 +84,8 @@ fn take_gpu_option(arguments: &mut Vec<OsString>) -> Result<Option<quasi_lang::G
         _ => return Ok(None),
     };
     let value = arguments.get(at + 1).and_then(|value| value.to_str()).unwrap_or("").to_string();
-    let mode = match value.as_str() {
-        "sim" => quasi_lang::GpuMode::Sim { check: true },
-        "sim-unchecked" => quasi_lang::GpuMode::Sim { check: false },
-        "device" => quasi_lang::GpuMode::Device,
-        _ => return Err(format!("`--gpu` takes sim, sim-unchecked or device, not `{value}`")),
+    let Some(mode) = quasi_lang::GpuMode::from_name(&value) else {
+        return Err(format!("`--gpu` takes {}, not `{value}`", quasi_lang::GpuMode::NAMES));
     };
     arguments.drain(at..at + 2);
     Ok(Some(mode))

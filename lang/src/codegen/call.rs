@@ -241,18 +241,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             (ret, None) => self.basic_type(ret).fn_type(&params, signature.variadic),
         };
-        // Host code erases address spaces (every pointer is `ptr`), so an intrinsic's pointer
-        // manglings (`llvm.ptrmask.p1.i64`) name address space 0 there.
         let host_link;
         let link = if self.device.is_none() {
-            host_link = link
-                .split('.')
-                .map(|part| match part.strip_prefix('p') {
-                    Some(space) if !space.is_empty() && space.bytes().all(|byte| byte.is_ascii_digit()) => "p0",
-                    _ => part,
-                })
-                .collect::<Vec<_>>()
-                .join(".");
+            host_link = crate::intrinsics::host_intrinsic_name(link);
             host_link.as_str()
         } else {
             link

@@ -255,8 +255,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         values: &[BasicValueEnum<'ctx>],
         result: &Ty,
     ) -> Result<Option<BasicValueEnum<'ctx>>> {
-        let words: Vec<&str> = template.split_whitespace().collect();
-        let opcode = words.first().copied().unwrap_or("");
+        let opcode = template.split_whitespace().next().unwrap_or("");
         let parts: Vec<&str> = opcode.trim_end_matches(';').split('.').collect();
         let atomic = matches!(parts.first(), Some(&"red") | Some(&"atom")) && parts.contains(&"add");
         let float = parts.iter().any(|part| matches!(*part, "f32" | "f64"));
@@ -296,8 +295,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 Some(BasicValueEnum::new(raw))
             }
         };
-        let old = old.ok_or_else(unsupported);
-        let old = old?;
+        let old = old.ok_or_else(unsupported)?;
         Ok((*result != Ty::Void).then_some(old))
     }
 

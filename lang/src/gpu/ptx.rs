@@ -61,9 +61,29 @@ pub(crate) struct SessionGpu {
     listed: HashMap<String, (Built, Result<String, Diagnostic>)>,
 }
 
+/// What a build of a launched function's device code came from: its members (kept alive, so
+/// that pointer equality means "not redefined since") and a key of the target and the globals
+/// it reads.
 pub(super) struct Built {
-    pub(super) members: Vec<Rc<FunctionDef>>,
-    pub(super) key: String,
+    members: Vec<Rc<FunctionDef>>,
+    key: String,
+}
+
+impl Built {
+    /// What a build of `root` for `target` (the PTX arch, or the simulator's setting) would come
+    /// from now.
+    pub(super) fn of(source: &DeviceSource<'_>, root: &Rc<FunctionDef>, target: &str) -> Built {
+        let members = check::device_members(root, &|callee| check::defined(source.env, callee));
+        let key = format!("{target} {}", globals_key(source.env, &members));
+        Built { members, key }
+    }
+
+    /// Whether a build from `self` is still current for `now`.
+    pub(super) fn is_current(&self, now: &Built) -> bool {
+        self.key == now.key
+            && self.members.len() == now.members.len()
+            && self.members.iter().zip(&now.members).all(|(a, b)| Rc::ptr_eq(a, b))
+    }
 }
 
 /// PTX and the LLVM IR it came from, before and after optimisation.
@@ -128,16 +148,12 @@ fn libdevice_path() -> Option<PathBuf> {
 
 /// What device code reads of the session's globals, for the cache key: a changed global
 /// changes its device copy.
-pub(super) fn globals_key(env: &Env, members: &[Rc<FunctionDef>]) -> String {
+fn globals_key(env: &Env, members: &[Rc<FunctionDef>]) -> String {
     let used: BTreeSet<&str> =
         members.iter().flat_map(|member| member.uses.iter()).filter_map(|used| used.strip_prefix("global:")).collect();
     used.into_iter()
         .map(|name| format!("{name}={:?};", env.globals.get(name).map(|entry| (&entry.ty, entry.space, &entry.init))))
         .collect()
-}
-
-pub(super) fn same_members(left: &[Rc<FunctionDef>], right: &[Rc<FunctionDef>]) -> bool {
-    left.len() == right.len() && left.iter().zip(right).all(|(a, b)| Rc::ptr_eq(a, b))
 }
 
 impl SessionGpu {
@@ -213,15 +229,10 @@ impl SessionGpu {
         let mut listings = Vec::new();
         for name in names {
             let Some(root) = check::defined(source.env, &name) else { continue };
-            let members = check::device_members(&root, &|callee| check::defined(source.env, callee));
-            let key = format!("{} {}", self.arch, globals_key(source.env, &members));
-            let current = self
-                .listed
-                .get(&name)
-                .is_some_and(|(built, _)| built.key == key && same_members(&built.members, &members));
-            if !current {
+            let now = Built::of(source, &root, &self.arch);
+            if !self.listed.get(&name).is_some_and(|(built, _)| built.is_current(&now)) {
                 let ptx = self.build_ptx(source, &root).map(|(_, listing)| listing.ptx);
-                self.listed.insert(name.clone(), (Built { members, key }, ptx));
+                self.listed.insert(name.clone(), (now, ptx));
             }
             if let Some((_, ptx)) = self.listed.get(&name) {
                 listings.push((name, ptx.clone()));
@@ -233,11 +244,8 @@ impl SessionGpu {
     fn ensure_ptx(&mut self, source: &DeviceSource<'_>, name: &str, timing: &mut PhaseTimes) {
         // A launch of a function that is gone was invalidated with it: nothing to build.
         let Some(root) = check::defined(source.env, name) else { return };
-        let members = check::device_members(&root, &|callee| check::defined(source.env, callee));
-        let key = format!("{} {}", self.arch, globals_key(source.env, &members));
-        let current =
-            self.built.get(name).is_some_and(|built| built.key == key && same_members(&built.members, &members));
-        if current {
+        let now = Built::of(source, &root, &self.arch);
+        if self.built.get(name).is_some_and(|built| built.is_current(&now)) {
             return;
         }
         let start = Instant::now();
@@ -250,7 +258,7 @@ impl SessionGpu {
             during_run: false,
         });
         self.runtime.set_kernel(name, built.map_err(|diagnostic| diagnostic.message));
-        self.built.insert(name.to_string(), Built { members, key });
+        self.built.insert(name.to_string(), now);
     }
 
     /// `:ptx NAME`, and the device stages of `:stages`: IR, optimised IR and PTX of NAME's

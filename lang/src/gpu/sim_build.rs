@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::ptx::{globals_key, launchable, same_members, Built, DeviceSource, SessionGpu};
+use super::ptx::{launchable, Built, DeviceSource, SessionGpu};
 use super::sim::{Allocation, SimKernel};
 use crate::check::{self, MAX_SHARED_BYTES};
 use crate::codegen::{self, CodegenError, DeviceUnit, SimLowering, SimTarget};
@@ -37,13 +37,8 @@ impl SessionGpu {
         timing: &mut PhaseTimes,
     ) -> Option<PendingSim> {
         let root = check::defined(source.env, name)?;
-        let members = check::device_members(&root, &|callee| check::defined(source.env, callee));
-        let key = format!("sim check={check} {}", globals_key(source.env, &members));
-        let current = self
-            .sim_built
-            .get(name)
-            .is_some_and(|(built, _)| built.key == key && same_members(&built.members, &members));
-        if current {
+        let now = Built::of(source, &root, &format!("sim check={check}"));
+        if self.sim_built.get(name).is_some_and(|(built, _)| built.is_current(&now)) {
             return None;
         }
         let start = Instant::now();
@@ -57,7 +52,7 @@ impl SessionGpu {
             detail: format!("`{name}` for the simulator"),
             during_run: false,
         });
-        Some(PendingSim { name: name.to_string(), built: Built { members, key }, result })
+        Some(PendingSim { name: name.to_string(), built: now, result })
     }
 
     /// Links pending builds and registers them with the runtime, freeing the builds they
@@ -97,12 +92,10 @@ impl SessionGpu {
 pub(crate) fn mode_from_environment() -> Result<Option<super::Mode>, String> {
     match std::env::var("QUASI_GPU") {
         Err(_) => Ok(None),
-        Ok(value) => match value.as_str() {
-            "" => Ok(None),
-            "sim" => Ok(Some(super::Mode::Sim { check: true })),
-            "sim-unchecked" => Ok(Some(super::Mode::Sim { check: false })),
-            "device" => Ok(Some(super::Mode::Device)),
-            other => Err(format!("QUASI_GPU is `{other}`; it may be `sim`, `sim-unchecked` or `device`")),
+        Ok(value) if value.is_empty() => Ok(None),
+        Ok(value) => match super::Mode::from_name(&value) {
+            Some(mode) => Ok(Some(mode)),
+            None => Err(format!("QUASI_GPU is `{value}`; it may be {}", super::Mode::NAMES)),
         },
     }
 }

@@ -759,8 +759,6 @@ fn device_source<'s>(env: &'s Env, backend: &'s Backend, program: &'s Program) -
     DeviceSource { env, backend, struct_names: program.struct_names() }
 }
 
-/// `quasi run`'s status after an error: 130 if interrupted, 2 after a runtime fault or GPU
-/// error, 1 for an error before running.
 /// Why `quasi run` cannot call this `main` (docs/language.md §5.5): it takes `()`, `(argc)` or
 /// `(argc argv)`, argc an integer and argv a pointer to pointers, and returns an integer or
 /// nothing.
@@ -788,6 +786,8 @@ fn main_shape_error(main: &crate::check::FunctionEntry, span: Option<Span>) -> O
     Some(diagnostic)
 }
 
+/// `quasi run`'s status after an error: 130 if interrupted, 2 after a runtime fault or GPU
+/// error, 1 for an error before running.
 fn failure_status(outcome: &Outcome) -> i32 {
     let has =
         |kind: Kind| outcome.diagnostics.iter().any(|diagnostic| diagnostic.is_error() && diagnostic.kind == kind);
