@@ -11,6 +11,8 @@
 //! `QUASI_PTXAS` at the pip package in `.venv-test` and sets `QUASI_REQUIRE_PTXAS=1`, so there
 //! a missing ptxas fails. A plain `cargo test` without one skips, saying why.
 
+mod files;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -51,18 +53,6 @@ struct Source {
     no_spills: bool,
 }
 
-fn files(directory: &Path, extension: &str, recursive: bool, found: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(directory) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() && recursive {
-            files(&path, extension, recursive, found);
-        } else if path.is_file() && path.extension().is_some_and(|found| found == extension) {
-            found.push(path);
-        }
-    }
-}
-
 fn root() -> PathBuf {
     let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
     tests.parent().unwrap_or(tests).to_path_buf()
@@ -72,9 +62,9 @@ fn root() -> PathBuf {
 fn sources() -> Result<Vec<Source>, String> {
     let root = root();
     let mut paths = Vec::new();
-    files(&root.join("tests"), "repl", true, &mut paths);
-    files(&root.join("docs"), "md", false, &mut paths);
-    files(&root.join("notebooks"), "ipynb", false, &mut paths);
+    files::files(&root.join("tests"), "repl", true, &mut paths);
+    files::files(&root.join("docs"), "md", false, &mut paths);
+    files::files(&root.join("notebooks"), "ipynb", false, &mut paths);
     paths.sort();
     let mut sources = Vec::new();
     for path in paths {

@@ -4,7 +4,9 @@
 //! a fresh session from its own folder, outputs compared with wildcards. `UPDATE_EXPECT=1`
 //! rewrites what differs in place, prose untouched (never under `CI`).
 
-use std::path::{Path, PathBuf};
+mod files;
+
+use std::path::Path;
 use std::sync::Mutex;
 
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -14,18 +16,6 @@ use similar::TextDiff;
 /// The working directory is process-wide and transcripts run from their own folder: one at a
 /// time (sessions capture file descriptor 1, which is process-wide too).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn files(directory: &Path, extension: &str, recursive: bool, found: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(directory) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() && recursive {
-            files(&path, extension, recursive, found);
-        } else if path.is_file() && path.extension().is_some_and(|found| found == extension) {
-            found.push(path);
-        }
-    }
-}
 
 /// The text a file would have if every output that differs were the actual one, and whether
 /// anything differs.
@@ -74,8 +64,8 @@ fn main() {
     arguments.test_threads = Some(1);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut paths = Vec::new();
-    files(root, "repl", true, &mut paths);
-    files(&root.parent().unwrap_or(root).join("docs"), "md", false, &mut paths);
+    files::files(root, "repl", true, &mut paths);
+    files::files(&root.parent().unwrap_or(root).join("docs"), "md", false, &mut paths);
     paths.sort();
     let trials = paths
         .into_iter()

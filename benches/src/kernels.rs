@@ -8,10 +8,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use quasi_lang::{Item, Outcome, Session, SessionConfig};
+use quasi_lang::{Session, SessionConfig};
 
 use crate::stats::{ms, ms_of, Samples};
-use crate::{new_table, Options};
+use crate::{eval, new_table, value_of, Options};
 
 /// One kernel in both languages. C-Lisp names it `NAME-setup`/`NAME-run` (`_` spelled `-`),
 /// C `NAME_setup`/`NAME_run`; `setup(n)` allocates and fills the input (untimed), `run()` does
@@ -107,10 +107,10 @@ impl ClispKernels {
     /// Evaluates the common definitions and every kernel at `level`, each file as one cell.
     pub fn new(kernels: &[Kernel], level: u8) -> Result<ClispKernels> {
         let mut session = Session::new(SessionConfig::default())?;
-        evaluate(&mut session, &format!(":opt {level}"))?;
-        evaluate(&mut session, COMMON_CLISP).context("kernels/common.cl")?;
+        eval(&mut session, &format!(":opt {level}"))?;
+        eval(&mut session, COMMON_CLISP).context("kernels/common.cl")?;
         for kernel in kernels {
-            evaluate(&mut session, kernel.clisp).with_context(|| format!("kernels/{}.cl", kernel.name))?;
+            eval(&mut session, kernel.clisp).with_context(|| format!("kernels/{}.cl", kernel.name))?;
             // The clocks are read inside compiled code, around one call of the kernel, so nothing
             // of the cell's compilation is timed; the call through `NAME-run`'s slot costs
             // nanoseconds against runs of tens of milliseconds. It returns the thread's CPU time
@@ -129,13 +129,13 @@ impl ClispKernels {
                    (set bench-wall-{name} (sub (call clock-ns 1) wall))
                    (ret cpu))"
             );
-            evaluate(&mut session, &wrapper).with_context(|| format!("the timing wrapper of {name}"))?;
+            eval(&mut session, &wrapper).with_context(|| format!("the timing wrapper of {name}"))?;
         }
         Ok(ClispKernels { session })
     }
 
     pub fn setup(&mut self, kernel: &Kernel, size: i32) -> Result<()> {
-        evaluate(&mut self.session, &format!("(call {}-setup {size})", kernel.clisp_name()))?;
+        eval(&mut self.session, &format!("(call {}-setup {size})", kernel.clisp_name()))?;
         Ok(())
     }
 
@@ -144,30 +144,11 @@ impl ClispKernels {
         let name = kernel.clisp_name();
         let nanoseconds =
             |text: String| text.parse::<u64>().map(Duration::from_nanos).context("a clock gave no integer");
-        let cpu = nanoseconds(value(&evaluate(&mut self.session, &format!("(call bench-time-{name})"))?)?)?;
-        let wall = nanoseconds(value(&evaluate(&mut self.session, &format!("bench-wall-{name}"))?)?)?;
-        let checksum = value(&evaluate(&mut self.session, &format!("bench-result-{name}"))?)?;
+        let cpu = nanoseconds(value_of(&eval(&mut self.session, &format!("(call bench-time-{name})"))?)?)?;
+        let wall = nanoseconds(value_of(&eval(&mut self.session, &format!("bench-wall-{name}"))?)?)?;
+        let checksum = value_of(&eval(&mut self.session, &format!("bench-result-{name}"))?)?;
         Ok(Run { cpu, wall, checksum })
     }
-}
-
-fn evaluate(session: &mut Session, text: &str) -> Result<Outcome> {
-    let outcome = session.eval(text);
-    if outcome.failed() {
-        bail!("the cell failed:\n{}", quasi_repl::render(&outcome, quasi_repl::Style::Plain));
-    }
-    Ok(outcome)
-}
-
-fn value(outcome: &Outcome) -> Result<String> {
-    outcome
-        .items
-        .iter()
-        .find_map(|item| match item {
-            Item::Value { text, .. } => Some(text.clone()),
-            _ => None,
-        })
-        .context("the cell printed no value")
 }
 
 /// One timed run of a kernel.

@@ -208,6 +208,33 @@ fn clang_native_cpu(clang: &str) -> Option<String> {
     Some(after.split('"').next()?.to_string())
 }
 
+/// Fails with the cell's rendered diagnostics when its outcome failed.
+pub fn check(outcome: &quasi_lang::Outcome, cell: &str) -> Result<()> {
+    if outcome.failed() {
+        bail!("the cell `{cell}` failed:\n{}", quasi_repl::render(outcome, quasi_repl::Style::Plain));
+    }
+    Ok(())
+}
+
+/// Evaluates a cell that must succeed.
+pub fn eval(session: &mut quasi_lang::Session, cell: &str) -> Result<quasi_lang::Outcome> {
+    let outcome = session.eval(cell);
+    check(&outcome, cell)?;
+    Ok(outcome)
+}
+
+/// The first value a cell printed.
+pub fn value_of(outcome: &quasi_lang::Outcome) -> Result<String> {
+    outcome
+        .items
+        .iter()
+        .find_map(|item| match item {
+            quasi_lang::Item::Value { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .context("the cell printed no value")
+}
+
 /// The 1, 5 and 15 minute load averages: other work on the machine skews every number here.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")

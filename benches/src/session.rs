@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
-use quasi_lang::{Outcome, Phase, Session, SessionConfig};
+use anyhow::Result;
+use quasi_lang::{Phase, Session, SessionConfig};
 
 use crate::stats::{ms, Samples};
-use crate::{new_table, Options};
+use crate::{check, new_table, Options};
 
 /// Cells of each kind in the long session.
 const CELLS: usize = 10_000;
@@ -122,13 +122,6 @@ fn many_forms() -> Result<()> {
         ]);
     }
     println!("{table}\n");
-    Ok(())
-}
-
-fn check(outcome: &Outcome, text: &str) -> Result<()> {
-    if outcome.failed() {
-        bail!("the cell `{text}` failed:\n{}", quasi_repl::render(outcome, quasi_repl::Style::Plain));
-    }
     Ok(())
 }
 

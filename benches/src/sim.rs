@@ -14,10 +14,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use quasi_lang::{GpuMode, Item, Outcome, Phase, Session, SessionConfig};
+use quasi_lang::{GpuMode, Phase, Session, SessionConfig};
 
 use crate::stats::{ms, Samples};
-use crate::{new_table, Options};
+use crate::{eval, new_table, value_of, Options};
 
 /// The largest input: 2^20 floats (vector add), enough for every matrix (512² = 2^18).
 const CAPACITY: usize = 1 << 20;
@@ -190,24 +190,8 @@ struct Measured {
     cpu: Vec<(&'static str, Samples)>,
 }
 
-fn eval(session: &mut Session, cell: &str) -> Result<Outcome> {
-    let outcome = session.eval(cell);
-    if outcome.failed() {
-        bail!("the cell `{cell}` failed:\n{}", quasi_repl::render(&outcome, quasi_repl::Style::Plain));
-    }
-    Ok(outcome)
-}
-
 fn value(session: &mut Session, cell: &str) -> Result<String> {
-    let outcome = eval(session, cell)?;
-    outcome
-        .items
-        .iter()
-        .find_map(|item| match item {
-            Item::Value { text, .. } => Some(text.clone()),
-            _ => None,
-        })
-        .with_context(|| format!("`{cell}` gave no value"))
+    value_of(&eval(session, cell)?).with_context(|| format!("`{cell}` gave no value"))
 }
 
 /// Elements where `x` and `y` differ; an error unless none.
