@@ -7,7 +7,7 @@
 //! error in generated code points at the unquote that generated it.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +16,7 @@ use std::sync::Arc;
 use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Position, Scope, AST, INT};
 
 use crate::diagnostics::{Diagnostic, Kind};
+use crate::header::{self, ConstantForm, Included};
 use crate::reader::{self, Sexp, SexpKind, SourceFile, SourceId, Span};
 
 /// Limits on staging, shown and set by `:limits`.
@@ -110,6 +111,8 @@ pub(crate) struct SessionView {
     pub struct_fields: HashMap<String, Vec<(String, Sexp)>>,
     /// Scalar global name → its value as a form.
     pub global_values: HashMap<String, Sexp>,
+    /// Functions with a body, which an unrestricted `include` leaves alone.
+    pub defined: HashSet<String>,
 }
 
 /// Where a Rhai script's text came from, to map Rhai positions back to carets.
@@ -146,6 +149,10 @@ pub(crate) struct ExpandedCell {
     pub sites: Vec<ExpansionSite>,
     /// What Rhai's `print`/`debug` wrote.
     pub printed: String,
+    /// Warnings of `include`s.
+    pub warnings: Vec<Diagnostic>,
+    /// Each `include`'s one-line summary and the names it declared, whose own lines it replaces.
+    pub includes: Vec<(String, HashSet<String>)>,
 }
 
 /// The staging engine of one session.
@@ -155,6 +162,8 @@ pub(crate) struct Stage {
     origins: Rc<RefCell<HashMap<String, ScriptOrigin>>>,
     gensym: Rc<Cell<u64>>,
     printed: Rc<RefCell<String>>,
+    /// What the Rhai `include` built-in declared, drained after each unquote.
+    included: Rc<RefCell<Vec<Included>>>,
     pub view: Rc<RefCell<SessionView>>,
     pub limits: Limits,
     interrupt: Arc<AtomicBool>,
@@ -174,7 +183,8 @@ impl Stage {
         let printed = Rc::new(RefCell::new(String::new()));
         let view = Rc::new(RefCell::new(SessionView::default()));
         let limits = Limits::default();
-        let engine = build_engine(&gensym, &printed, &view, &interrupt, &limits);
+        let included = Rc::new(RefCell::new(Vec::new()));
+        let engine = build_engine(&gensym, &printed, &view, &included, &interrupt, &limits);
         Stage {
             engine,
             state: StageState {
@@ -186,6 +196,7 @@ impl Stage {
             origins: Rc::new(RefCell::new(HashMap::new())),
             gensym,
             printed,
+            included,
             view,
             limits,
             interrupt,
@@ -195,7 +206,8 @@ impl Stage {
 
     /// Applies changed limits to the engine.
     pub fn apply_limits(&mut self) {
-        self.engine = build_engine(&self.gensym, &self.printed, &self.view, &self.interrupt, &self.limits);
+        self.engine =
+            build_engine(&self.gensym, &self.printed, &self.view, &self.included, &self.interrupt, &self.limits);
     }
 
     pub(crate) fn snapshot(&self) -> StageState {
@@ -239,12 +251,29 @@ impl Stage {
     ) -> Result<ExpandedCell, Vec<Diagnostic>> {
         let saved = self.snapshot();
         self.printed.borrow_mut().clear();
-        let mut expander = Expander { stage: self, sources, sites: Vec::new(), single_level, nodes: 0 };
+        let mut expander = Expander {
+            stage: self,
+            sources,
+            sites: Vec::new(),
+            single_level,
+            nodes: 0,
+            warnings: Vec::new(),
+            includes: Vec::new(),
+        };
         let result = expander.top_level(forms);
         let sites = std::mem::take(&mut expander.sites);
+        let warnings = std::mem::take(&mut expander.warnings);
+        let includes = std::mem::take(&mut expander.includes);
         match result {
-            Ok(forms) => Ok(ExpandedCell { forms, sites, printed: std::mem::take(&mut *self.printed.borrow_mut()) }),
+            Ok(forms) => Ok(ExpandedCell {
+                forms,
+                sites,
+                printed: std::mem::take(&mut *self.printed.borrow_mut()),
+                warnings,
+                includes,
+            }),
             Err(failure) => {
+                self.included.borrow_mut().clear();
                 self.restore(saved);
                 Err(vec![*failure])
             }
@@ -404,6 +433,7 @@ fn build_engine(
     gensym: &Rc<Cell<u64>>,
     printed: &Rc<RefCell<String>>,
     view: &Rc<RefCell<SessionView>>,
+    included: &Rc<RefCell<Vec<Included>>>,
     interrupt: &Arc<AtomicBool>,
     limits: &Limits,
 ) -> Engine {
@@ -453,7 +483,58 @@ fn build_engine(
         None
     });
     register_api(&mut engine, gensym, view);
+    register_include(&mut engine, view, included);
     engine
+}
+
+/// `include(headers, functions, structs, typedefs)`: llama.lisp's spelling of `(include …)`
+/// (LANGUAGE.md §9), returning the declarations to splice; empty lists ask for nothing of
+/// their kind unless all three are empty.
+fn register_include(engine: &mut Engine, view: &Rc<RefCell<SessionView>>, included: &Rc<RefCell<Vec<Included>>>) {
+    let (view, included) = (view.clone(), included.clone());
+    engine.register_fn(
+        "include",
+        move |headers: Array, functions: Array, structs: Array, typedefs: Array| -> Result<Array, Box<EvalAltResult>> {
+            let names = |values: &Array| -> Result<Vec<String>, Box<EvalAltResult>> {
+                values
+                    .iter()
+                    .map(|value| {
+                        value
+                            .clone()
+                            .try_cast::<Sym>()
+                            .map(|symbol| symbol.0)
+                            .or_else(|| value.clone().into_string().ok())
+                            .ok_or_else(|| rhai_error("include: names are symbols or strings"))
+                    })
+                    .collect()
+            };
+            let named = |values: &Array| -> Result<Option<Vec<header::Named>>, Box<EvalAltResult>> {
+                let list = names(values)?;
+                Ok(Some(
+                    list.into_iter()
+                        .map(|name| header::Named { name, span: Span::new(SourceId(u32::MAX), 0, 0) })
+                        .collect(),
+                ))
+            };
+            let unrestricted = functions.is_empty() && structs.is_empty() && typedefs.is_empty();
+            let request = header::Request {
+                headers: names(&headers)?,
+                functions: if unrestricted { None } else { named(&functions)? },
+                structs: if unrestricted { None } else { named(&structs)? },
+                typedefs: if unrestricted { None } else { named(&typedefs)? },
+                flags: Vec::new(),
+                span: Span::new(SourceId(u32::MAX), 0, 0),
+            };
+            let defined = view.borrow().defined.clone();
+            let mut result = header::include(&request, &defined).map_err(|diagnostic| {
+                let notes: String = diagnostic.notes.iter().map(|note| format!("; {note}")).collect();
+                rhai_error(format!("include: {}{notes}", diagnostic.message))
+            })?;
+            let forms = std::mem::take(&mut result.forms).iter().map(to_dynamic).collect();
+            included.borrow_mut().push(result);
+            Ok(forms)
+        },
+    );
 }
 
 fn rhai_error(message: impl Into<String>) -> Box<EvalAltResult> {
@@ -699,6 +780,8 @@ struct Expander<'s> {
     sites: Vec<ExpansionSite>,
     single_level: bool,
     nodes: usize,
+    warnings: Vec<Diagnostic>,
+    includes: Vec<(String, HashSet<String>)>,
 }
 
 impl Expander<'_> {
@@ -708,6 +791,17 @@ impl Expander<'_> {
             match form.head() {
                 Some("rhai") => self.rhai_form(&form)?,
                 Some("rhai-file") => self.rhai_file_form(&form)?,
+                Some("include") => {
+                    let mut request = header::Request::from_form(&form)?;
+                    // As in C, `"x.h"` is looked for beside the file that includes it.
+                    if let Some(directory) = self.file_directory(form.span.source) {
+                        request.flags.push(format!("-iquote{}", directory.display()));
+                    }
+                    let defined = self.stage.view.borrow().defined.clone();
+                    let mut included = header::include(&request, &defined)?;
+                    out.append(&mut included.forms);
+                    self.take_include(included);
+                }
                 _ => match form.kind {
                     // `,@(f)` at the top of a cell splices definitions into it.
                     SexpKind::UnquoteSplicing(ref inner) => {
@@ -725,6 +819,36 @@ impl Expander<'_> {
             return Err(self.stage.limit_failure("nodes", self.stage.limits.nodes as u64, span));
         }
         Ok(out)
+    }
+
+    /// The directory of a source that is a file (`quasi run`, `:load`), not a cell.
+    fn file_directory(&self, source: SourceId) -> Option<std::path::PathBuf> {
+        let file = self.sources.get(source.0 as usize)?;
+        let path = std::path::Path::new(&file.name);
+        if !path.is_file() {
+            return None;
+        }
+        let directory = path.parent()?;
+        Some(if directory.as_os_str().is_empty() { std::path::PathBuf::from(".") } else { directory.to_path_buf() })
+    }
+
+    /// Makes an include's constants Rhai variables of the session and keeps its report.
+    fn take_include(&mut self, included: Included) {
+        let Included { constants, warnings, names, summary, .. } = included;
+        let scope = &mut self.stage.state.scope;
+        for (name, value) in constants {
+            let value = match value {
+                ConstantForm::Type(form) => to_dynamic(&form),
+                ConstantForm::Int(value) => Dynamic::from(value as INT),
+                ConstantForm::Float(value) => Dynamic::from(value),
+            };
+            // Variables, not constants: calls re-declare every constant (see `call`).
+            if !scope.is_constant(&name).unwrap_or(false) {
+                scope.set_or_push(name, value);
+            }
+        }
+        self.warnings.extend(warnings);
+        self.includes.push((summary, names));
     }
 
     fn string_argument<'f>(&self, form: &'f Sexp, name: &str) -> Result<(&'f [u8], Span), Failure> {
@@ -844,6 +968,10 @@ impl Expander<'_> {
 
     fn splice(&mut self, inner: &Sexp, span: Span, depth: usize) -> Result<Vec<Sexp>, Failure> {
         let value = self.evaluate(inner, span, depth)?;
+        let included: Vec<Included> = std::mem::take(&mut *self.stage.included.borrow_mut());
+        for included in included {
+            self.take_include(included);
+        }
         if value.is_unit() {
             return Ok(Vec::new());
         }

@@ -16,6 +16,7 @@ mod command;
 mod diagnostics;
 mod expand;
 mod gpu;
+mod header;
 mod inspect;
 mod intrinsics;
 mod jit;

@@ -14,6 +14,7 @@ mod tests;
 mod top_level;
 mod view;
 
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -443,6 +444,7 @@ impl Session {
         if !expanded.printed.is_empty() {
             outcome.items.push(Item::Output { stream: Stream::Stdout, text: expanded.printed.clone() });
         }
+        outcome.diagnostics.extend(expanded.warnings.iter().cloned());
         if mode == EvalMode::Cell {
             self.history.last_expansion = Some(expanded.forms.clone());
         }
@@ -469,7 +471,7 @@ impl Session {
         let entries = linked.entries().to_vec();
         let defined = self.commit(&cell, linked);
         if mode == EvalMode::Cell {
-            outcome.items.extend(defined);
+            outcome.items.extend(fold_included(defined, &expanded.includes));
         }
         let run_start = Instant::now();
         // A bench's report is its output: nothing to show before it ends.
@@ -808,4 +810,16 @@ enum EvalMode {
     Script,
     /// The call of `main` after a script: its value is the exit status.
     Main,
+}
+
+/// An `include` reports one summary line instead of a line per declaration it made.
+fn fold_included(defined: Vec<Item>, includes: &[(String, HashSet<String>)]) -> Vec<Item> {
+    if includes.is_empty() {
+        return defined;
+    }
+    let included = |name: &str| includes.iter().any(|(_, names)| names.contains(name));
+    let mut items: Vec<Item> =
+        defined.into_iter().filter(|item| !matches!(item, Item::Defined { name, .. } if included(name))).collect();
+    items.splice(0..0, includes.iter().map(|(summary, _)| Item::Message(summary.clone())));
+    items
 }

@@ -2,6 +2,7 @@
 //! macros read (`signature`, `struct_fields`, `global_value`), rebuilt only when Rhai runs.
 
 use super::Session;
+use crate::check::FunctionKind;
 use crate::expand::SessionView;
 use crate::reader::{self, Sexp, SexpKind};
 use crate::source::{SourceId, Span};
@@ -36,6 +37,9 @@ impl Session {
                 items.push(symbol("..."));
             }
             view.signatures.insert(name.clone(), list(items));
+            if matches!(entry.kind, FunctionKind::Defined(_)) {
+                view.defined.insert(name.clone());
+            }
         }
         for (name, entry) in &self.env.structs {
             let fields = entry
@@ -62,13 +66,14 @@ impl Session {
     }
 }
 
-/// Whether a form runs Rhai when expanded (an unquote, or a `rhai`/`rhai-file` form).
+/// Whether a form runs Rhai when expanded (an unquote, or a `rhai`/`rhai-file` form), or reads
+/// the session view (`include`).
 pub(super) fn uses_staging(form: &Sexp) -> bool {
     match &form.kind {
         SexpKind::Unquote(_) | SexpKind::UnquoteSplicing(_) => true,
         SexpKind::Quasiquote(inner) => uses_staging(inner),
         SexpKind::List(items) => {
-            matches!(form.head(), Some("rhai" | "rhai-file" | "autotune")) || items.iter().any(uses_staging)
+            matches!(form.head(), Some("rhai" | "rhai-file" | "autotune" | "include")) || items.iter().any(uses_staging)
         }
         _ => false,
     }
