@@ -6,7 +6,7 @@ use super::body::BodyChecker;
 use super::{arity, cast_note, define_attributes, syntax, type_error, typed_literal};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind};
-use crate::tree::{BinOp, CastOp, Expr, ExprKind, FloatCmp, IntCmp, Place};
+use crate::tree::{BinOp, CastOp, Dialect, Expr, ExprKind, FloatCmp, IntCmp, Place};
 use crate::types::{scalar_type_name, Ty, INT, INT64};
 
 impl BodyChecker<'_, '_> {
@@ -32,6 +32,12 @@ impl BodyChecker<'_, '_> {
             SexpKind::Str(bytes) => Some(Expr { kind: ExprKind::Str(bytes.clone()), ty: Ty::ptr(Ty::Int(8)), span }),
             SexpKind::Symbol(name) => {
                 let (place, ty) = self.variable(name, span)?;
+                if let (Dialect::BrilispProgram, Place::Global(global)) = (self.dialect, &place) {
+                    // In a Brilisp program a global's name is its address, as in llama.lisp's
+                    // `llvm.py`: read it with (load G), write it with (store G V).
+                    let space = self.cell.lookup_global(global).map_or(0, |entry| entry.space);
+                    return Some(Expr { kind: ExprKind::AddressOf(place), ty: Ty::Ptr(ty.into(), space), span });
+                }
                 Some(Expr { kind: ExprKind::Read(place), ty, span })
             }
             SexpKind::Keyword(name) => {
@@ -133,7 +139,13 @@ impl BodyChecker<'_, '_> {
             _ if define_attributes(name).is_some()
                 || matches!(
                     name,
-                    "define-struct" | "define-global" | "define-kernel" | "define-shared" | "c-lisp" | "cuda-lisp"
+                    "define-struct"
+                        | "define-global"
+                        | "define-kernel"
+                        | "define-shared"
+                        | "c-lisp"
+                        | "cuda-lisp"
+                        | "brilisp"
                 ) =>
             {
                 self.error(syntax(span, format!("`{name}` is only allowed at the top level of a cell")));
@@ -277,7 +289,11 @@ impl BodyChecker<'_, '_> {
         };
         let value = self.check_expr(value_form);
         let target = self.ty(type_form)?;
-        let value = value?;
+        self.cast_to(form, name, op, value?, target)
+    }
+
+    /// `value` converted by the cast `op` (spelled `name`) to `target`, if the cast allows it.
+    pub(super) fn cast_to(&mut self, form: &Sexp, name: &str, op: CastOp, value: Expr, target: Ty) -> Option<Expr> {
         let from = &value.ty;
         let ok = match op {
             CastOp::Sext | CastOp::Zext => from.is_int_or_bool() && target.is_int() && target.bits() >= from.bits(),

@@ -24,7 +24,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
-use crate::tree::{Expr, ExprKind, GlobalEntry, TypedCell};
+use crate::tree::{Dialect, Expr, ExprKind, GlobalEntry, TypedCell};
 use crate::types::{StructEntry, Ty};
 use cell::CellChecker;
 
@@ -55,6 +55,9 @@ pub(crate) const FORM_NAMES: &[&str] = &[
     "declare-global",
     "c-lisp",
     "cuda-lisp",
+    "brilisp",
+    "define-string",
+    "string-ref",
     "if",
     "while",
     "for",
@@ -340,6 +343,21 @@ fn define_attributes(head: &str) -> Option<Attributes> {
         }
     }
     Some(attributes)
+}
+
+/// A literal for a destination of type `ty` under `dialect`'s rules. A Brilisp program's
+/// `const` wraps an integer to the destination's width (llama.lisp writes `i8 -129` into its
+/// LLVM text, which LLVM reads as 127); otherwise the typed-literal rule holds.
+pub(crate) fn literal_of(dialect: Dialect, literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic> {
+    match (dialect, &literal.kind, ty) {
+        (Dialect::BrilispProgram, SexpKind::Int(value), Ty::Int(bits)) => {
+            // Keep the low `bits` bits and sign-extend them: two's complement wrapping.
+            let unused = 64 - bits;
+            let wrapped = ((*value as i64) << unused) >> unused;
+            Ok(Expr { kind: ExprKind::Int(wrapped), ty: ty.clone(), span: literal.span })
+        }
+        _ => typed_literal(literal, ty),
+    }
 }
 
 /// A literal checked against a wanted type: the typed-literal rule `(T LIT)`.
