@@ -220,6 +220,8 @@ fn check_set(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp]) -> 
             type_error(value_form.span, format!("`{name}` is set as `{ty}`, but the value is `{}`", value.ty))
                 .with_note(cast_note(&value.ty, &ty)),
         );
+        // As above: the name is declared, so its later uses add no errors of their own.
+        checker.bind_variable(name, ty);
         return None;
     }
     let local = checker.bind_variable(name, ty.clone());

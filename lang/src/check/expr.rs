@@ -133,7 +133,12 @@ impl BodyChecker<'_, '_> {
                 && define_attributes(name).is_none()
                 && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") =>
             {
-                self.error(syntax(head.span, format!("`{name}` is not a definition form")).with_note("definitions are define, define-inline, define-brilisp, define-inline-brilisp, define-struct, define-global"));
+                let note = if name == "define-string" {
+                    "strings are defined inside a Brilisp program: (brilisp (define-string NAME \"TEXT\") …)"
+                } else {
+                    "definitions are define, define-inline, define-brilisp, define-inline-brilisp, define-struct, define-global"
+                };
+                self.error(syntax(head.span, format!("`{name}` is not a definition form")).with_note(note));
                 None
             }
             _ if define_attributes(name).is_some()
@@ -542,16 +547,21 @@ impl BodyChecker<'_, '_> {
             ));
             return None;
         };
-        let Some(field_name) = field.symbol() else {
-            self.error(syntax(field.span, "`sptradd` takes a field name"));
-            return None;
+        // The fields of a struct a Brilisp program defines are named by their positions.
+        let field_name = match &field.kind {
+            SexpKind::Symbol(name) => name.to_string(),
+            SexpKind::Int(position) => position.to_string(),
+            _ => {
+                self.error(syntax(field.span, "`sptradd` takes a field name"));
+                return None;
+            }
         };
         let fields = self.cell.lookup_struct(struct_name).and_then(|entry| entry.fields.clone());
         let Some(fields) = fields else {
             self.error(type_error(pointer.span, format!("struct `{struct_name}` is opaque: it has no fields")));
             return None;
         };
-        let Some(index) = fields.iter().position(|(name, _)| name == field_name) else {
+        let Some(index) = fields.iter().position(|(name, _)| *name == field_name) else {
             let names: Vec<&str> = fields.iter().map(|(name, _)| name.as_str()).collect();
             self.error(
                 Diagnostic::error(Kind::UnknownName, format!("struct `{struct_name}` has no field `{field_name}`"))
