@@ -199,7 +199,8 @@ fn run_of_a_brilisp_program() {
     assert_eq!(finished.stderr, "");
     assert_eq!(finished.status.code(), Some(42));
 
-    let bad = write_file(directory.path(), "bad.sexp", "(brilisp\n(define ((main int))\n(set (b int) base)\n(ret b)))\n");
+    let bad =
+        write_file(directory.path(), "bad.sexp", "(brilisp\n(define ((main int))\n(set (b int) base)\n(ret b)))\n");
     let finished = quasi(&["run", &bad], "");
     assert_eq!(finished.status.code(), Some(1));
     assert!(finished.stderr.contains("error[unknown-name]: no variable named `base`"), "{}", finished.stderr);

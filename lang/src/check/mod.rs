@@ -396,6 +396,28 @@ pub(crate) fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::SourceId;
+
+    #[test]
+    fn brilisp_program_constants_wrap_to_the_destination() {
+        let wrapped = |value: i128, bits: u32| {
+            let literal = Sexp { kind: SexpKind::Int(value), span: Span::new(SourceId(0), 0, 0) };
+            match literal_of(Dialect::BrilispProgram, &literal, &Ty::Int(bits)).map(|expr| expr.kind) {
+                Ok(ExprKind::Int(value)) => value,
+                other => panic!("{value} into int{bits}: {other:?}"),
+            }
+        };
+        assert_eq!(wrapped(200, 8), -56);
+        assert_eq!(wrapped(-129, 8), 127);
+        assert_eq!(wrapped(65535, 16), -1);
+        assert_eq!(wrapped(2147483648, 32), -2147483648);
+        assert_eq!(wrapped(9223372036854775808, 64), i64::MIN);
+        assert_eq!(wrapped(-9223372036854775809, 64), i64::MAX);
+        assert_eq!(wrapped(-5, 32), -5);
+        // C-Lisp's typed-literal rule refuses what does not fit.
+        let literal = Sexp { kind: SexpKind::Int(200), span: Span::new(SourceId(0), 0, 0) };
+        assert!(literal_of(Dialect::CLisp, &literal, &Ty::Int(8)).is_err());
+    }
 
     #[test]
     fn cast_notes_name_the_conversion() {
