@@ -1,7 +1,8 @@
-//! Programs against C: every `tests/programs/NAME.cl` (a C-Lisp program with a `main`) has a
-//! `NAME.c` that does the same in C. The C is compiled with `clang-19 -O0` and run; the C-Lisp
-//! runs as `quasi run` runs it (`Session::run_file`, output captured). Their stdout and exit
-//! status must be equal, byte for byte.
+//! Programs against C: every `tests/programs/NAME.cl` (a C-Lisp program with a `main`) and every
+//! `NAME.sexp` (a standalone Brilisp program, `(brilisp …)`) has a `NAME.c` that does the same in
+//! C. The C is compiled with `clang-19 -O0` and run; the program runs as `quasi run` runs it
+//! (`Session::run_file`, output captured). Their stdout and exit status must be equal, byte for
+//! byte.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,9 +61,9 @@ fn check(program: &Path) -> Result<(), Failed> {
     if expected == actual {
         return Ok(());
     }
-    let diff = TextDiff::from_lines(&expected.stdout, &actual.stdout).unified_diff().header("C", "C-Lisp").to_string();
+    let diff = TextDiff::from_lines(&expected.stdout, &actual.stdout).unified_diff().header("C", "Quasi").to_string();
     Err(format!(
-        "{} differs from {}: exit status {} (C) and {} (C-Lisp)\n{diff}",
+        "{} differs from {}: exit status {} (C) and {} (Quasi)\n{diff}",
         program.display(),
         c_source.display(),
         expected.status,
@@ -81,7 +82,7 @@ fn main() {
             entries
                 .flatten()
                 .map(|entry| entry.path())
-                .filter(|path| path.extension().is_some_and(|extension| extension == "cl"))
+                .filter(|path| path.extension().is_some_and(|extension| extension == "cl" || extension == "sexp"))
                 .collect()
         })
         .unwrap_or_default();

@@ -1124,7 +1124,8 @@ pub(crate) fn pretty(form: &Sexp, indent: usize) -> String {
     let flat = form.to_string();
     let Some(items) = form.list() else { return flat };
     let head = form.head().unwrap_or("");
-    let always_break = head.starts_with("define") && items.len() > 2 || matches!(head, "c-lisp" | "cuda-lisp");
+    let always_break =
+        head.starts_with("define") && items.len() > 2 || matches!(head, "c-lisp" | "cuda-lisp" | "brilisp");
     let body_from = match head {
         _ if head.starts_with("define") => 2,
         "for" | "while" => 2,

@@ -399,6 +399,20 @@ pub(crate) struct FunctionDef {
     pub annotations: Vec<Option<Annotation>>,
     /// Where the GPU is needed and where the host is needed (see `Placement`).
     pub placement: Placement,
+    /// The rules its body follows: C-Lisp's, or those of a standalone Brilisp program.
+    pub dialect: Dialect,
+}
+
+/// The rules a top-level form follows. Forms inside `(brilisp …)` are a standalone Brilisp
+/// program's: every body is Brilisp, a global's name is its address, `define-struct` lists
+/// unnamed field types, and `const` wraps integers to the destination's width.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// C-Lisp, whose `define-brilisp` bodies are Brilisp with C-Lisp's globals and structs.
+    #[default]
+    CLisp,
+    /// A form of a `(brilisp …)` program.
+    BrilispProgram,
 }
 
 /// Where a function can run. Code using GPU builtins, `llvm.nvvm.*` or libdevice is

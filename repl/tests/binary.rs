@@ -179,6 +179,34 @@ fn run_of_a_main_it_cannot_call_fails_before_running() {
     }
 }
 
+/// A standalone Brilisp program, `(brilisp …)` as llama.lisp's Brilisp tests are written, runs
+/// unchanged: its `main` runs and its result is the exit status; a type error stops it before it
+/// runs, pointing into the file.
+#[test]
+fn run_of_a_brilisp_program() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let program = "(brilisp\n\
+                   (define ((print int) (n int)))\n\
+                   (define-global (base int) (const 40))\n\
+                   (define ((main int))\n\
+                   (set (b int) (load base))\n\
+                   (set (sum int) (add b 2))\n\
+                   (set (ignored void) (call print sum))\n\
+                   (ret sum)))\n";
+    let file = write_file(directory.path(), "answer.sexp", program);
+    let finished = quasi(&["run", &file], "");
+    assert_eq!(finished.stdout, "42\n");
+    assert_eq!(finished.stderr, "");
+    assert_eq!(finished.status.code(), Some(42));
+
+    let bad =
+        write_file(directory.path(), "bad.sexp", "(brilisp\n(define ((main int))\n(set (b int) base)\n(ret b)))\n");
+    let finished = quasi(&["run", &bad], "");
+    assert_eq!(finished.status.code(), Some(1));
+    assert!(finished.stderr.contains("error[unknown-name]: no variable named `base`"), "{}", finished.stderr);
+    assert!(finished.stderr.contains("bad.sexp:3:"), "{}", finished.stderr);
+}
+
 #[test]
 fn run_of_a_missing_file_says_so() {
     let finished = quasi(&["run", "/nonexistent/quasi-test.cl"], "");

@@ -8,7 +8,7 @@ use super::cell::CellChecker;
 use super::{arity, cast_note, global_memory_pointer, syntax, type_error, MAX_LOCAL_BYTES};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, Span};
-use crate::tree::{Expr, ExprKind, Local, Place, Placement, Stmt, MAX_NESTING};
+use crate::tree::{Dialect, Expr, ExprKind, Local, Place, Placement, Stmt, MAX_NESTING};
 use crate::types::Ty;
 
 pub(super) struct BodyChecker<'c, 'a> {
@@ -29,6 +29,8 @@ pub(super) struct BodyChecker<'c, 'a> {
     pub kernel: bool,
     /// What of the body needs the GPU or the host.
     pub placement: Placement,
+    /// C-Lisp's rules, or a Brilisp program's, where a global's name is its address.
+    pub dialect: Dialect,
 }
 
 impl<'c, 'a> BodyChecker<'c, 'a> {
@@ -48,6 +50,7 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
             reported_nesting: false,
             kernel: false,
             placement: Placement::default(),
+            dialect: Dialect::CLisp,
         }
     }
 

@@ -10,10 +10,10 @@ use std::collections::HashMap;
 
 use super::body::BodyChecker;
 use super::expr::cast_op;
-use super::{cast_note, syntax, type_error, typed_literal};
+use super::{cast_note, literal_of, syntax, type_error};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
-use crate::tree::{Expr, ExprKind, Place, Stmt};
+use crate::tree::{Dialect, Expr, ExprKind, Place, Stmt};
 use crate::types::Ty;
 
 /// A checked Brilisp body.
@@ -201,6 +201,9 @@ fn check_set(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp]) -> 
         return None;
     }
     let ty = checker.ty(type_form)?;
+    if checker.dialect == Dialect::BrilispProgram && is_global(checker, name) {
+        return check_global_set(checker, item, name, &ty, value_form);
+    }
     let Some(value) = check_value(checker, value_form, &ty) else {
         // Later uses of the name should not add errors of their own.
         if ty != Ty::Void {
@@ -217,10 +220,38 @@ fn check_set(checker: &mut BodyChecker<'_, '_>, item: &Sexp, items: &[Sexp]) -> 
             type_error(value_form.span, format!("`{name}` is set as `{ty}`, but the value is `{}`", value.ty))
                 .with_note(cast_note(&value.ty, &ty)),
         );
+        // As above: the name is declared, so its later uses add no errors of their own.
+        checker.bind_variable(name, ty);
         return None;
     }
     let local = checker.bind_variable(name, ty.clone());
     Some(Stmt::Expr(Expr { kind: ExprKind::Set(Place::Local(local), Box::new(value)), ty, span: item.span }))
+}
+
+/// Whether `name` is a global that no local variable hides.
+fn is_global(checker: &mut BodyChecker<'_, '_>, name: &str) -> bool {
+    matches!(checker.lookup_variable(name), Some((Place::Global(_), _)))
+}
+
+/// `(set (G T) VALUE)` with G a global, in a Brilisp program: llama.lisp's `llvm.py` stores
+/// VALUE into the global (while G as an operand is its address), so T must be G's type.
+fn check_global_set(
+    checker: &mut BodyChecker<'_, '_>,
+    item: &Sexp,
+    name: &str,
+    ty: &Ty,
+    value_form: &Sexp,
+) -> Option<Stmt> {
+    let (place, global_ty) = checker.lookup_variable(name)?;
+    let value = check_value(checker, value_form, ty)?;
+    if *ty != global_ty || value.ty != global_ty {
+        checker.error(
+            type_error(item.span, format!("`{name}` is a global of type `{global_ty}`, set here as `{ty}`"))
+                .with_note("in a Brilisp program, setting a global's name stores into the global"),
+        );
+        return None;
+    }
+    Some(Stmt::Expr(Expr { kind: ExprKind::Set(place, Box::new(value)), ty: global_ty, span: item.span }))
 }
 
 /// The right-hand side of a Brilisp assignment to a variable of type `ty`.
@@ -258,6 +289,10 @@ fn check_value(checker: &mut BodyChecker<'_, '_>, form: &Sexp, ty: &Ty) -> Optio
             }
             Some(call)
         }
+        Some("string-ref") if checker.dialect == Dialect::BrilispProgram => check_string_ref(checker, form, operands),
+        Some(name) if checker.dialect == Dialect::BrilispProgram && cast_op(name).is_some() => {
+            check_program_cast(checker, form, name, operands, ty)
+        }
         Some(name) if cast_op(name).is_some() => {
             // The last operand of a cast is its type, which may be a list.
             operands_are_atoms(checker, operands.split_last().map_or(&[][..], |(_, rest)| rest))?;
@@ -270,8 +305,55 @@ fn check_value(checker: &mut BodyChecker<'_, '_>, form: &Sexp, ty: &Ty) -> Optio
     }
 }
 
-/// `(const V)`: V converted to the destination type as a typed literal; `true`/`false` are
-/// llama.lisp's spellings of booleans.
+/// `(string-ref NAME)` in a Brilisp program: the address of the string `NAME`, as `(ptr int8)`.
+fn check_string_ref(checker: &mut BodyChecker<'_, '_>, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+    let [name_form] = operands else {
+        checker.error(Diagnostic::error(Kind::Arity, "`string-ref` is `(string-ref NAME)`").with_label(form.span, ""));
+        return None;
+    };
+    let name = name_form.symbol();
+    let global = name.and_then(|name| checker.cell.lookup_global(name)).map(|entry| entry.ty.clone());
+    let (Some(name), Some(Ty::Arr(_, element))) = (name, global) else {
+        checker.error(
+            Diagnostic::error(Kind::UnknownName, format!("no string named `{name_form}`"))
+                .with_label(name_form.span, "")
+                .with_note("strings are defined with (define-string NAME \"TEXT\")"),
+        );
+        return None;
+    };
+    if *element != Ty::Int(8) {
+        checker.error(type_error(name_form.span, format!("`{name}` is not a string: its elements are `{element}`")));
+        return None;
+    }
+    checker.uses.insert(format!("global:{name}"));
+    Some(Expr { kind: ExprKind::AddressOf(Place::Global(name.to_string())), ty: Ty::ptr(Ty::Int(8)), span: form.span })
+}
+
+/// A cast in a Brilisp program converts to the destination's type, as llama.lisp's `llvm.py`
+/// does: the type written after the operand is not read (its tests write `(bitcast p int8)`
+/// for a `(ptr int8)` destination, and `(ptr (addrspace 3))`, which is no type).
+fn check_program_cast(
+    checker: &mut BodyChecker<'_, '_>,
+    form: &Sexp,
+    name: &str,
+    operands: &[Sexp],
+    ty: &Ty,
+) -> Option<Expr> {
+    let (Some(op), [value_form, _]) = (cast_op(name), operands) else {
+        checker.error(
+            Diagnostic::error(Kind::Arity, format!("a Brilisp cast is `({name} OPERAND TYPE)`"))
+                .with_label(form.span, ""),
+        );
+        return None;
+    };
+    operands_are_atoms(checker, std::slice::from_ref(value_form))?;
+    let value = checker.check_expr(value_form)?;
+    checker.cast_to(form, name, op, value, ty.clone())
+}
+
+/// `(const V)`: V converted to the destination type as a typed literal (in a Brilisp program,
+/// integers wrap to the destination's width); `true`/`false` are llama.lisp's spellings of
+/// booleans.
 fn check_const(checker: &mut BodyChecker<'_, '_>, form: &Sexp, operands: &[Sexp], ty: &Ty) -> Option<Expr> {
     let [literal] = operands else {
         checker.error(Diagnostic::error(Kind::Arity, "a constant is `(const LITERAL)`").with_label(form.span, ""));
@@ -281,7 +363,7 @@ fn check_const(checker: &mut BodyChecker<'_, '_>, form: &Sexp, operands: &[Sexp]
         Some(word @ ("true" | "false")) => Sexp { kind: SexpKind::Bool(word == "true"), span: literal.span },
         _ => literal.clone(),
     };
-    match typed_literal(&literal, ty) {
+    match literal_of(checker.dialect, &literal, ty) {
         Ok(expr) => Some(expr),
         Err(error) => {
             checker.error(error);

@@ -12,8 +12,8 @@ use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{check_intrinsic, IntrinsicError, IntrinsicFacts};
 use crate::reader::{Sexp, Span};
 use crate::tree::{
-    always_returns, visit_exprs, Callee, Constant, DefinitionSource, ExprKind, FunctionDef, GlobalDef, GlobalEntry,
-    Invalidation, Placement, Stmt, StructDef, TopItem, TypedCell, MAX_NESTING,
+    always_returns, visit_exprs, Callee, Constant, DefinitionSource, Dialect, ExprKind, FunctionDef, GlobalDef,
+    GlobalEntry, Invalidation, Placement, Stmt, StructDef, TopItem, TypedCell, MAX_NESTING,
 };
 use crate::types::{parse_type, Signature, StructEntry, Ty};
 
@@ -29,6 +29,13 @@ pub(super) struct CellChecker<'a> {
     pub(super) inline_used: BTreeSet<String>,
     /// What LLVM said about each intrinsic declaration checked in this cell, by name.
     pub(super) intrinsics: HashMap<String, Result<IntrinsicFacts, IntrinsicError>>,
+}
+
+/// A top-level form of the cell, wrappers removed, with the rules it follows.
+#[derive(Clone, Copy)]
+pub(super) struct TopForm<'f> {
+    pub form: &'f Sexp,
+    pub dialect: Dialect,
 }
 
 impl<'a> CellChecker<'a> {
@@ -84,21 +91,42 @@ impl<'a> CellChecker<'a> {
         facts
     }
 
-    /// Unwraps `(c-lisp …)` and `(cuda-lisp …)`.
-    pub(super) fn flatten<'f>(&mut self, forms: &'f [Sexp], out: &mut Vec<&'f Sexp>) {
+    /// Unwraps `(c-lisp …)` and `(cuda-lisp …)`, and `(brilisp …)`, whose forms follow the rules
+    /// of a standalone Brilisp program.
+    pub(super) fn flatten<'f>(&mut self, forms: &'f [Sexp], out: &mut Vec<TopForm<'f>>) {
         for form in forms {
             match form.head() {
                 Some("c-lisp" | "cuda-lisp") => self.flatten(&form.list().unwrap_or(&[])[1..], out),
-                _ => out.push(form),
+                Some("brilisp") => self.flatten_brilisp(&form.list().unwrap_or(&[])[1..], out),
+                _ => out.push(TopForm { form, dialect: Dialect::CLisp }),
             }
         }
     }
 
-    /// Second pass: function bodies and top-level code.
-    pub(super) fn check_bodies(&mut self, forms: &[&Sexp], top_level_name: &str) {
+    /// A Brilisp program holds definitions only, as llama.lisp's `brilisp.py` requires.
+    fn flatten_brilisp<'f>(&mut self, forms: &'f [Sexp], out: &mut Vec<TopForm<'f>>) {
         for form in forms {
             match form.head() {
+                Some("define-struct" | "define-global" | "define-string") => {}
+                Some(head) if define_attributes(head).is_some() => {}
+                _ => {
+                    self.error(
+                        syntax(form.span, "a Brilisp program holds only definitions")
+                            .with_note("its forms are define…, define-struct, define-global and define-string"),
+                    );
+                    continue;
+                }
+            }
+            out.push(TopForm { form, dialect: Dialect::BrilispProgram });
+        }
+    }
+
+    /// Second pass: function bodies and top-level code.
+    pub(super) fn check_bodies(&mut self, forms: &[TopForm<'_>], top_level_name: &str) {
+        for &TopForm { form, dialect } in forms {
+            match form.head() {
                 Some("define-struct" | "define-global" | "define-shared" | "declare" | "declare-global") => {}
+                Some("define-string") if dialect == Dialect::BrilispProgram => {}
                 Some(head) if define_attributes(head).is_some() => {
                     let items = form.list().unwrap_or(&[]);
                     if items.len() > 2 {
@@ -126,10 +154,12 @@ impl<'a> CellChecker<'a> {
         let FunctionKind::Defined(placeholder) = &entry.kind else { return None };
         let inline = placeholder.inline;
         let (kernel, annotations) = (placeholder.kernel, placeholder.annotations.clone());
-        let brilisp = define_attributes(items[0].symbol()?)?.brilisp;
+        let dialect = placeholder.dialect;
+        let brilisp = define_attributes(items[0].symbol()?)?.brilisp || dialect == Dialect::BrilispProgram;
         let errors_before = self.errors.len();
         let mut body_checker = BodyChecker::new(self, prototype.name.clone(), entry.signature.ret.clone(), false);
         body_checker.kernel = kernel;
+        body_checker.dialect = dialect;
         for ((name, span, _), ty) in prototype.params.iter().zip(&entry.signature.params) {
             body_checker.declare_local(name, ty.clone(), *span);
         }
@@ -185,6 +215,7 @@ impl<'a> CellChecker<'a> {
             kernel,
             annotations,
             placement,
+            dialect,
         })
     }
 
@@ -224,6 +255,7 @@ impl<'a> CellChecker<'a> {
             kernel: false,
             annotations: Vec::new(),
             placement: Placement::default(),
+            dialect: Dialect::CLisp,
         };
         Some(TopItem { function, value })
     }

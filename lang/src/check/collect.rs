@@ -6,25 +6,26 @@ use std::rc::Rc;
 
 use super::call::intrinsic_error;
 use super::cell::CellChecker;
+use super::cell::TopForm;
 use super::env::{FunctionEntry, FunctionKind};
 use super::{
-    define_attributes, global_memory_pointer, parse_prototype, syntax, type_error, typed_literal, Attributes,
-    Prototype, MAX_LOCAL_BYTES, MAX_SHARED_BYTES, MAX_VALUE_BYTES,
+    define_attributes, global_memory_pointer, literal_of, parse_prototype, syntax, type_error, Attributes, Prototype,
+    MAX_LOCAL_BYTES, MAX_SHARED_BYTES, MAX_VALUE_BYTES,
 };
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{intrinsic_name, is_libdevice};
 use crate::reader::{Sexp, SexpKind, Span};
 use crate::tree::{
-    Annotation, Constant, DefinitionSource, Direction, ExprKind, ExternDef, FunctionDef, GlobalDef, GlobalEntry,
-    Placement, StructDef,
+    Annotation, Constant, DefinitionSource, Dialect, Direction, ExprKind, ExternDef, FunctionDef, GlobalDef,
+    GlobalEntry, Placement, StructDef,
 };
 use crate::types::{parse_addrspace, Signature, StructEntry, Ty};
 
 impl CellChecker<'_> {
     /// First pass: structs, globals and prototypes, so order inside a cell is free.
-    pub(super) fn collect_declarations(&mut self, forms: &[&Sexp]) {
+    pub(super) fn collect_declarations(&mut self, forms: &[TopForm<'_>]) {
         // Struct names first, so fields and prototypes may name any struct of the cell.
-        for form in forms {
+        for &TopForm { form, .. } in forms {
             if form.head() == Some("define-struct") {
                 let items = form.list().unwrap_or(&[]);
                 match items.get(1).and_then(Sexp::symbol) {
@@ -47,15 +48,16 @@ impl CellChecker<'_> {
                 }
             }
         }
-        for form in forms {
+        for &TopForm { form, dialect } in forms {
             if form.head() == Some("define-struct") {
-                self.collect_struct(form);
+                self.collect_struct(form, dialect);
             }
         }
         self.reject_struct_cycles();
-        for form in forms {
+        for &TopForm { form, dialect } in forms {
             match form.head() {
-                Some("define-global") => self.collect_global(form),
+                Some("define-global") => self.collect_global(form, dialect),
+                Some("define-string") if dialect == Dialect::BrilispProgram => self.collect_string(form),
                 Some("define-shared") => self.collect_shared(form),
                 Some("declare") => self.collect_top_declare(form, false),
                 Some("declare-global") => self.collect_top_declare(form, true),
@@ -64,59 +66,53 @@ impl CellChecker<'_> {
         }
         // Definitions before declarations: a forward declaration of a function the cell defines
         // (before or after it) is checked against the definition, not taken as an extern.
-        let functions: Vec<&Sexp> = forms
+        let functions: Vec<TopForm<'_>> = forms
             .iter()
             .copied()
-            .filter(|form| form.head().is_some_and(|head| define_attributes(head).is_some()))
+            .filter(|top| top.form.head().is_some_and(|head| define_attributes(head).is_some()))
             .collect();
-        let (definitions, declarations): (Vec<&Sexp>, Vec<&Sexp>) =
-            functions.into_iter().partition(|form| form.list().is_some_and(|items| items.len() > 2));
+        let (definitions, declarations): (Vec<TopForm<'_>>, Vec<TopForm<'_>>) =
+            functions.into_iter().partition(|top| top.form.list().is_some_and(|items| items.len() > 2));
         let mut declared: HashMap<String, (Signature, Span)> = HashMap::new();
-        for form in definitions.into_iter().chain(declarations) {
-            self.collect_function(form, &mut declared);
+        for TopForm { form, dialect } in definitions.into_iter().chain(declarations) {
+            self.collect_function(form, dialect, &mut declared);
         }
     }
 
-    fn collect_struct(&mut self, form: &Sexp) {
+    /// `(define-struct NAME (FIELD TYPE)…)`; in a Brilisp program `(define-struct NAME (TYPE…))`,
+    /// whose fields are named by their positions.
+    fn collect_struct(&mut self, form: &Sexp, dialect: Dialect) {
         let items = form.list().unwrap_or(&[]);
         let Some(name) = items.get(1).and_then(Sexp::symbol) else { return };
+        let declared = self.struct_fields(&items[2..], dialect);
+        let mut ok = declared.is_some();
         let mut fields = Vec::new();
-        let mut ok = true;
-        for field in &items[2..] {
-            match field.list() {
-                Some([field_name, field_type]) if field_name.symbol().is_some() => {
-                    let field_name_text = field_name.symbol().unwrap_or_default().to_string();
-                    if fields.iter().any(|(existing, _)| *existing == field_name_text) {
-                        self.error(
-                            Diagnostic::error(
-                                Kind::DuplicateName,
-                                format!("field `{field_name_text}` appears twice in struct `{name}`"),
-                            )
-                            .with_label(field_name.span, ""),
-                        );
-                        ok = false;
-                    }
-                    match self.parse_ty(field_type) {
-                        Some(ty) if ty == Ty::Struct(name.into()) => {
-                            self.error(
-                                type_error(field_type.span, format!("struct `{name}` cannot contain itself by value"))
-                                    .with_note("use a pointer: (ptr (struct NAME))"),
-                            );
-                            ok = false;
-                        }
-                        Some(Ty::Void) => {
-                            self.error(type_error(field_type.span, "a field cannot be `void`"));
-                            ok = false;
-                        }
-                        Some(ty) if !self.require_sized(&ty, field_type.span, "a field") => ok = false,
-                        Some(ty) => fields.push((field_name_text, ty)),
-                        None => ok = false,
-                    }
-                }
-                _ => {
-                    self.error(syntax(field.span, "a struct field is `(NAME TYPE)`"));
+        for (name_span, field_name, field_type) in declared.unwrap_or_default() {
+            if fields.iter().any(|(existing, _)| *existing == field_name) {
+                self.error(
+                    Diagnostic::error(
+                        Kind::DuplicateName,
+                        format!("field `{field_name}` appears twice in struct `{name}`"),
+                    )
+                    .with_label(name_span, ""),
+                );
+                ok = false;
+            }
+            match self.parse_ty(field_type) {
+                Some(ty) if ty == Ty::Struct(name.into()) => {
+                    self.error(
+                        type_error(field_type.span, format!("struct `{name}` cannot contain itself by value"))
+                            .with_note("use a pointer: (ptr (struct NAME))"),
+                    );
                     ok = false;
                 }
+                Some(Ty::Void) => {
+                    self.error(type_error(field_type.span, "a field cannot be `void`"));
+                    ok = false;
+                }
+                Some(ty) if !self.require_sized(&ty, field_type.span, "a field") => ok = false,
+                Some(ty) => fields.push((field_name, ty)),
+                None => ok = false,
             }
         }
         let fields = if items.len() == 2 { None } else { Some(fields) };
@@ -124,6 +120,47 @@ impl CellChecker<'_> {
             self.overlay.structs.insert(name.to_string(), StructEntry { fields: fields.clone() });
             self.cell.structs.push(StructDef { name: name.to_string(), fields, span: form.span });
         }
+    }
+
+    /// The fields a struct definition declares after its name: (the span naming the field, its
+    /// name, its type form). The well-formed ones are checked on, so `None` comes after every
+    /// malformed field was reported.
+    fn struct_fields<'f>(&mut self, after_name: &'f [Sexp], dialect: Dialect) -> Option<Vec<(Span, String, &'f Sexp)>> {
+        if dialect == Dialect::BrilispProgram {
+            let types = match after_name {
+                [] => return Some(Vec::new()),
+                [types] if types.list().is_some() => types.list().unwrap_or_default(),
+                [first, ..] => {
+                    self.error(
+                        syntax(first.span, "a Brilisp struct is `(define-struct NAME (TYPE…))`")
+                            .with_note("its fields have no names: `ptradd` and `extractvalue` select them by position"),
+                    );
+                    return None;
+                }
+            };
+            return Some(types.iter().enumerate().map(|(position, ty)| (ty.span, position.to_string(), ty)).collect());
+        }
+        let mut fields = Vec::new();
+        let mut ok = true;
+        for field in after_name {
+            match field.list() {
+                Some([field_name, field_type]) if field_name.symbol().is_some() => {
+                    fields.push((field_name.span, field_name.symbol().unwrap_or_default().to_string(), field_type))
+                }
+                _ => {
+                    self.error(syntax(field.span, "a struct field is `(NAME TYPE)`"));
+                    ok = false;
+                }
+            }
+        }
+        // The well-formed fields are still checked, to report their errors too.
+        if !ok {
+            for (_, _, field_type) in &fields {
+                self.parse_ty(field_type);
+            }
+            return None;
+        }
+        Some(fields)
     }
 
     /// A struct that contains itself by value, through other structs or arrays, has no size.
@@ -212,7 +249,7 @@ impl CellChecker<'_> {
         true
     }
 
-    fn collect_global(&mut self, form: &Sexp) {
+    fn collect_global(&mut self, form: &Sexp, dialect: Dialect) {
         let items = form.list().unwrap_or(&[]);
         let shape = "a global is `(define-global (NAME TYPE) [INIT])`";
         let (Some(Some([name, ty])), 2..=3) = (items.get(1).map(Sexp::list), items.len()) else {
@@ -238,7 +275,7 @@ impl CellChecker<'_> {
         }
         let init = match items.get(2) {
             None => Some(Constant::Zero),
-            Some(init) => self.global_initializer(init, &mut ty),
+            Some(init) => self.global_initializer(init, &mut ty, dialect),
         };
         let Some(init) = init else { return };
         // `(addrspace N)` places the global on the GPU; on the CPU it is plain memory.
@@ -294,10 +331,10 @@ impl CellChecker<'_> {
         });
     }
 
-    fn global_initializer(&mut self, init: &Sexp, ty: &mut Ty) -> Option<Constant> {
+    fn global_initializer(&mut self, init: &Sexp, ty: &mut Ty, dialect: Dialect) -> Option<Constant> {
         let items = init.list().unwrap_or(&[]);
         match (items.first().and_then(Sexp::symbol), items.len()) {
-            (Some("const"), 2) => match self.constant(&items[1], ty) {
+            (Some("const"), 2) => match self.constant(&items[1], ty, dialect) {
                 Ok(constant) => Some(constant),
                 Err(diagnostic) => {
                     self.error(diagnostic);
@@ -344,8 +381,9 @@ impl CellChecker<'_> {
         }
     }
 
-    /// A literal (or nested list of literals) converted to `ty` as a typed literal.
-    fn constant(&self, literal: &Sexp, ty: &Ty) -> Result<Constant, Diagnostic> {
+    /// A literal (or nested list of literals) converted to `ty` as a typed literal, or by
+    /// Brilisp's `const` rule in a Brilisp program.
+    fn constant(&self, literal: &Sexp, ty: &Ty, dialect: Dialect) -> Result<Constant, Diagnostic> {
         match (ty, &literal.kind) {
             (Ty::Arr(length, element), SexpKind::List(items)) => {
                 if items.len() as u64 != *length {
@@ -354,7 +392,11 @@ impl CellChecker<'_> {
                         format!("`{ty}` needs {length} elements, found {}", items.len()),
                     ));
                 }
-                items.iter().map(|item| self.constant(item, element)).collect::<Result<_, _>>().map(Constant::Aggregate)
+                items
+                    .iter()
+                    .map(|item| self.constant(item, element, dialect))
+                    .collect::<Result<_, _>>()
+                    .map(Constant::Aggregate)
             }
             (Ty::Struct(name), SexpKind::List(items)) => {
                 let fields = self.lookup_struct(name).and_then(|entry| entry.fields.clone()).unwrap_or_default();
@@ -367,17 +409,41 @@ impl CellChecker<'_> {
                 items
                     .iter()
                     .zip(&fields)
-                    .map(|(item, (_, field_ty))| self.constant(item, field_ty))
+                    .map(|(item, (_, field_ty))| self.constant(item, field_ty, dialect))
                     .collect::<Result<_, _>>()
                     .map(Constant::Aggregate)
             }
-            _ => typed_literal(literal, ty).map(|expr| match expr.kind {
+            _ => literal_of(dialect, literal, ty).map(|expr| match expr.kind {
                 ExprKind::Int(value) => Constant::Int(value),
                 ExprKind::Float(value) => Constant::Float(value),
                 ExprKind::Bool(value) => Constant::Bool(value),
                 _ => Constant::Zero,
             }),
         }
+    }
+
+    /// `(define-string NAME "TEXT")` in a Brilisp program: a global `(arr N int8)` holding the
+    /// text's bytes and a terminating zero, whose address `(string-ref NAME)` gives.
+    fn collect_string(&mut self, form: &Sexp) {
+        let items = form.list().unwrap_or(&[]);
+        let (Some(name), Some(SexpKind::Str(bytes)), 3) =
+            (items.get(1).and_then(Sexp::symbol), items.get(2).map(|text| &text.kind), items.len())
+        else {
+            self.error(syntax(form.span, "a string is `(define-string NAME \"TEXT\")`"));
+            return;
+        };
+        if !self.define_global_name(name, items[1].span) {
+            return;
+        }
+        let text: Vec<Constant> = bytes.iter().chain([&0]).map(|byte| Constant::Int(i64::from(*byte as i8))).collect();
+        let ty = Ty::Arr(text.len() as u64, Ty::Int(8).into());
+        self.add_global(GlobalDef {
+            name: name.to_string(),
+            ty,
+            init: Some(Constant::Aggregate(text)),
+            span: form.span,
+            space: 0,
+        });
     }
 
     /// A top-level `(declare NAME TYPE)`: a session global. `(declare-global NAME (ptr T))` is
@@ -458,7 +524,7 @@ impl CellChecker<'_> {
         ok.then(|| Signature { params, ret: ret.unwrap_or(Ty::Void), variadic: prototype.variadic })
     }
 
-    fn collect_function(&mut self, form: &Sexp, declared: &mut HashMap<String, (Signature, Span)>) {
+    fn collect_function(&mut self, form: &Sexp, dialect: Dialect, declared: &mut HashMap<String, (Signature, Span)>) {
         let items = form.list().unwrap_or(&[]);
         let Some(head) = items.first().and_then(Sexp::symbol) else { return };
         let Some(attributes) = define_attributes(head) else { return };
@@ -594,6 +660,7 @@ impl CellChecker<'_> {
             kernel: attributes.kernel,
             annotations,
             placement: Placement { device_only: attributes.kernel, ..Placement::default() },
+            dialect,
         });
         self.overlay.functions.insert(
             name,

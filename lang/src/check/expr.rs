@@ -6,7 +6,7 @@ use super::body::BodyChecker;
 use super::{arity, cast_note, define_attributes, syntax, type_error, typed_literal};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind};
-use crate::tree::{BinOp, CastOp, Expr, ExprKind, FloatCmp, IntCmp, Place};
+use crate::tree::{BinOp, CastOp, Dialect, Expr, ExprKind, FloatCmp, IntCmp, Place};
 use crate::types::{scalar_type_name, Ty, INT, INT64};
 
 impl BodyChecker<'_, '_> {
@@ -32,6 +32,12 @@ impl BodyChecker<'_, '_> {
             SexpKind::Str(bytes) => Some(Expr { kind: ExprKind::Str(bytes.clone()), ty: Ty::ptr(Ty::Int(8)), span }),
             SexpKind::Symbol(name) => {
                 let (place, ty) = self.variable(name, span)?;
+                if let (Dialect::BrilispProgram, Place::Global(global)) = (self.dialect, &place) {
+                    // In a Brilisp program a global's name is its address, as in llama.lisp's
+                    // `llvm.py`: read it with (load G), write it with (store G V).
+                    let space = self.cell.lookup_global(global).map_or(0, |entry| entry.space);
+                    return Some(Expr { kind: ExprKind::AddressOf(place), ty: Ty::Ptr(ty.into(), space), span });
+                }
                 Some(Expr { kind: ExprKind::Read(place), ty, span })
             }
             SexpKind::Keyword(name) => {
@@ -127,13 +133,24 @@ impl BodyChecker<'_, '_> {
                 && define_attributes(name).is_none()
                 && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") =>
             {
-                self.error(syntax(head.span, format!("`{name}` is not a definition form")).with_note("definitions are define, define-inline, define-brilisp, define-inline-brilisp, define-struct, define-global"));
+                let note = if name == "define-string" {
+                    "strings are defined inside a Brilisp program: (brilisp (define-string NAME \"TEXT\") …)"
+                } else {
+                    "definitions are define, define-inline, define-brilisp, define-inline-brilisp, define-struct, define-global"
+                };
+                self.error(syntax(head.span, format!("`{name}` is not a definition form")).with_note(note));
                 None
             }
             _ if define_attributes(name).is_some()
                 || matches!(
                     name,
-                    "define-struct" | "define-global" | "define-kernel" | "define-shared" | "c-lisp" | "cuda-lisp"
+                    "define-struct"
+                        | "define-global"
+                        | "define-kernel"
+                        | "define-shared"
+                        | "c-lisp"
+                        | "cuda-lisp"
+                        | "brilisp"
                 ) =>
             {
                 self.error(syntax(span, format!("`{name}` is only allowed at the top level of a cell")));
@@ -277,7 +294,11 @@ impl BodyChecker<'_, '_> {
         };
         let value = self.check_expr(value_form);
         let target = self.ty(type_form)?;
-        let value = value?;
+        self.cast_to(form, name, op, value?, target)
+    }
+
+    /// `value` converted by the cast `op` (spelled `name`) to `target`, if the cast allows it.
+    pub(super) fn cast_to(&mut self, form: &Sexp, name: &str, op: CastOp, value: Expr, target: Ty) -> Option<Expr> {
         let from = &value.ty;
         let ok = match op {
             CastOp::Sext | CastOp::Zext => from.is_int_or_bool() && target.is_int() && target.bits() >= from.bits(),
@@ -526,16 +547,21 @@ impl BodyChecker<'_, '_> {
             ));
             return None;
         };
-        let Some(field_name) = field.symbol() else {
-            self.error(syntax(field.span, "`sptradd` takes a field name"));
-            return None;
+        // The fields of a struct a Brilisp program defines are named by their positions.
+        let field_name = match &field.kind {
+            SexpKind::Symbol(name) => name.to_string(),
+            SexpKind::Int(position) => position.to_string(),
+            _ => {
+                self.error(syntax(field.span, "`sptradd` takes a field name"));
+                return None;
+            }
         };
         let fields = self.cell.lookup_struct(struct_name).and_then(|entry| entry.fields.clone());
         let Some(fields) = fields else {
             self.error(type_error(pointer.span, format!("struct `{struct_name}` is opaque: it has no fields")));
             return None;
         };
-        let Some(index) = fields.iter().position(|(name, _)| name == field_name) else {
+        let Some(index) = fields.iter().position(|(name, _)| *name == field_name) else {
             let names: Vec<&str> = fields.iter().map(|(name, _)| name.as_str()).collect();
             self.error(
                 Diagnostic::error(Kind::UnknownName, format!("struct `{struct_name}` has no field `{field_name}`"))

@@ -24,7 +24,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
-use crate::tree::{Expr, ExprKind, GlobalEntry, TypedCell};
+use crate::tree::{Dialect, Expr, ExprKind, GlobalEntry, TypedCell};
 use crate::types::{StructEntry, Ty};
 use cell::CellChecker;
 
@@ -55,6 +55,9 @@ pub(crate) const FORM_NAMES: &[&str] = &[
     "declare-global",
     "c-lisp",
     "cuda-lisp",
+    "brilisp",
+    "define-string",
+    "string-ref",
     "if",
     "while",
     "for",
@@ -342,6 +345,21 @@ fn define_attributes(head: &str) -> Option<Attributes> {
     Some(attributes)
 }
 
+/// A literal for a destination of type `ty` under `dialect`'s rules. A Brilisp program's
+/// `const` wraps an integer to the destination's width (llama.lisp writes `i8 -129` into its
+/// LLVM text, which LLVM reads as 127); otherwise the typed-literal rule holds.
+pub(crate) fn literal_of(dialect: Dialect, literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic> {
+    match (dialect, &literal.kind, ty) {
+        (Dialect::BrilispProgram, SexpKind::Int(value), Ty::Int(bits)) => {
+            // Keep the low `bits` bits and sign-extend them: two's complement wrapping.
+            let unused = 64 - bits;
+            let wrapped = ((*value as i64) << unused) >> unused;
+            Ok(Expr { kind: ExprKind::Int(wrapped), ty: ty.clone(), span: literal.span })
+        }
+        _ => typed_literal(literal, ty),
+    }
+}
+
 /// A literal checked against a wanted type: the typed-literal rule `(T LIT)`.
 pub(crate) fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic> {
     let span = literal.span;
@@ -378,6 +396,28 @@ pub(crate) fn typed_literal(literal: &Sexp, ty: &Ty) -> Result<Expr, Diagnostic>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::SourceId;
+
+    #[test]
+    fn brilisp_program_constants_wrap_to_the_destination() {
+        let wrapped = |value: i128, bits: u32| {
+            let literal = Sexp { kind: SexpKind::Int(value), span: Span::new(SourceId(0), 0, 0) };
+            match literal_of(Dialect::BrilispProgram, &literal, &Ty::Int(bits)).map(|expr| expr.kind) {
+                Ok(ExprKind::Int(value)) => value,
+                other => panic!("{value} into int{bits}: {other:?}"),
+            }
+        };
+        assert_eq!(wrapped(200, 8), -56);
+        assert_eq!(wrapped(-129, 8), 127);
+        assert_eq!(wrapped(65535, 16), -1);
+        assert_eq!(wrapped(2147483648, 32), -2147483648);
+        assert_eq!(wrapped(9223372036854775808, 64), i64::MIN);
+        assert_eq!(wrapped(-9223372036854775809, 64), i64::MAX);
+        assert_eq!(wrapped(-5, 32), -5);
+        // C-Lisp's typed-literal rule refuses what does not fit.
+        let literal = Sexp { kind: SexpKind::Int(200), span: Span::new(SourceId(0), 0, 0) };
+        assert!(literal_of(Dialect::CLisp, &literal, &Ty::Int(8)).is_err());
+    }
 
     #[test]
     fn cast_notes_name_the_conversion() {

@@ -1,0 +1,81 @@
+; A standalone Brilisp program (docs/language.md, "Brilisp programs"): a global's name is its
+; address, setting it stores into it, strings come from define-string and string-ref, and
+; const wraps integers to the destination's width.
+(brilisp
+    (define ((print int) (n int)))
+    (define ((int64_print int64) (n int64)))
+    (define ((dprint double) (n double)))
+    (define ((puts int) (s (ptr int8))))
+
+    (define-global (counter int) (const 40))
+    (define-global (squares (arr 8 int)))
+    (define-global (cursor (ptr int)))
+    (define-global (scale double) (const 1.5))
+    (define-global (limits (arr 2 int8)) (const (300 -129)))
+    (define-string banner "globals are pointers")
+
+    ; counter += by
+    (define ((bump void) (by int))
+        (set (old int) (load counter))
+        (set (new int) (add old by))
+        (store counter new)
+        (ret))
+
+    ; squares[i] = i * i for i below 8
+    (define ((fill-squares void))
+        (set (i int) (const 0))
+        (set (eight int) (const 8))
+        (label test)
+        (set (more bool) (lt i eight))
+        (br more body done)
+        (label body)
+        (set (slot (ptr int)) (ptradd squares 0 i))
+        (set (square int) (mul i i))
+        (store slot square)
+        (set (i int) (add i 1))
+        (jmp test)
+        (label done)
+        (ret))
+
+    (define ((main int))
+        (set (text (ptr int8)) (string-ref banner))
+        (set (ignored void) (call puts text))
+        (set (ignored void) (call bump 2))
+        (set (c int) (load counter))
+        (set (ignored void) (call print c))
+        (set (counter int) (const 7))
+        (set (c int) (load counter))
+        (set (ignored void) (call print c))
+
+        (set (ignored void) (call fill-squares))
+        (set (first (ptr int)) (ptradd squares 0 0))
+        (store cursor first)
+        (set (p (ptr int)) (load cursor))
+        (set (p5 (ptr int)) (ptradd p 5))
+        (set (v int) (load p5))
+        (set (ignored void) (call print v))
+
+        (set (s double) (load scale))
+        (set (twice double) (fadd s s))
+        (set (ignored void) (call dprint twice))
+
+        (set (high-p (ptr int8)) (ptradd limits 0 0))
+        (set (high int8) (load high-p))
+        (set (high int) (sext high int))
+        (set (ignored void) (call print high))
+        (set (low-p (ptr int8)) (ptradd limits 0 1))
+        (set (low int8) (load low-p))
+        (set (low int) (sext low int))
+        (set (ignored void) (call print low))
+
+        (set (byte int8) (const 200))
+        (set (wide int) (sext byte int))
+        (set (ignored void) (call print wide))
+        (set (big int64) (const 9223372036854775808))
+        (set (ignored void) (call int64_print big))
+
+        (set (local int) (const 5))
+        (set (local-p (ptr int)) (ptr-to local))
+        (store local-p 6)
+        (set (status int) (add local 1))
+        (ret status)))

@@ -1,0 +1,63 @@
+; Structs in a standalone Brilisp program: (define-struct NAME (TYPE…)) has unnamed fields,
+; selected by position with ptradd, extractvalue and insertvalue; structs pass and return by
+; value between Brilisp functions, and a global array of structs is a pointer to the array.
+(brilisp
+    (define ((print int) (n int)))
+    (define ((dprint double) (n double)))
+
+    (define-struct point (int int))
+    (define-struct particle ((struct point) double (arr 3 int8)))
+    (define-global (cloud (arr 4 (struct particle))))
+
+    (define-inline ((make-point (struct point)) (x int) (y int))
+        (set (one int) (const 1))
+        (set (cell (ptr (struct point))) (alloc one))
+        (set (zero int) (const 0))
+        (set (x-p (ptr int)) (ptradd cell 0 0))
+        (store x-p zero)
+        (set (y-p (ptr int)) (ptradd cell 0 1))
+        (store y-p zero)
+        (set (p (struct point)) (load cell))
+        (set (p (struct point)) (insertvalue p x 0))
+        (set (p (struct point)) (insertvalue p y 1))
+        (ret p))
+
+    (define ((manhattan int) (p (struct point)))
+        (set (x int) (extractvalue p 0))
+        (set (y int) (extractvalue p 1))
+        (set (sum int) (add x y))
+        (ret sum))
+
+    (define ((main int))
+        (set (p (struct point)) (call make-point 3 4))
+        (set (d int) (call manhattan p))
+        (set (ignored void) (call print d))
+
+        (set (two int) (const 2))
+        (set (y (ptr int)) (ptradd cloud 0 two 0 1))
+        (store y 9)
+        (set (mass (ptr double)) (ptradd cloud 0 two 1))
+        (set (m double) (const 2.5))
+        (store mass m)
+        (set (tag (ptr int8)) (ptradd cloud 0 two 2 1))
+        (set (t int8) (const -3))
+        (store tag t)
+
+        (set (part (ptr (struct particle))) (ptradd cloud 0 two))
+        (set (whole (struct particle)) (load part))
+        (set (position (struct point)) (extractvalue whole 0))
+        (set (py int) (extractvalue position 1))
+        (set (ignored void) (call print py))
+        (set (pm double) (extractvalue whole 1))
+        (set (ignored void) (call dprint pm))
+        (set (tags (arr 3 int8)) (extractvalue whole 2))
+        (set (tag-value int8) (extractvalue tags 1))
+        (set (tag-value int) (sext tag-value int))
+        (set (ignored void) (call print tag-value))
+
+        (set (size-p (ptr (struct particle))) (ptradd part 1))
+        (set (start int64) (ptrtoint part int64))
+        (set (end int64) (ptrtoint size-p int64))
+        (set (size int64) (sub end start))
+        (set (size int) (trunc size int))
+        (ret size)))
