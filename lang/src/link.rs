@@ -355,13 +355,30 @@ impl Program {
     /// the function has a slot. The code the slot pointed into is removed if nothing else can
     /// reach it now.
     pub(crate) fn set_slot(&mut self, name: &str, address: usize) {
+        self.point_slot(name, address, Some(self.cell_counter));
+    }
+
+    /// Points a function's slot at code the program does not own (a library's function); the
+    /// code it pointed into is removed if nothing else can reach it now.
+    pub(crate) fn set_slot_foreign(&mut self, name: &str, address: usize) {
+        self.point_slot(name, address, None);
+    }
+
+    /// Points a slot at `address`, which lies in the cell `owner` or, without one, outside the
+    /// program.
+    fn point_slot(&mut self, name: &str, address: usize, owner: Option<u64>) {
         let Some(slot) = self.slots.get(name) else { return };
         slot.store(address, Ordering::SeqCst);
-        let owner = self.cell_counter;
-        if let Some(cell) = self.cells.get_mut(&owner) {
-            cell.slots += 1;
-        }
-        let Some(previous) = self.slot_owners.insert(name.to_string(), owner) else { return };
+        let previous = match owner {
+            Some(owner) => {
+                if let Some(cell) = self.cells.get_mut(&owner) {
+                    cell.slots += 1;
+                }
+                self.slot_owners.insert(name.to_string(), owner)
+            }
+            None => self.slot_owners.remove(name),
+        };
+        let Some(previous) = previous else { return };
         let Some(cell) = self.cells.get_mut(&previous) else { return };
         cell.slots -= 1;
         if cell.slots == 0 && !self.running.contains(&previous) {

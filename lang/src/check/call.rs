@@ -125,6 +125,13 @@ impl BodyChecker<'_, '_> {
             }
             FunctionKind::Defined(_) if name == self.name => Callee::SelfCall,
             FunctionKind::Defined(_) | FunctionKind::Unresolved => Callee::Slot(name.to_string()),
+            // A library's symbol is reached through the slot, which the session points at it.
+            FunctionKind::Library { .. } => {
+                if !self.use_host(form.span, format!("the C function `{name}`")) {
+                    return None;
+                }
+                Callee::Slot(name.to_string())
+            }
             FunctionKind::External(_) if name.starts_with("llvm.") => {
                 Callee::Intrinsic(self.check_intrinsic_call(form, name, &signature, &args)?)
             }

@@ -133,7 +133,13 @@ impl BodyChecker<'_, '_> {
             _ if define_attributes(name).is_some()
                 || matches!(
                     name,
-                    "define-struct" | "define-global" | "define-kernel" | "define-shared" | "c-lisp" | "cuda-lisp"
+                    "define-struct"
+                        | "define-global"
+                        | "define-kernel"
+                        | "define-shared"
+                        | "c-lisp"
+                        | "cuda-lisp"
+                        | "load-library"
                 ) =>
             {
                 self.error(syntax(span, format!("`{name}` is only allowed at the top level of a cell")));

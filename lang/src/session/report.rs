@@ -204,14 +204,19 @@ pub(super) fn struct_line(name: &str, entry: &StructEntry) -> String {
 }
 
 pub(super) fn function_note(entry: &FunctionEntry, redefined: bool) -> String {
+    let mut library_note = String::new();
     let mut notes = Vec::new();
     match &entry.kind {
         FunctionKind::Defined(def) if def.inline => notes.push("inline"),
         FunctionKind::Defined(def) if def.kernel => notes.push("kernel"),
         FunctionKind::Defined(def) if def.placement.device_only => notes.push("device"),
         FunctionKind::External(_) => notes.push("extern"),
+        FunctionKind::Library { library, .. } => library_note = format!("extern, from {library}"),
         FunctionKind::Unresolved => notes.push("extern, unresolved"),
         FunctionKind::Defined(_) => {}
+    }
+    if !library_note.is_empty() {
+        notes.push(&library_note);
     }
     if redefined {
         notes.push("redefined");
