@@ -106,6 +106,7 @@ pub(crate) const FORM_NAMES: &[&str] = &[
     "sptradd",
     "aptradd",
     "ptr-to",
+    "fn-ptr",
     "alloc",
     "extractvalue",
     "insertvalue",

@@ -657,6 +657,7 @@ impl Session {
                 });
             }
             self.gpu.note_defined(&function.name, function);
+            self.program.note_signature(&function.name, &function.signature);
             self.env.functions.insert(function.name.clone(), entry);
             self.history.note_definition(DefinitionKey::Function(function.name.clone()));
         }
