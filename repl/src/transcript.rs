@@ -67,11 +67,9 @@ impl Transcript {
                         return Some(reason);
                     }
                 }
-                (other, _) => {
-                    return Some(format!(
-                        "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device, library:NAME)"
-                    ))
-                }
+                (other, _) => return Some(format!(
+                    "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device, library:NAME)"
+                )),
             }
         }
         None
@@ -82,13 +80,14 @@ impl Transcript {
 /// directory of `QUASI_LIBRARY_PATH`, where `load-library` looks first.
 fn missing_library(library: &str) -> Option<String> {
     let search_path = std::env::var("QUASI_LIBRARY_PATH").unwrap_or_default();
-    let found = search_path.split(':').any(|directory| !directory.is_empty() && Path::new(directory).join(library).is_file());
+    let found =
+        search_path.split(':').any(|directory| !directory.is_empty() && Path::new(directory).join(library).is_file());
     if found {
         return None;
     }
     let setting = if search_path.is_empty() { "unset".to_string() } else { format!("`{search_path}`") };
     Some(format!(
-        "needs {library} in a directory of QUASI_LIBRARY_PATH ({setting}); the test suite builds it from tests/ffi (cargo test -p quasi-tests --test transcripts)"
+        "needs {library} in a directory of QUASI_LIBRARY_PATH ({setting}); the transcript suite builds tests/ffi's libraries into target/tmp/ffi (cargo test -p quasi-tests --test transcripts): set QUASI_LIBRARY_PATH to that directory"
     ))
 }
 

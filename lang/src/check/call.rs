@@ -273,8 +273,11 @@ impl BodyChecker<'_, '_> {
             FunctionKind::Defined(def) if def.kernel || def.placement.device_only => {
                 let what = if def.kernel { "a kernel" } else { "device code" };
                 self.error(
-                    Diagnostic::error(Kind::Gpu, format!("`{name}` is {what}: the host cannot call it through a pointer"))
-                        .with_label(name_form.span, ""),
+                    Diagnostic::error(
+                        Kind::Gpu,
+                        format!("`{name}` is {what}: the host cannot call it through a pointer"),
+                    )
+                    .with_label(name_form.span, ""),
                 );
                 return None;
             }
@@ -283,7 +286,9 @@ impl BodyChecker<'_, '_> {
                     self.error(
                         type_error(
                             name_form.span,
-                            format!("C cannot call `{name} : {signature}`: it takes or returns a struct or array by value"),
+                            format!(
+                                "C cannot call `{name} : {signature}`: it takes or returns a struct or array by value"
+                            ),
                         )
                         .with_note("C-Lisp passes structs and arrays by value its own way; take and return pointers"),
                     );

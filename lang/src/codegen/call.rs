@@ -79,7 +79,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         let i64_type = self.context.i64_type();
         let word = self.external_global(&signature_symbol(name));
         let current = self.builder.build_load(i64_type, word, "")?.into_int_value();
-        let same = self.builder.build_int_compare(IntPredicate::EQ, current, i64_type.const_int(thunk.id, false), "")?;
+        let same =
+            self.builder.build_int_compare(IntPredicate::EQ, current, i64_type.const_int(thunk.id, false), "")?;
         self.builder.build_conditional_branch(same, call_block, stale_block)?;
         self.builder.position_at_end(stale_block);
         let site = self.naming.first_site + self.fault_sites.len() as u32;
