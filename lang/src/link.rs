@@ -71,8 +71,8 @@ pub(crate) struct CellNames {
     new_struct_names: HashMap<String, String>,
     body_symbols: HashMap<String, String>,
     first_site: u32,
-    /// The `fn-ptr` thunks the cell uses, by function name and signature text.
-    thunks: HashMap<(String, String), Thunk>,
+    /// The `fn-ptr` thunks the cell uses.
+    thunks: Thunks,
     /// The signature id each function with a new thunk has now (0: none), for its signature
     /// word if the cell makes the word.
     current_signatures: Vec<(String, u64)>,
@@ -90,6 +90,9 @@ impl CellNames {
         }
     }
 }
+
+/// The `fn-ptr` thunks a cell uses, by function name and signature text.
+type Thunks = HashMap<(String, String), Thunk>;
 
 /// What code generation emitted besides the module: the names the link step looks up.
 pub(crate) struct Emitted {
@@ -218,7 +221,7 @@ impl Program {
     }
 
     /// The thunks the cell's code uses: those made earlier, and fresh symbols for new ones.
-    fn name_thunks(&mut self, cell: &TypedCell, env: &Env) -> (HashMap<(String, String), Thunk>, Vec<(String, u64)>) {
+    fn name_thunks(&mut self, cell: &TypedCell, env: &Env) -> (Thunks, Vec<(String, u64)>) {
         let mut used = Vec::new();
         let bodies = cell
             .functions

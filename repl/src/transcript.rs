@@ -67,9 +67,11 @@ impl Transcript {
                         return Some(reason);
                     }
                 }
-                (other, _) => return Some(format!(
+                (other, _) => {
+                    return Some(format!(
                     "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device, library:NAME)"
-                )),
+                ))
+                }
             }
         }
         None
