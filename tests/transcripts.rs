@@ -59,10 +59,47 @@ fn check(path: &Path) -> Result<(), Failed> {
     Err(format!("transcript {} does not match ({hint}):\n{diff}", path.display()).into())
 }
 
+/// Builds the test libraries of `tests/ffi` (`NAME.c` → `libNAME.so`) with clang-19 into a
+/// directory put in front of `QUASI_LIBRARY_PATH`, where `(load-library "libNAME.so")` finds
+/// them. A library that does not build leaves the transcripts that require it skipped, saying
+/// so; the reason is printed here.
+fn build_test_libraries(root: &Path) {
+    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ffi");
+    if let Err(error) = std::fs::create_dir_all(&directory) {
+        eprintln!("cannot create {}: {error}", directory.display());
+        return;
+    }
+    let mut sources = Vec::new();
+    files::files(&root.join("ffi"), "c", false, &mut sources);
+    for source in sources {
+        let stem = source.file_stem().unwrap_or_default().to_string_lossy();
+        let library = directory.join(format!("lib{stem}.so"));
+        let built = std::process::Command::new("clang-19")
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&library)
+            .arg(&source)
+            .output();
+        match built {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => {
+                eprintln!("clang-19 rejected {}:\n{}", source.display(), String::from_utf8_lossy(&output.stderr))
+            }
+            Err(error) => eprintln!("cannot run clang-19 to build {}: {error}", library.display()),
+        }
+    }
+    let mut search_path = directory.display().to_string();
+    if let Some(outer) = std::env::var_os("QUASI_LIBRARY_PATH").filter(|outer| !outer.is_empty()) {
+        search_path = format!("{search_path}:{}", outer.to_string_lossy());
+    }
+    // Before any session or thread starts: sessions read it when a `load-library` runs.
+    std::env::set_var("QUASI_LIBRARY_PATH", search_path);
+}
+
 fn main() {
     let mut arguments = Arguments::from_args();
     arguments.test_threads = Some(1);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    build_test_libraries(root);
     let mut paths = Vec::new();
     files::files(root, "repl", true, &mut paths);
     files::files(&root.parent().unwrap_or(root).join("docs"), "md", false, &mut paths);

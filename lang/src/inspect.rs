@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use crate::reader::{Sexp, SexpKind, SourceId, Span};
-use crate::tree::{BinOp, CastOp, Expr, ExprKind, FloatCmp, FunctionDef, IntCmp, LaunchArgKind, Place, Stmt};
+use crate::tree::{
+    BinOp, CastOp, Expr, ExprKind, FloatCmp, FunctionAddress, FunctionDef, IntCmp, LaunchArgKind, Place, Stmt,
+};
 use crate::types::{StructEntry, Ty};
 
 /// The stages a listing command can show.
@@ -184,6 +186,12 @@ impl TypedPrinter<'_> {
             }
             ExprKind::ElemPtr(array, index) => self.node("aptradd", ty, self.exprs(&[array, index])),
             ExprKind::AddressOf(place) => self.node("ptr-to", ty, vec![symbol(self.place(place))]),
+            ExprKind::FunctionAddress(address) => {
+                let (FunctionAddress::Thunk { name, .. }
+                | FunctionAddress::Symbol { name, .. }
+                | FunctionAddress::Slot(name)) = address;
+                self.node("fn-ptr", ty, vec![symbol(name.clone())])
+            }
             ExprKind::Alloc(element, count) | ExprKind::SessionAlloc(element, count) => {
                 self.node("alloc", ty, vec![symbol(element.to_string()), self.expr(count)])
             }

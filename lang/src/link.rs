@@ -8,14 +8,14 @@
 //! in `commit`, after ORC linked the cell; a cell that fails to link leaves no code behind.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::check::Env;
-use crate::codegen::{self, FaultSite, Naming};
+use crate::check::{Env, FunctionKind};
+use crate::codegen::{self, FaultSite, Naming, Thunk};
 use crate::diagnostics::Diagnostic;
 use crate::jit::{CellCode, Jit};
 use crate::run;
-use crate::tree::{Constant, TypedCell};
+use crate::tree::{visit_exprs, Constant, ExprKind, FunctionAddress, TypedCell};
 use crate::types::StructEntry;
 use crate::types::Ty;
 use crate::value;
@@ -71,6 +71,11 @@ pub(crate) struct CellNames {
     new_struct_names: HashMap<String, String>,
     body_symbols: HashMap<String, String>,
     first_site: u32,
+    /// The `fn-ptr` thunks the cell uses.
+    thunks: Thunks,
+    /// The signature id each function with a new thunk has now (0: none), for its signature
+    /// word if the cell makes the word.
+    current_signatures: Vec<(String, u64)>,
 }
 
 impl CellNames {
@@ -81,9 +86,13 @@ impl CellNames {
             struct_names: &self.struct_names,
             body_symbols: &self.body_symbols,
             first_site: self.first_site,
+            thunks: &self.thunks,
         }
     }
 }
+
+/// The `fn-ptr` thunks a cell uses, by function name and signature text.
+type Thunks = HashMap<(String, String), Thunk>;
 
 /// What code generation emitted besides the module: the names the link step looks up.
 pub(crate) struct Emitted {
@@ -105,6 +114,8 @@ pub(crate) struct Linked {
     fault_sites: Vec<FaultSite>,
     new_globals: Vec<(String, GlobalStorage)>,
     struct_names: HashMap<String, String>,
+    /// The thunks this cell defines, which keep its code linked for the session.
+    new_thunks: Vec<((String, String), String)>,
 }
 
 impl Linked {
@@ -122,6 +133,8 @@ struct LiveCell {
     sites: std::ops::Range<usize>,
     /// Where its entries and bodies start, keys of `Program::code_starts`.
     starts: Vec<usize>,
+    /// It defines `fn-ptr` thunks, which C may call at any time: it is never removed.
+    pinned: bool,
 }
 
 /// The session's linked program: the JIT and every cell's code, slots, global storage, and the
@@ -159,6 +172,13 @@ pub(crate) struct Program {
     /// Where each linked function body and top-level entry starts, to name the function an
     /// instruction address lies in (a cell's code is one contiguous block).
     code_starts: BTreeMap<usize, String>,
+    /// The symbol of every `fn-ptr` thunk made, by function name and signature text.
+    thunks: HashMap<(String, String), String>,
+    /// One word per function a thunk was made for, at a fixed address for the session's life:
+    /// the id of the function's current signature (0: none yet).
+    signature_words: HashMap<String, Box<AtomicU64>>,
+    /// Ids of signatures, by their text, from 1.
+    signature_ids: HashMap<String, u64>,
 }
 
 impl Program {
@@ -181,7 +201,68 @@ impl Program {
             body_symbols: HashMap::new(),
             memory: Vec::new(),
             code_starts: BTreeMap::new(),
+            thunks: HashMap::new(),
+            signature_words: HashMap::new(),
+            signature_ids: HashMap::new(),
         }
+    }
+
+    fn signature_id(&mut self, signature: &str) -> u64 {
+        let next = self.signature_ids.len() as u64 + 1;
+        *self.signature_ids.entry(signature.to_string()).or_insert(next)
+    }
+
+    /// Records that `name` now has this signature, for the thunks made for it.
+    pub(crate) fn note_signature(&mut self, name: &str, signature: &crate::types::Signature) {
+        let id = self.signature_id(&signature.to_string());
+        if let Some(word) = self.signature_words.get(name) {
+            word.store(id, Ordering::SeqCst);
+        }
+    }
+
+    /// The thunks the cell's code uses: those made earlier, and fresh symbols for new ones.
+    fn name_thunks(&mut self, cell: &TypedCell, env: &Env) -> (Thunks, Vec<(String, u64)>) {
+        let mut used = Vec::new();
+        let bodies = cell
+            .functions
+            .iter()
+            .chain(&cell.recompiled)
+            .chain(cell.top.iter().map(|item| &item.function))
+            .chain(cell.inline_bodies.values().map(|body| body.as_ref()));
+        for function in bodies {
+            visit_exprs(&function.body, &mut |expr| {
+                if let ExprKind::FunctionAddress(FunctionAddress::Thunk { name, signature }) = &expr.kind {
+                    used.push((name.clone(), signature.clone(), expr.span));
+                }
+            });
+        }
+        let mut thunks = HashMap::new();
+        let mut current_signatures = Vec::new();
+        for (name, signature, span) in used {
+            let key = (name.clone(), signature.to_string());
+            if thunks.contains_key(&key) {
+                continue;
+            }
+            let id = self.signature_id(&key.1);
+            let (symbol, new) = match self.thunks.get(&key) {
+                Some(symbol) => (symbol.clone(), false),
+                None => {
+                    self.symbol_counter += 1;
+                    (format!("{name}#fn-ptr{}", self.symbol_counter), true)
+                }
+            };
+            if new {
+                let current = match env.functions.get(&name) {
+                    Some(entry) if matches!(entry.kind, FunctionKind::Defined(_)) => {
+                        self.signature_id(&entry.signature.to_string())
+                    }
+                    _ => 0,
+                };
+                current_signatures.push((name.clone(), current));
+            }
+            thunks.insert(key, Thunk { symbol, signature, id, new, span });
+        }
+        (thunks, current_signatures)
     }
 
     /// Names for a cell about to be compiled and linked: new storage for new or retyped
@@ -219,6 +300,7 @@ impl Program {
             let symbol = self.fresh_body_symbol(&function.name);
             body_symbols.insert(function.name.clone(), symbol);
         }
+        let (thunks, current_signatures) = self.name_thunks(cell, env);
         CellNames {
             global_symbols,
             new_globals,
@@ -226,6 +308,8 @@ impl Program {
             new_struct_names,
             body_symbols,
             first_site: self.fault_sites.len() as u32,
+            thunks,
+            current_signatures,
         }
     }
 
@@ -246,6 +330,8 @@ impl Program {
             new_struct_names: HashMap::new(),
             body_symbols,
             first_site: self.fault_sites.len() as u32,
+            thunks: HashMap::new(),
+            current_signatures: Vec::new(),
         }
     }
 
@@ -294,6 +380,19 @@ impl Program {
         for (_, storage) in &names.new_globals {
             absolute.push((storage.symbol.clone(), storage.memory as usize));
         }
+        // A new thunk reads its function's slot and signature word.
+        for (name, current) in &names.current_signatures {
+            if !self.slots.contains_key(name) {
+                let slot = Box::new(AtomicUsize::new(0));
+                absolute.push((codegen::slot_symbol(name), &*slot as *const AtomicUsize as usize));
+                self.slots.insert(name.clone(), slot);
+            }
+            if !self.signature_words.contains_key(name) {
+                let word = Box::new(AtomicU64::new(*current));
+                absolute.push((codegen::signature_symbol(name), &*word as *const AtomicU64 as usize));
+                self.signature_words.insert(name.clone(), word);
+            }
+        }
         self.jit.define_absolute(&absolute).map_err(|error| Diagnostic::internal(error.to_string()))?;
         let Emitted { entries, fault_sites, traps } = emitted;
         let function_names: Vec<String> =
@@ -308,7 +407,10 @@ impl Program {
             self.jit.link(object, module_name, &lookups).map_err(|error| Diagnostic::internal(error.to_string()))?;
         let (body_addresses, rest) = addresses.split_at(function_names.len());
         let (trap_addresses, entry_addresses) = rest.split_at(traps.len());
+        let new_thunks =
+            names.thunks.into_iter().filter(|(_, thunk)| thunk.new).map(|(key, thunk)| (key, thunk.symbol)).collect();
         Ok(Linked {
+            new_thunks,
             bodies: function_names.into_iter().zip(body_addresses.iter().copied()).collect(),
             body_symbols: names.body_symbols,
             traps: traps.into_iter().zip(trap_addresses.iter().copied()).collect(),
@@ -325,11 +427,14 @@ impl Program {
     /// session to route unresolved and invalidated functions to (with `set_slot`, before the
     /// next commit). Nothing here can fail.
     pub(crate) fn commit(&mut self, linked: Linked) -> Vec<(String, usize)> {
-        let Linked { bodies, body_symbols, traps, entries, code, fault_sites, new_globals, struct_names } = linked;
+        let Linked { bodies, body_symbols, traps, entries, code, fault_sites, new_globals, struct_names, new_thunks } =
+            linked;
         self.cell_counter += 1;
         let sites = self.fault_sites.len()..self.fault_sites.len() + fault_sites.len();
         let starts = entries.iter().chain(bodies.iter().map(|(_, address)| address)).copied().collect();
-        self.cells.insert(self.cell_counter, LiveCell { code, slots: 0, sites, starts });
+        let pinned = !new_thunks.is_empty();
+        self.thunks.extend(new_thunks);
+        self.cells.insert(self.cell_counter, LiveCell { code, slots: 0, sites, starts, pinned });
         self.running.push(self.cell_counter);
         self.fault_sites.extend(fault_sites);
         // Struct LLVM names: the next module looks them up by these.
@@ -355,16 +460,33 @@ impl Program {
     /// the function has a slot. The code the slot pointed into is removed if nothing else can
     /// reach it now.
     pub(crate) fn set_slot(&mut self, name: &str, address: usize) {
+        self.point_slot(name, address, Some(self.cell_counter));
+    }
+
+    /// Points a function's slot at code the program does not own (a library's function); the
+    /// code it pointed into is removed if nothing else can reach it now.
+    pub(crate) fn set_slot_foreign(&mut self, name: &str, address: usize) {
+        self.point_slot(name, address, None);
+    }
+
+    /// Points a slot at `address`, which lies in the cell `owner` or, without one, outside the
+    /// program.
+    fn point_slot(&mut self, name: &str, address: usize, owner: Option<u64>) {
         let Some(slot) = self.slots.get(name) else { return };
         slot.store(address, Ordering::SeqCst);
-        let owner = self.cell_counter;
-        if let Some(cell) = self.cells.get_mut(&owner) {
-            cell.slots += 1;
-        }
-        let Some(previous) = self.slot_owners.insert(name.to_string(), owner) else { return };
+        let previous = match owner {
+            Some(owner) => {
+                if let Some(cell) = self.cells.get_mut(&owner) {
+                    cell.slots += 1;
+                }
+                self.slot_owners.insert(name.to_string(), owner)
+            }
+            None => self.slot_owners.remove(name),
+        };
+        let Some(previous) = previous else { return };
         let Some(cell) = self.cells.get_mut(&previous) else { return };
         cell.slots -= 1;
-        if cell.slots == 0 && !self.running.contains(&previous) {
+        if cell.slots == 0 && !cell.pinned && !self.running.contains(&previous) {
             self.remove_cell(previous);
         }
     }
@@ -374,7 +496,7 @@ impl Program {
     /// `(bench …)` forms) and nothing else can reach it.
     pub(crate) fn release_finished(&mut self) {
         for id in std::mem::take(&mut self.running) {
-            if self.cells.get(&id).is_some_and(|cell| cell.slots == 0) {
+            if self.cells.get(&id).is_some_and(|cell| cell.slots == 0 && !cell.pinned) {
                 self.remove_cell(id);
             }
         }

@@ -97,6 +97,18 @@ pub(crate) enum Place {
     Global(String),
 }
 
+/// What `(fn-ptr NAME)` gives the address of.
+#[derive(Clone, Debug)]
+pub(crate) enum FunctionAddress {
+    /// A session function: its thunk for this signature, made once per session, which calls
+    /// through the function's slot while the function has this signature and faults after.
+    Thunk { name: String, signature: Signature },
+    /// A C function of the process or the built-in runtime, under this link name.
+    Symbol { name: String, link: String, signature: Signature },
+    /// A `load-library` library's function: the address its slot holds.
+    Slot(String),
+}
+
 /// How a call reaches its callee.
 #[derive(Clone, Debug)]
 pub(crate) enum Callee {
@@ -137,6 +149,8 @@ pub(crate) enum ExprKind {
     /// `aptradd`: the operand is a pointer to the array.
     ElemPtr(Box<Expr>, Box<Expr>),
     AddressOf(Place),
+    /// `(fn-ptr NAME)`: a function's address, for C to call.
+    FunctionAddress(FunctionAddress),
     Alloc(Ty, Box<Expr>),
     /// Session memory for `alloc` in top-level code: freed at `:reset`.
     SessionAlloc(Ty, Box<Expr>),
@@ -624,6 +638,7 @@ fn expr_children(expr: &Expr) -> Vec<&Expr> {
         | ExprKind::Str(_)
         | ExprKind::Read(_)
         | ExprKind::AddressOf(_)
+        | ExprKind::FunctionAddress(_)
         | ExprKind::Zero
         | ExprKind::GpuIndex(..)
         | ExprKind::Barrier => Vec::new(),

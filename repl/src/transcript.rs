@@ -8,7 +8,9 @@
 //! lines holding a command run (unshown) before the first cell, e.g. `#: :opt 3`. In expected
 //! output, `[..]` matches any text within a line and a line `...` matches any number of lines.
 //! A header line `# requires: cuda-device` marks a transcript that needs a real GPU: where
-//! there is none it is skipped, with the reason (`no-cuda-device`: the reverse).
+//! there is none it is skipped, with the reason (`no-cuda-device`: the reverse);
+//! `# requires: library:libNAME.so` one that loads a library found only through
+//! `QUASI_LIBRARY_PATH` (the suite's test libraries, which the harness builds).
 
 use std::path::Path;
 
@@ -59,15 +61,36 @@ impl Transcript {
                     return Some(format!("needs a machine without a CUDA device ({device})"))
                 }
                 ("cuda-device" | "no-cuda-device", _) => {}
+                (other, _) if other.starts_with("library:") => {
+                    let library = &other["library:".len()..];
+                    if let Some(reason) = missing_library(library) {
+                        return Some(reason);
+                    }
+                }
                 (other, _) => {
                     return Some(format!(
-                        "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device)"
-                    ))
+                    "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device, library:NAME)"
+                ))
                 }
             }
         }
         None
     }
+}
+
+/// Why a library named in `# requires: library:NAME` cannot be loaded by name: it is in no
+/// directory of `QUASI_LIBRARY_PATH`, where `load-library` looks first.
+fn missing_library(library: &str) -> Option<String> {
+    let search_path = std::env::var("QUASI_LIBRARY_PATH").unwrap_or_default();
+    let found =
+        search_path.split(':').any(|directory| !directory.is_empty() && Path::new(directory).join(library).is_file());
+    if found {
+        return None;
+    }
+    let setting = if search_path.is_empty() { "unset".to_string() } else { format!("`{search_path}`") };
+    Some(format!(
+        "needs {library} in a directory of QUASI_LIBRARY_PATH ({setting}); the transcript suite builds tests/ffi's libraries into target/tmp/ffi (cargo test -p quasi-tests --test transcripts): set QUASI_LIBRARY_PATH to that directory"
+    ))
 }
 
 /// Parses a transcript; `first_line` is the file line of the text's first line (1 for a file).

@@ -355,3 +355,41 @@ fn an_interrupt_inside_libc_leaves_the_heap_and_stdio_working() {
     assert!(rest.contains("error[interrupted]: interrupted in function `churn`"), "{rest}");
     assert!(rest.contains("after 42\n9 : int"), "{rest}");
 }
+
+/// `quasi run` loads libraries and passes callbacks like a cell does (docs/language.md §9): a
+/// file that loads libm, and sorts with libc's `qsort` through `(fn-ptr …)`.
+#[test]
+fn run_loads_libraries_and_passes_callbacks() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let program = "(load-library \"libm.so.6\")\n\
+                   (define ((cbrt double) (x double)))\n\
+                   (define ((printf int) (fmt (ptr int8)) ...))\n\
+                   (define ((qsort void) (base (ptr int8)) (n int64) (size int64) (compare (ptr int8))))\n\
+                   (define ((descending int) (a (ptr int)) (b (ptr int))) (ret (sub (load b) (load a))))\n\
+                   (define ((main int))\n\
+                   (declare xs (arr 3 int))\n\
+                   (store (aptradd (ptr-to xs) 0) 1) (store (aptradd (ptr-to xs) 1) 3) (store (aptradd (ptr-to xs) 2) 2)\n\
+                   (call qsort (bitcast (ptr-to xs) (ptr int8)) (int64 3) (int64 4) (fn-ptr descending))\n\
+                   (call printf \"%d %d %d %.1f\\n\" (load (aptradd (ptr-to xs) 0)) (load (aptradd (ptr-to xs) 1))\n\
+                   (load (aptradd (ptr-to xs) 2)) (call cbrt (double 8.0)))\n\
+                   (ret 0))\n";
+    let file = write_file(directory.path(), "ffi.cl", program);
+    let finished = quasi(&["run", &file], "");
+    assert_eq!(finished.stderr, "");
+    assert_eq!(finished.stdout, "3 2 1 2.0\n");
+    assert_eq!(finished.status.code(), Some(0));
+}
+
+#[test]
+fn run_of_a_file_whose_library_does_not_load_fails_before_running() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let file = write_file(
+        directory.path(),
+        "nolib.cl",
+        "(load-library \"libquasi-none.so\")\n(define ((main int)) (ret 5))\n",
+    );
+    let finished = quasi(&["run", &file], "");
+    assert_eq!(finished.status.code(), Some(1));
+    assert!(finished.stderr.contains("error[ffi]: cannot load library `libquasi-none.so`"), "{}", finished.stderr);
+    assert!(finished.stderr.contains("nolib.cl:1:"), "{}", finished.stderr);
+}

@@ -7,7 +7,7 @@ use super::{arity, cast_note, syntax, type_error};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{device_only_intrinsic, host_intrinsic, intrinsic_name, is_libdevice, IntrinsicError};
 use crate::reader::{Sexp, Span};
-use crate::tree::{Callee, Expr, ExprKind};
+use crate::tree::{Callee, Expr, ExprKind, FunctionAddress};
 use crate::types::{Signature, Ty};
 
 impl BodyChecker<'_, '_> {
@@ -125,6 +125,13 @@ impl BodyChecker<'_, '_> {
             }
             FunctionKind::Defined(_) if name == self.name => Callee::SelfCall,
             FunctionKind::Defined(_) | FunctionKind::Unresolved => Callee::Slot(name.to_string()),
+            // A library's symbol is reached through the slot, which the session points at it.
+            FunctionKind::Library { .. } => {
+                if !self.use_host(form.span, format!("the C function `{name}`")) {
+                    return None;
+                }
+                Callee::Slot(name.to_string())
+            }
             FunctionKind::External(_) if name.starts_with("llvm.") => {
                 Callee::Intrinsic(self.check_intrinsic_call(form, name, &signature, &args)?)
             }
@@ -225,5 +232,94 @@ pub(super) fn intrinsic_error(
             }
             error
         }
+    }
+}
+
+impl BodyChecker<'_, '_> {
+    /// `(fn-ptr NAME)`: a function's address as a `(ptr int8)` that C can call (a callback).
+    pub(super) fn check_fn_ptr(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let [name_form] = operands else {
+            self.error(arity(form.span, "`fn-ptr` is `(fn-ptr NAME)`"));
+            return None;
+        };
+        let Some(name) = name_form.symbol() else {
+            self.error(syntax(name_form.span, "`fn-ptr` takes a function name"));
+            return None;
+        };
+        let Some(entry) = self.cell.lookup_function(name).cloned() else {
+            self.error(
+                Diagnostic::error(Kind::UnknownName, format!("no function named `{name}`"))
+                    .with_label(name_form.span, "")
+                    .with_note("define the function, or declare the C function, before taking its address"),
+            );
+            return None;
+        };
+        if let Some(cause) = &entry.invalidated {
+            self.error(type_error(
+                name_form.span,
+                format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`"),
+            ));
+            return None;
+        }
+        let signature = entry.signature.clone();
+        let address = match &entry.kind {
+            FunctionKind::Defined(def) if def.inline => {
+                self.error(
+                    type_error(name_form.span, format!("`{name}` is an inline function: it has no address"))
+                        .with_note("define it with `define` to pass it to C"),
+                );
+                return None;
+            }
+            FunctionKind::Defined(def) if def.kernel || def.placement.device_only => {
+                let what = if def.kernel { "a kernel" } else { "device code" };
+                self.error(
+                    Diagnostic::error(
+                        Kind::Gpu,
+                        format!("`{name}` is {what}: the host cannot call it through a pointer"),
+                    )
+                    .with_label(name_form.span, ""),
+                );
+                return None;
+            }
+            FunctionKind::Defined(_) => {
+                if signature.params.iter().chain([&signature.ret]).any(|ty| matches!(ty, Ty::Struct(_) | Ty::Arr(..))) {
+                    self.error(
+                        type_error(
+                            name_form.span,
+                            format!(
+                                "C cannot call `{name} : {signature}`: it takes or returns a struct or array by value"
+                            ),
+                        )
+                        .with_note("C-Lisp passes structs and arrays by value its own way; take and return pointers"),
+                    );
+                    return None;
+                }
+                FunctionAddress::Thunk { name: name.to_string(), signature: signature.clone() }
+            }
+            FunctionKind::External(_) if name.starts_with("llvm.") || is_libdevice(name) => {
+                self.error(type_error(
+                    name_form.span,
+                    format!("`{name}` is an intrinsic of LLVM or libdevice: it has no address"),
+                ));
+                return None;
+            }
+            FunctionKind::External(link) => {
+                FunctionAddress::Symbol { name: name.to_string(), link: link.clone(), signature: signature.clone() }
+            }
+            FunctionKind::Library { .. } => FunctionAddress::Slot(name.to_string()),
+            FunctionKind::Unresolved => {
+                self.error(
+                    Diagnostic::error(Kind::UnknownName, format!("`{name}` is declared, but nothing defines it"))
+                        .with_label(name_form.span, "")
+                        .with_note("define it, or load the library that does with (load-library \"NAME\"), first"),
+                );
+                return None;
+            }
+        };
+        if !self.use_host(form.span, format!("`(fn-ptr {name})`")) {
+            return None;
+        }
+        self.uses.insert(format!("fn:{name}"));
+        Some(Expr { kind: ExprKind::FunctionAddress(address), ty: Ty::ptr(Ty::Int(8)), span: form.span })
     }
 }

@@ -607,7 +607,7 @@ impl CellChecker<'_> {
             let kind = match (self.resolve)(&name) {
                 // libdevice is linked into device code: nothing on the host provides it.
                 _ if is_libdevice(&name) => FunctionKind::External(name.clone()),
-                Some(link) => FunctionKind::External(link),
+                Some(resolution) => resolution.kind(),
                 None => FunctionKind::Unresolved,
             };
             let unresolved = matches!(kind, FunctionKind::Unresolved);

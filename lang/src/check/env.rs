@@ -26,8 +26,30 @@ pub(crate) enum FunctionKind {
     Defined(Rc<FunctionDef>),
     /// A declaration resolved to a process or runtime symbol of this name.
     External(String),
+    /// A declaration resolved to a symbol of a `load-library` library (named here) at this
+    /// address; calls go through its slot, which points there.
+    Library { library: String, address: usize },
     /// A declaration nothing provides yet; calls go through its slot.
     Unresolved,
+}
+
+/// Where a bodiless declaration's symbol was found.
+#[derive(Clone, Debug)]
+pub(crate) enum Resolution {
+    /// In the process or the built-in runtime, under this link name.
+    Link(String),
+    /// In a `load-library` library (named here), at this address.
+    Library { library: String, address: usize },
+}
+
+impl Resolution {
+    /// What provides a declaration resolved so.
+    pub(crate) fn kind(self) -> FunctionKind {
+        match self {
+            Resolution::Link(link) => FunctionKind::External(link),
+            Resolution::Library { library, address } => FunctionKind::Library { library, address },
+        }
+    }
 }
 
 /// The committed definitions of a session.
@@ -38,8 +60,8 @@ pub(crate) struct Env {
     pub structs: HashMap<String, StructEntry>,
 }
 
-/// Finds where a bodiless declaration's symbol lives (process, runtime), if anywhere.
-pub(crate) type ResolveExtern<'a> = &'a dyn Fn(&str) -> Option<String>;
+/// Finds where a bodiless declaration's symbol lives (libraries, runtime, process), if anywhere.
+pub(crate) type ResolveExtern<'a> = &'a dyn Fn(&str) -> Option<Resolution>;
 
 /// The body of a session function, if it is defined and valid.
 pub(crate) fn defined(env: &Env, name: &str) -> Option<Rc<FunctionDef>> {

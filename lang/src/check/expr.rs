@@ -99,6 +99,7 @@ impl BodyChecker<'_, '_> {
             "sptradd" => self.check_sptradd(form, operands),
             "aptradd" => self.check_aptradd(form, operands),
             "ptr-to" => self.check_ptr_to(form, operands),
+            "fn-ptr" => self.check_fn_ptr(form, operands),
             "alloc" => self.check_alloc(form, operands),
             "extractvalue" => self.check_extract(form, operands),
             "insertvalue" => self.check_insert(form, operands),
@@ -151,6 +152,7 @@ impl BodyChecker<'_, '_> {
                         | "c-lisp"
                         | "cuda-lisp"
                         | "brilisp"
+                        | "load-library"
                 ) =>
             {
                 self.error(syntax(span, format!("`{name}` is only allowed at the top level of a cell")));

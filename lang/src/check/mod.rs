@@ -28,7 +28,7 @@ use crate::tree::{Dialect, Expr, ExprKind, GlobalEntry, TypedCell};
 use crate::types::{StructEntry, Ty};
 use cell::CellChecker;
 
-pub(crate) use env::{defined, Env, FunctionEntry, FunctionKind, ResolveExtern};
+pub(crate) use env::{defined, Env, FunctionEntry, FunctionKind, Resolution, ResolveExtern};
 pub(crate) use gpu::{device_members, device_problem};
 
 const MAX_ERRORS: usize = 20;
@@ -109,6 +109,7 @@ pub(crate) const FORM_NAMES: &[&str] = &[
     "sptradd",
     "aptradd",
     "ptr-to",
+    "fn-ptr",
     "alloc",
     "extractvalue",
     "insertvalue",

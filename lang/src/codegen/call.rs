@@ -9,11 +9,11 @@ use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, Functi
 use inkwell::{AddressSpace, IntPredicate};
 
 use super::{
-    is_aggregate, no_value, slot_symbol, trap_symbol, CodegenError, FaultSite, FunctionState, Lowering, Result, Value,
-    FAULT_DIVIDE_BY_ZERO, FAULT_DIVIDE_OVERFLOW, RT_FAULT,
+    is_aggregate, no_value, signature_symbol, slot_symbol, trap_symbol, CodegenError, FaultSite, FunctionState,
+    Lowering, Result, Thunk, Value, FAULT_DIVIDE_BY_ZERO, FAULT_DIVIDE_OVERFLOW, FAULT_STALE_POINTER, RT_FAULT,
 };
 use crate::reader::Span;
-use crate::tree::{Callee, Expr};
+use crate::tree::{Callee, Expr, FunctionAddress};
 use crate::types::{Signature, Ty};
 
 impl<'ctx> Lowering<'ctx, '_> {
@@ -65,6 +65,67 @@ impl<'ctx> Lowering<'ctx, '_> {
         let site = self.naming.first_site + self.fault_sites.len() as u32;
         self.fault_sites.push(FaultSite { span, function: name.to_string(), detail });
         self.call_fault(code, site)
+    }
+
+    /// A `fn-ptr` thunk (see `Thunk`): checks `name`'s signature word, then calls through its
+    /// slot with its own arguments, or faults when `name` has another type now.
+    pub(super) fn emit_thunk(&mut self, name: &str, thunk: &Thunk) -> Result<()> {
+        let function_type = self.function_type(&thunk.signature, false);
+        let function = self.runtime_function(&thunk.symbol, function_type);
+        let entry = self.context.append_basic_block(function, "entry");
+        let call_block = self.context.append_basic_block(function, "call");
+        let stale_block = self.context.append_basic_block(function, "stale");
+        self.builder.position_at_end(entry);
+        let i64_type = self.context.i64_type();
+        let word = self.external_global(&signature_symbol(name));
+        let current = self.builder.build_load(i64_type, word, "")?.into_int_value();
+        let same =
+            self.builder.build_int_compare(IntPredicate::EQ, current, i64_type.const_int(thunk.id, false), "")?;
+        self.builder.build_conditional_branch(same, call_block, stale_block)?;
+        self.builder.position_at_end(stale_block);
+        let site = self.naming.first_site + self.fault_sites.len() as u32;
+        self.fault_sites.push(FaultSite {
+            span: thunk.span,
+            function: name.to_string(),
+            detail: thunk.signature.to_string(),
+        });
+        self.call_fault(FAULT_STALE_POINTER, site)?;
+        self.builder.position_at_end(call_block);
+        let slot = self.external_global(&slot_symbol(name));
+        let pointer =
+            self.builder.build_load(self.context.ptr_type(AddressSpace::default()), slot, "")?.into_pointer_value();
+        let args: Vec<BasicMetadataValueEnum> = function.get_param_iter().map(Into::into).collect();
+        let call = self.builder.build_indirect_call(function_type, pointer, &args, "")?;
+        call.set_tail_call(true);
+        match call.try_as_basic_value().basic() {
+            Some(value) => self.builder.build_return(Some(&value))?,
+            None => self.builder.build_return(None)?,
+        };
+        Ok(())
+    }
+
+    /// The address `(fn-ptr NAME)` gives: a session function's thunk, a C function's symbol,
+    /// or what a library function's slot holds.
+    pub(super) fn function_address(&mut self, address: &FunctionAddress) -> Result<BasicValueEnum<'ctx>> {
+        let function = match address {
+            FunctionAddress::Thunk { name, signature } => {
+                let thunk = self
+                    .naming
+                    .thunks
+                    .get(&(name.clone(), signature.to_string()))
+                    .ok_or_else(|| CodegenError::Other(format!("no thunk was named for `(fn-ptr {name})`")))?;
+                self.runtime_function(&thunk.symbol, self.function_type(signature, false))
+            }
+            FunctionAddress::Symbol { name, link, signature } => {
+                let variadic = signature.variadic || is_c_variadic(name);
+                self.runtime_function(link, self.function_type(signature, variadic))
+            }
+            FunctionAddress::Slot(name) => {
+                let slot = self.external_global(&slot_symbol(name));
+                return Ok(self.builder.build_load(self.context.ptr_type(AddressSpace::default()), slot, "")?);
+            }
+        };
+        Ok(function.as_global_value().as_pointer_value().into())
     }
 
     pub(super) fn fault_if(

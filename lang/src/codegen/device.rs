@@ -92,7 +92,8 @@ pub(crate) fn lower_device<'ctx>(
     module.set_triple(triple);
     module.set_data_layout(&target_data.get_data_layout());
     let empty = HashMap::new();
-    let naming = Naming { global_symbols: &empty, struct_names, body_symbols: &empty, first_site: 0 };
+    let naming =
+        Naming { global_symbols: &empty, struct_names, body_symbols: &empty, first_site: 0, thunks: &HashMap::new() };
     let no_inline_bodies = HashMap::new();
     let device = DeviceState {
         unit,

@@ -181,6 +181,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 unsafe { self.builder.build_gep(array_type, pointer, &[zero, index], "")? }.into()
             }
             ExprKind::AddressOf(place) => self.place_pointer(state, place).into(),
+            ExprKind::FunctionAddress(address) => self.function_address(address)?,
             ExprKind::Alloc(ty, count) => {
                 let element = self.basic_type(ty);
                 let count = self.index(state, count)?;

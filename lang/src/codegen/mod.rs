@@ -75,6 +75,27 @@ pub(crate) fn slot_symbol(name: &str) -> String {
     format!("{name}#slot")
 }
 
+/// The symbol of a function's signature word: the id of its current signature, which its
+/// `fn-ptr` thunks compare with their own (see `Thunk`).
+pub(crate) fn signature_symbol(name: &str) -> String {
+    format!("{name}#signature")
+}
+
+/// The thunk `(fn-ptr NAME)` gives for one signature of NAME: made once per session and kept
+/// linked for its life, so that C may keep the pointer. It calls through NAME's slot (so it
+/// reaches the newest definition) while NAME's signature word holds `id`, and faults with
+/// `FAULT_STALE_POINTER` once NAME has another type.
+#[derive(Clone, Debug)]
+pub(crate) struct Thunk {
+    pub symbol: String,
+    pub signature: Signature,
+    pub id: u64,
+    /// Whether this cell's module defines it (else an earlier cell did).
+    pub new: bool,
+    /// The `fn-ptr` that made it, for the fault.
+    pub span: Span,
+}
+
 /// Where a runtime fault happened: reported with a caret when compiled code faults.
 #[derive(Clone, Debug)]
 pub(crate) struct FaultSite {
@@ -94,6 +115,8 @@ pub(crate) struct Naming<'n> {
     pub body_symbols: &'n HashMap<String, String>,
     /// The first id for this cell's fault sites.
     pub first_site: u32,
+    /// The `fn-ptr` thunks the cell uses, by function name and signature text.
+    pub thunks: &'n HashMap<(String, String), Thunk>,
 }
 
 /// A cell's module, verified, with what the session needs to link and run it.
@@ -157,6 +180,8 @@ pub(crate) const FAULT_INVALIDATED: u64 = 4;
 pub(crate) const FAULT_GPU: u64 = 5;
 /// Old host code called a function that is now device code.
 pub(crate) const FAULT_DEVICE_ONLY: u64 = 6;
+/// A `fn-ptr` thunk was called after its function was redefined with another type.
+pub(crate) const FAULT_STALE_POINTER: u64 = 7;
 
 /// The zero (null) constant of an LLVM type.
 fn zero_of(ty: BasicTypeEnum<'_>) -> BasicValueEnum<'_> {
@@ -229,6 +254,12 @@ pub(crate) fn lower<'ctx>(
     for decl in cell.externs.iter().filter(|decl| decl.unresolved) {
         lowering.emit_trap(&decl.name, FAULT_UNRESOLVED, decl.span, String::new())?;
         traps.push(decl.name.clone());
+    }
+    let mut new_thunks: Vec<(&(String, String), &Thunk)> =
+        naming.thunks.iter().filter(|(_, thunk)| thunk.new).collect();
+    new_thunks.sort_by(|left, right| left.1.symbol.cmp(&right.1.symbol));
+    for ((name, _), thunk) in new_thunks {
+        lowering.emit_thunk(name, thunk)?;
     }
     for invalidation in &cell.invalidated {
         lowering.emit_trap(&invalidation.name, FAULT_INVALIDATED, invalidation.span, invalidation.message.clone())?;

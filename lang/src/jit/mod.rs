@@ -11,6 +11,7 @@
 //! (a cell of 8,000 forms took seconds to link) and its memory manager maps at least a page per
 //! segment for every object.
 
+pub(crate) mod library;
 mod memory;
 
 use std::ffi::{CStr, CString};

@@ -22,16 +22,17 @@ use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::bench::{self, Pipeline, QuietCell};
-use crate::check::{self, Env, FunctionEntry, FunctionKind};
+use crate::check::{self, Env, FunctionEntry, FunctionKind, Resolution};
 use crate::codegen::{self, CellModule, TopLevel};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{self, ExpandedCell, Stage};
 use crate::gpu::ptx::{DeviceSource, SessionGpu};
 use crate::gpu::Mode as GpuMode;
 use crate::intrinsics;
+use crate::jit::library::{Libraries, LIBRARY_PATH_VARIABLE};
 use crate::jit::Jit;
 use crate::link::{Emitted, Linked, Program};
-use crate::reader::{self, Sexp, Span};
+use crate::reader::{self, Sexp, SexpKind, Span};
 use crate::run::{self, Fault, Runner};
 use crate::timing::{Phase, PhaseTimes};
 use crate::tree::{FunctionDef, GlobalEntry, TypedCell};
@@ -142,6 +143,8 @@ pub struct Session {
     runner: Runner,
     /// What linked: the JIT, every cell's code, slots, global storage and symbol names.
     program: Program,
+    /// The `load-library` libraries, closed after the code that may call them is gone.
+    libraries: Libraries,
     /// The LLVM context, target machines, passes and emission.
     backend: Backend,
     /// What the checker knows: functions, globals, structs.
@@ -177,6 +180,7 @@ impl Session {
             opt_level: config.opt_level.min(3),
             runner: Runner::new(interrupt.clone())?,
             program: Program::new(jit),
+            libraries: Libraries::default(),
             backend,
             env: Env::default(),
             staging: Staging { stage: Stage::new(interrupt.clone()), view_stale: false },
@@ -419,8 +423,15 @@ impl Session {
         outcome
     }
 
-    fn resolve_extern(name: &str) -> Option<String> {
-        run::runtime_function(name).or_else(|| run::process_symbol(name).map(|_| name.to_string()))
+    /// Where a bodiless declaration's symbol is (docs/language.md §3.3): the `load-library`
+    /// libraries, newest first, then the built-in runtime and the process.
+    fn resolve_extern(&self, name: &str) -> Option<Resolution> {
+        if let Some((library, address)) = self.libraries.find(name) {
+            return Some(Resolution::Library { library: library.name.clone(), address });
+        }
+        run::runtime_function(name)
+            .or_else(|| run::process_symbol(name).map(|_| name.to_string()))
+            .map(Resolution::Link)
     }
 
     /// One cell through the whole pipeline.
@@ -448,14 +459,23 @@ impl Session {
         if mode == EvalMode::Cell {
             self.history.last_expansion = Some(expanded.forms.clone());
         }
+        let forms = match self.load_libraries(expanded.forms.clone()) {
+            Ok(forms) => forms,
+            Err(diagnostics) => {
+                self.libraries.drop_pending();
+                self.staging.stage.restore(saved_stage);
+                return self.fail(outcome, diagnostics);
+            }
+        };
         // `(bench …)` and `(autotune …)` run after the cell's other code.
         let (session_forms, code_forms): (Vec<Sexp>, Vec<Sexp>) =
-            expanded.forms.iter().cloned().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
+            forms.into_iter().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
         let entry_prefix = format!("cell#{}", self.history.cell_count);
         let checked = outcome.timing.time(Phase::Check, || self.check(&self.env, &code_forms, &entry_prefix));
         let cell = match checked {
             Ok(cell) => cell,
             Err(diagnostics) => {
+                self.libraries.drop_pending();
                 self.staging.stage.restore(saved_stage);
                 return self.fail(outcome, explain_expansions(diagnostics, &expanded.sites));
             }
@@ -464,6 +484,7 @@ impl Session {
         let linked = match self.compile(&cell, &entry_prefix, TopLevel::Batched, &mut outcome.timing) {
             Ok(linked) => linked,
             Err(diagnostics) => {
+                self.libraries.drop_pending();
                 self.staging.stage.restore(saved_stage);
                 return self.fail(outcome, diagnostics);
             }
@@ -505,7 +526,7 @@ impl Session {
 
     /// Check: forms against an environment, into the typed cell.
     fn check(&self, env: &Env, forms: &[Sexp], entry_prefix: &str) -> Result<TypedCell, Vec<Diagnostic>> {
-        check::check(env, forms, &Session::resolve_extern, entry_prefix)
+        check::check(env, forms, &|name| self.resolve_extern(name), entry_prefix)
     }
 
     /// Codegen → optimise → emit → link: the checked cell becomes linked code, not yet part of
@@ -596,15 +617,17 @@ impl Session {
             if matches!(existing, Some(FunctionEntry { kind: FunctionKind::Defined(_), .. })) {
                 continue;
             }
-            let kind = match Session::resolve_extern(&decl.name) {
+            let kind = match self.resolve_extern(&decl.name) {
                 _ if decl.name.starts_with("llvm.") || intrinsics::is_libdevice(&decl.name) => {
                     FunctionKind::External(decl.name.clone())
                 }
-                Some(link) => FunctionKind::External(link),
+                Some(resolution) => resolution.kind(),
                 None => FunctionKind::Unresolved,
             };
-            if let (FunctionKind::Unresolved, Some(address)) = (&kind, trap(&decl.name)) {
-                self.program.set_slot(&decl.name, address);
+            match (&kind, trap(&decl.name)) {
+                (FunctionKind::Unresolved, Some(address)) => self.program.set_slot(&decl.name, address),
+                (FunctionKind::Library { address, .. }, _) => self.program.set_slot_foreign(&decl.name, *address),
+                _ => {}
             }
             let entry =
                 FunctionEntry { signature: decl.signature.clone(), param_names: Vec::new(), kind, invalidated: None };
@@ -636,6 +659,7 @@ impl Session {
                 });
             }
             self.gpu.note_defined(&function.name, function);
+            self.program.note_signature(&function.name, &function.signature);
             self.env.functions.insert(function.name.clone(), entry);
             self.history.note_definition(DefinitionKey::Function(function.name.clone()));
         }
@@ -648,8 +672,81 @@ impl Session {
                 self.program.set_slot(&invalidation.name, address);
             }
         }
+        items.extend(self.commit_libraries());
         self.staging.view_stale = true;
         items
+    }
+
+    /// The cell's libraries become the session's, and every declaration still unresolved that
+    /// one of them defines is bound to it: its slot, which held a trap, points at the symbol.
+    fn commit_libraries(&mut self) -> Vec<Item> {
+        let added = self.libraries.commit_pending();
+        if added.is_empty() {
+            return Vec::new();
+        }
+        let mut items: Vec<Item> = added.iter().map(|name| Item::Message(format!("loaded {name}"))).collect();
+        let mut unresolved: Vec<String> = self
+            .env
+            .functions
+            .iter()
+            .filter(|(_, entry)| matches!(entry.kind, FunctionKind::Unresolved))
+            .map(|(name, _)| name.clone())
+            .collect();
+        unresolved.sort();
+        for name in unresolved {
+            let Some((library, address)) = self.libraries.find(&name) else { continue };
+            let kind = FunctionKind::Library { library: library.name.clone(), address };
+            self.program.set_slot_foreign(&name, address);
+            if let Some(entry) = self.env.functions.get_mut(&name) {
+                entry.kind = kind;
+                items.push(Item::Defined {
+                    name: name.clone(),
+                    description: format!("{}{}", entry.signature, function_note(entry, false)),
+                });
+            }
+        }
+        items
+    }
+
+    /// Loads the cell's `(load-library "NAME")` forms, in order, for the cell (they become the
+    /// session's when it commits); returns the other forms.
+    fn load_libraries(&mut self, forms: Vec<Sexp>) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
+        let mut rest = Vec::with_capacity(forms.len());
+        for form in forms {
+            if form.head() != Some("load-library") {
+                rest.push(form);
+                continue;
+            }
+            let argument = match form.list() {
+                Some([_, argument]) => argument,
+                _ => {
+                    return Err(vec![Diagnostic::error(Kind::Syntax, "`load-library` is `(load-library \"NAME\")`")
+                        .with_label(form.span, "")])
+                }
+            };
+            let SexpKind::Str(bytes) = &argument.kind else {
+                return Err(vec![Diagnostic::error(
+                    Kind::Syntax,
+                    "`load-library` takes a string: a library's name or path",
+                )
+                .with_label(argument.span, "")]);
+            };
+            let name = String::from_utf8_lossy(bytes).into_owned();
+            if let Err(message) = self.libraries.load(&name) {
+                let searched = std::env::var(LIBRARY_PATH_VARIABLE).unwrap_or_default();
+                let note = if name.contains('/') {
+                    "a name with `/` is a path, used as it is".to_string()
+                } else if searched.is_empty() {
+                    format!("searched by the system loader; {LIBRARY_PATH_VARIABLE} (directories, colon-separated) is not set")
+                } else {
+                    format!("searched {LIBRARY_PATH_VARIABLE}={searched}, then by the system loader")
+                };
+                return Err(vec![Diagnostic::error(Kind::Ffi, format!("cannot load library `{name}`: {message}"))
+                    .with_label(argument.span, "")
+                    .with_note(note)]);
+            }
+        }
+        Ok(rest)
     }
 
     /// Run: the cell's top-level code, in one call of its batched entries, until an item

@@ -51,6 +51,14 @@ impl Session {
                         self.gpu.runtime.take_error().unwrap_or_else(|| "the GPU runtime failed".into()),
                         site.span,
                     ),
+                    (&codegen::FAULT_STALE_POINTER, Some(site)) => (
+                        Kind::RuntimeFault,
+                        format!(
+                            "`{}` was called through a pointer from (fn-ptr {}) made for its old type `{}`; it has another type now",
+                            site.function, site.function, site.detail
+                        ),
+                        site.span,
+                    ),
                     (&codegen::FAULT_DEVICE_ONLY, Some(site)) => (
                         Kind::Gpu,
                         format!("`{}` is device code now: host code compiled earlier cannot call it", site.function),
@@ -59,7 +67,8 @@ impl Session {
                     _ => (Kind::RuntimeFault, "a runtime check failed".to_string(), item_span),
                 };
                 let mut diagnostic = Diagnostic::error(kind, message).with_label(span, "");
-                if kind != Kind::RuntimeFault && span != item_span {
+                let stale = *code == codegen::FAULT_STALE_POINTER;
+                if (kind != Kind::RuntimeFault || stale) && span != item_span {
                     diagnostic = diagnostic.with_secondary(item_span, "while running this");
                 }
                 if kind == Kind::Gpu {
@@ -204,14 +213,19 @@ pub(super) fn struct_line(name: &str, entry: &StructEntry) -> String {
 }
 
 pub(super) fn function_note(entry: &FunctionEntry, redefined: bool) -> String {
+    let mut library_note = String::new();
     let mut notes = Vec::new();
     match &entry.kind {
         FunctionKind::Defined(def) if def.inline => notes.push("inline"),
         FunctionKind::Defined(def) if def.kernel => notes.push("kernel"),
         FunctionKind::Defined(def) if def.placement.device_only => notes.push("device"),
         FunctionKind::External(_) => notes.push("extern"),
+        FunctionKind::Library { library, .. } => library_note = format!("extern, from {library}"),
         FunctionKind::Unresolved => notes.push("extern, unresolved"),
         FunctionKind::Defined(_) => {}
+    }
+    if !library_note.is_empty() {
+        notes.push(&library_note);
     }
     if redefined {
         notes.push("redefined");

@@ -1,0 +1,179 @@
+//! Shared libraries a session loaded with `(load-library "NAME")`, and the symbols they define.
+//!
+//! Each library is opened `RTLD_NOW | RTLD_LOCAL`: its symbols are found only through its own
+//! handle, so they reach neither the process's global scope nor other sessions of the process
+//! (tests run many), nor the session that follows a `:reset`. A library is closed when the
+//! session that opened it lets it go; the loader counts the opens of a file, so another
+//! session's copy stays.
+
+use std::ffi::{c_void, CStr, CString};
+use std::path::Path;
+
+/// The environment variable of directories (colon-separated) searched for a library named
+/// without a `/`, before the system loader's own search.
+pub(crate) const LIBRARY_PATH_VARIABLE: &str = "QUASI_LIBRARY_PATH";
+
+/// One loaded library: the handle the loader gave, and the name it was loaded by.
+pub(crate) struct Library {
+    handle: *mut c_void,
+    /// The name as the program wrote it (`libm.so.6`, or a path).
+    pub(crate) name: String,
+    /// What the loader calls the file (its path), to tell the library's own symbols from those
+    /// of the libraries it depends on.
+    file: String,
+}
+
+/// The start of glibc's `struct link_map` (`<link.h>`), which `dlinfo` gives.
+#[repr(C)]
+struct LinkMapStart {
+    address: usize,
+    name: *const libc::c_char,
+}
+
+impl Library {
+    /// Loads a library: a name with a `/` is a path; another name is looked for in the
+    /// directories of `QUASI_LIBRARY_PATH`, then by the system loader. The error is the
+    /// loader's message, with the directories searched.
+    pub(crate) fn open(name: &str) -> Result<Library, String> {
+        let mut candidates = Vec::new();
+        let search_path = std::env::var(LIBRARY_PATH_VARIABLE).unwrap_or_default();
+        if !name.contains('/') {
+            for directory in search_path.split(':').filter(|directory| !directory.is_empty()) {
+                let path = Path::new(directory).join(name);
+                if path.exists() {
+                    candidates.push(path.to_string_lossy().into_owned());
+                    break;
+                }
+            }
+        }
+        candidates.push(name.to_string());
+        let mut message = String::new();
+        for candidate in candidates {
+            match open_file(&candidate) {
+                Ok(handle) => {
+                    let file = file_name(handle).unwrap_or(candidate);
+                    return Ok(Library { handle, name: name.to_string(), file });
+                }
+                // A file found in QUASI_LIBRARY_PATH that does not load says why; else the
+                // loader's search does.
+                Err(error) => {
+                    if message.is_empty() {
+                        message = error;
+                    }
+                }
+            }
+        }
+        Err(message)
+    }
+
+    /// The address of a function or variable the library itself defines (not one of the
+    /// libraries it depends on, which `dlsym` would also find through its handle).
+    pub(crate) fn symbol(&self, symbol: &str) -> Option<usize> {
+        let symbol = CString::new(symbol).ok()?;
+        // SAFETY: the handle is live until drop; dlsym only reads the NUL-terminated name.
+        let address = unsafe { libc::dlsym(self.handle, symbol.as_ptr()) };
+        if address.is_null() {
+            return None;
+        }
+        let mut info: libc::Dl_info = libc::Dl_info {
+            dli_fname: std::ptr::null(),
+            dli_fbase: std::ptr::null_mut(),
+            dli_sname: std::ptr::null(),
+            dli_saddr: std::ptr::null_mut(),
+        };
+        // SAFETY: dladdr writes the fields of `info`; the name it gives lives as long as the
+        // object that holds the address, which this handle keeps loaded.
+        let found = unsafe { libc::dladdr(address, &mut info) } != 0 && !info.dli_fname.is_null();
+        // SAFETY: as above, a NUL-terminated string owned by the loader.
+        let owner = found.then(|| unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned());
+        (owner.as_deref() == Some(self.file.as_str())).then_some(address as usize)
+    }
+}
+
+/// dlopen with the session's flags, giving dlerror's text on failure.
+fn open_file(path: &str) -> Result<*mut c_void, String> {
+    let c_path = CString::new(path).map_err(|_| format!("{path}: the name contains a NUL byte"))?;
+    // SAFETY: dlopen runs the library's initialisers, which is what loading a library means;
+    // dlerror's string is copied before any other loader call.
+    unsafe {
+        let handle = libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            let error = libc::dlerror();
+            return Err(if error.is_null() {
+                format!("{path}: the loader gave no reason")
+            } else {
+                CStr::from_ptr(error).to_string_lossy().into_owned()
+            });
+        }
+        Ok(handle)
+    }
+}
+
+/// The loader's name for a loaded library's file.
+fn file_name(handle: *mut c_void) -> Option<String> {
+    let mut map: *const LinkMapStart = std::ptr::null();
+    // SAFETY: RTLD_DI_LINKMAP stores a pointer to the handle's `struct link_map`, whose first
+    // two fields `LinkMapStart` mirrors; it lives while the handle does.
+    unsafe {
+        if libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&mut map as *mut *const LinkMapStart).cast()) != 0
+            || map.is_null()
+            || (*map).name.is_null()
+        {
+            return None;
+        }
+        Some(CStr::from_ptr((*map).name).to_string_lossy().into_owned())
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from dlopen and is closed once. The session drops a library
+        // only after the code that could call into it: a failed cell (its code never ran) or
+        // the whole session (its program goes first).
+        unsafe {
+            libc::dlclose(self.handle);
+        }
+    }
+}
+
+/// The libraries of a session, newest first, and those the cell being evaluated loaded.
+///
+/// Invariant: `pending` is empty between cells: a cell's libraries become the session's in
+/// `commit_pending`, or are closed by `drop_pending` when the cell fails.
+#[derive(Default)]
+pub(crate) struct Libraries {
+    loaded: Vec<Library>,
+    /// Loaded by the current cell, newest last.
+    pending: Vec<Library>,
+}
+
+impl Libraries {
+    /// Loads a library for the current cell (see `Library::open`).
+    pub(crate) fn load(&mut self, name: &str) -> Result<(), String> {
+        self.pending.push(Library::open(name)?);
+        Ok(())
+    }
+
+    /// The newest library defining `symbol` (the current cell's first), and the address.
+    pub(crate) fn find(&self, symbol: &str) -> Option<(&Library, usize)> {
+        self.pending
+            .iter()
+            .rev()
+            .chain(&self.loaded)
+            .find_map(|library| library.symbol(symbol).map(|address| (library, address)))
+    }
+
+    /// Makes the current cell's libraries the session's; returns their names in load order.
+    pub(crate) fn commit_pending(&mut self) -> Vec<String> {
+        let added: Vec<String> = self.pending.iter().map(|library| library.name.clone()).collect();
+        for library in self.pending.drain(..) {
+            self.loaded.insert(0, library);
+        }
+        added
+    }
+
+    /// Closes the current cell's libraries: the cell failed.
+    pub(crate) fn drop_pending(&mut self) {
+        self.pending.clear();
+    }
+}
