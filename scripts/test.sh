@@ -31,6 +31,9 @@ fi
 ptxas=("$PWD/$venv"/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas)
 export QUASI_PTXAS="${ptxas[0]}"
 export QUASI_REQUIRE_PTXAS=1
+# cuda.h for the CUDA driver transcripts' `(include "cuda.h")`: libclang reads CPATH.
+cuda_include=("$PWD/$venv"/lib/python3*/site-packages/nvidia/cuda_runtime/include)
+export CPATH="${cuda_include[0]}${CPATH:+:$CPATH}"
 
 cargo test --workspace --no-fail-fast
 

@@ -2,8 +2,9 @@
 //!
 //! Harness-less on purpose: a run prints measurements side by side and never asserts a time
 //! (machines differ; ratios taken in one run are what compares). Sections:
-//! `quasi-bench [latency] [startup] [kernels] [staging] [session] [sim] [--iterations N] [--runs N] [--reps N] [--quick]`.
+//! `quasi-bench [latency] [startup] [kernels] [staging] [session] [sim] [ffi] [--iterations N] [--runs N] [--reps N] [--quick]`.
 
+mod ffi;
 mod kernels;
 mod latency;
 mod session;
@@ -27,6 +28,7 @@ pub struct Options {
     pub staging: bool,
     pub session: bool,
     pub sim: bool,
+    pub ffi: bool,
     /// Timed iterations per latency row (after warm-up).
     pub iterations: usize,
     /// Untimed iterations before each latency row.
@@ -41,7 +43,7 @@ pub struct Options {
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] [session] [sim] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] [session] [sim] [ffi] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
@@ -53,7 +55,8 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] 
   sim       the GPU simulator (:gpu sim), checked and unchecked: vector add and the staged SGEMM
             against compiled C-Lisp on the CPU, and Numba's CUDA simulator when
             QUASI_NUMBA_PYTHON names a Python with numba (QUASI_NUMBA_BUDGET: its seconds, 150)
-Without a section name, all six run (start-up first, so its first Session::new is cold).
+  ffi       (include …) of C headers, first and cached, against clang -fsyntax-only; load-library
+Without a section name, all seven run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5) and repetitions (3), for a first look.";
 
 fn parse_options() -> Result<Options> {
@@ -64,6 +67,7 @@ fn parse_options() -> Result<Options> {
         staging: false,
         session: false,
         sim: false,
+        ffi: false,
         iterations: 200,
         warmup: 20,
         runs: 25,
@@ -88,6 +92,7 @@ fn parse_options() -> Result<Options> {
             "staging" => options.staging = true,
             "session" => options.session = true,
             "sim" => options.sim = true,
+            "ffi" => options.ffi = true,
             "--iterations" => options.iterations = number("--iterations")?,
             "--warmup" => options.warmup = number("--warmup")?,
             "--runs" => options.runs = number("--runs")?,
@@ -107,9 +112,23 @@ fn parse_options() -> Result<Options> {
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
     }
-    if !(options.latency || options.startup || options.kernels || options.staging || options.session || options.sim) {
-        (options.latency, options.startup, options.kernels, options.staging, options.session, options.sim) =
-            (true, true, true, true, true, true);
+    if !(options.latency
+        || options.startup
+        || options.kernels
+        || options.staging
+        || options.session
+        || options.sim
+        || options.ffi)
+    {
+        (
+            options.latency,
+            options.startup,
+            options.kernels,
+            options.staging,
+            options.session,
+            options.sim,
+            options.ffi,
+        ) = (true, true, true, true, true, true, true);
     }
     Ok(options)
 }
@@ -135,6 +154,9 @@ fn main() -> Result<()> {
     }
     if options.sim {
         sim::run(&options)?;
+    }
+    if options.ffi {
+        ffi::run(&options)?;
     }
     println!("load average at the end: {}", load_average());
     Ok(())

@@ -10,7 +10,8 @@
 //! A header line `# requires: cuda-device` marks a transcript that needs a real GPU: where
 //! there is none it is skipped, with the reason (`no-cuda-device`: the reverse);
 //! `# requires: library:libNAME.so` one that loads a library found only through
-//! `QUASI_LIBRARY_PATH` (the suite's test libraries, which the harness builds).
+//! `QUASI_LIBRARY_PATH` (the suite's test libraries, which the harness builds);
+//! `# requires: header:NAME.h` one that includes a header that may be missing (`cuda.h`).
 
 use std::path::Path;
 
@@ -67,9 +68,15 @@ impl Transcript {
                         return Some(reason);
                     }
                 }
+                (other, _) if other.starts_with("header:") => {
+                    let header = &other["header:".len()..];
+                    if let Some(reason) = missing_header(header) {
+                        return Some(reason);
+                    }
+                }
                 (other, _) => {
                     return Some(format!(
-                    "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device, library:NAME)"
+                    "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device, library:NAME, header:NAME)"
                 ))
                 }
             }
@@ -91,6 +98,23 @@ fn missing_library(library: &str) -> Option<String> {
     Some(format!(
         "needs {library} in a directory of QUASI_LIBRARY_PATH ({setting}); the transcript suite builds tests/ffi's libraries into target/tmp/ffi (cargo test -p quasi-tests --test transcripts): set QUASI_LIBRARY_PATH to that directory"
     ))
+}
+
+/// Why a header named in `# requires: header:NAME` cannot be included: it is in none of the
+/// directories `include` searches besides `-I` flags (CPATH and C_INCLUDE_PATH, which libclang
+/// reads, the system's, and CUDA's usual /usr/local/cuda/include).
+fn missing_header(header: &str) -> Option<String> {
+    let from_environment: Vec<String> = ["CPATH", "C_INCLUDE_PATH"]
+        .iter()
+        .filter_map(|variable| std::env::var(variable).ok())
+        .flat_map(|value| value.split(':').map(str::to_string).collect::<Vec<_>>())
+        .filter(|directory| !directory.is_empty())
+        .collect();
+    let standard = ["/usr/local/include", "/usr/include", "/usr/local/cuda/include"].map(str::to_string);
+    let found = from_environment.iter().chain(&standard).any(|directory| Path::new(directory).join(header).is_file());
+    (!found).then(|| {
+        format!("needs the header {header}: put its directory in CPATH (scripts/test.sh does, for cuda.h from the nvidia-cuda-runtime-cu12 wheel)")
+    })
 }
 
 /// Parses a transcript; `first_line` is the file line of the text's first line (1 for a file).
