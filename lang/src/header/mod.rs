@@ -236,8 +236,10 @@ struct Translator<'h> {
     opaque: HashSet<String>,
     /// Left out: what and why.
     skipped: Vec<String>,
+    /// Whether an unsigned C integer was declared (the summary then says how C-Lisp sees it).
     unsigned: bool,
-    counts: (usize, usize, usize),
+    function_count: usize,
+    struct_count: usize,
 }
 
 impl<'h> Translator<'h> {
@@ -254,13 +256,21 @@ impl<'h> Translator<'h> {
             opaque: HashSet::new(),
             skipped: Vec::new(),
             unsigned: false,
-            counts: (0, 0, 0),
+            function_count: 0,
+            struct_count: 0,
         }
     }
 
     fn run(&mut self, defined: &HashSet<String>) -> Result<(), Failure> {
-        let all = self.request.unrestricted();
-        // Structs.
+        self.structs()?;
+        self.functions(defined)?;
+        self.constants()?;
+        self.warn_skipped();
+        Ok(())
+    }
+
+    /// The structs asked for, or all the named ones.
+    fn structs(&mut self) -> Result<(), Failure> {
         if let Some(named) = &self.request.structs {
             for Named { name, span } in named {
                 let key = self.record_named(name).ok_or_else(|| self.not_declared(*span, "struct", name))?;
@@ -271,7 +281,7 @@ impl<'h> Translator<'h> {
                 }
             }
             self.span = self.request.span;
-        } else if all {
+        } else if self.request.unrestricted() {
             for key in &self.header.record_order {
                 let record = &self.header.records[key];
                 if !record.union && record.name.is_some() {
@@ -279,7 +289,11 @@ impl<'h> Translator<'h> {
                 }
             }
         }
-        // Functions.
+        Ok(())
+    }
+
+    /// The functions asked for, or all but those the session defines.
+    fn functions(&mut self, defined: &HashSet<String>) -> Result<(), Failure> {
         if let Some(named) = &self.request.functions {
             for Named { name, span } in named {
                 let function = self
@@ -295,7 +309,7 @@ impl<'h> Translator<'h> {
                 self.push_function(name, form);
             }
             self.span = self.request.span;
-        } else if all {
+        } else if self.request.unrestricted() {
             for function in &self.header.functions {
                 if defined.contains(&function.name) {
                     continue;
@@ -306,7 +320,11 @@ impl<'h> Translator<'h> {
                 }
             }
         }
-        // Typedefs and constants.
+        Ok(())
+    }
+
+    /// The typedefs and constants asked for (by one list), or all.
+    fn constants(&mut self) -> Result<(), Failure> {
         if let Some(named) = &self.request.typedefs {
             for Named { name, span } in named {
                 self.span = *span;
@@ -322,7 +340,7 @@ impl<'h> Translator<'h> {
                 }
             }
             self.span = self.request.span;
-        } else if all {
+        } else if self.request.unrestricted() {
             for (name, ty, place) in &self.header.typedefs {
                 match self.type_form(ty, Position::Typedef) {
                     Ok(form) => self.constants.push((name.clone(), ConstantForm::Type(form))),
@@ -333,6 +351,11 @@ impl<'h> Translator<'h> {
                 self.constants.push((constant.name.clone(), constant_form(&constant.value)));
             }
         }
+        Ok(())
+    }
+
+    /// One warning for everything left out of an unrestricted include.
+    fn warn_skipped(&mut self) {
         if !self.skipped.is_empty() {
             let count = self.skipped.len();
             let mut warning = Diagnostic::warning(
@@ -353,11 +376,10 @@ impl<'h> Translator<'h> {
             }
             self.warnings.push(warning);
         }
-        Ok(())
     }
 
     fn summary(&self) -> String {
-        let (functions, structs, _) = self.counts;
+        let (functions, structs) = (self.function_count, self.struct_count);
         let plural = |count: usize, word: &str| format!("{count} {word}{}", if count == 1 { "" } else { "s" });
         let mut text = format!(
             "include {}: {}, {}, {}",
@@ -409,7 +431,7 @@ impl<'h> Translator<'h> {
 
     fn push_function(&mut self, name: &str, form: Sexp) {
         self.names.insert(name.to_string());
-        self.counts.0 += 1;
+        self.function_count += 1;
         self.forms.push(form);
     }
 
@@ -558,7 +580,7 @@ impl<'h> Translator<'h> {
             }
         }
         self.names.insert(format!("struct {name}"));
-        self.counts.1 += 1;
+        self.struct_count += 1;
         let form = self.list(form);
         self.forms.push(form);
         Ok(name)

@@ -14,8 +14,8 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use clang::{
-    diagnostic::Severity, source::SourceLocation, Clang, Entity, EntityKind, EvaluationResult, Index, TranslationUnit,
-    Type, TypeKind, Unsaved,
+    diagnostic::Severity, source::SourceLocation, Clang, Entity, EntityKind, EvaluationResult, Index, StorageClass,
+    TranslationUnit, Type, TypeKind, Unsaved,
 };
 
 /// Where a declaration is: a header file and line.
@@ -388,6 +388,10 @@ impl Reader {
     }
 
     fn function(&mut self, entity: Entity<'_>) {
+        // A static (inline) function of the header has no symbol to call.
+        if entity.get_storage_class() == Some(StorageClass::Static) {
+            return;
+        }
         let Some(name) = entity.get_name() else { return };
         if !self.functions_seen.insert(name.clone()) {
             return;
