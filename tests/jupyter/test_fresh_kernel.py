@@ -1,7 +1,8 @@
 """Cases that need a kernel of their own, so that what they count is theirs: `:save FILE` (the
 kernel writes every cell it executed, failures included, as a transcript `quasi test` passes at
-once), inspection and completion that run no cell, aborted cells that are not numbered, and the
-kernelspec `quasi-kernel install --gpu sim` writes (its kernel runs launches in the simulator)."""
+once), inspection and completion that run no cell, aborted cells that are not numbered, the
+kernelspec `quasi-kernel install --gpu sim` writes (its kernel runs launches in the simulator), and
+C headers and libraries (`include`, `load-library`) in a kernel's session."""
 
 import contextlib
 import os
@@ -139,3 +140,28 @@ def test_install_gpu_sim_gives_a_simulator_kernel(tmp_path, monkeypatch):
     with fresh_kernel(env={key: value for key, value in os.environ.items() if key != "QUASI_GPU"}) as client:
         _, shown = run_cell(client, ":gpu")
         assert len(shown) == 1 and shown[0].startswith("GPU: the device"), shown
+
+
+def test_include_and_load_library_work_in_the_kernel():
+    with fresh_kernel() as client:
+        texts = []
+
+        def keep(message):
+            if message["msg_type"] in ("display_data", "execute_result"):
+                texts.append(message["content"]["data"]["text/plain"])
+            elif message["msg_type"] == "stream":
+                texts.append(message["content"]["text"])
+
+        reply = client.execute_interactive('(include "stdio.h" (functions puts))', output_hook=keep, timeout=TIMEOUT)
+        assert reply["content"]["status"] == "ok"
+        assert any("include stdio.h: 1 function" in text for text in texts), texts
+        client.execute_interactive('(call puts "from C")', output_hook=keep, timeout=TIMEOUT)
+        assert any("from C" in text for text in texts), texts
+        reply = client.execute_interactive('(load-library "libm.so.6")', output_hook=keep, timeout=TIMEOUT)
+        assert reply["content"]["status"] == "ok"
+        client.execute_interactive("(define ((cbrt double) (x double)))", output_hook=keep, timeout=TIMEOUT)
+        assert any("(extern, from libm.so.6)" in text for text in texts), texts
+        client.execute_interactive("(call cbrt (double 8.0))", output_hook=keep, timeout=TIMEOUT)
+        assert "2.0 : double" in texts, texts
+        reply = client.execute_interactive('(load-library "libquasi-none.so")', output_hook=keep, timeout=TIMEOUT)
+        assert reply["content"]["ename"] == "error[ffi]"
