@@ -2,7 +2,7 @@
 //! LLVM intrinsics.
 
 use super::body::BodyChecker;
-use super::env::FunctionKind;
+use super::env::{FunctionEntry, FunctionKind};
 use super::{arity, cast_note, syntax, type_error};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{device_only_intrinsic, host_intrinsic, intrinsic_name, is_libdevice, IntrinsicError};
@@ -11,6 +11,16 @@ use crate::tree::{Callee, Expr, ExprKind, FunctionAddress};
 use crate::types::{Signature, Ty};
 
 impl BodyChecker<'_, '_> {
+    /// Reports a call or address of a function a redefinition invalidated; whether it was.
+    fn invalidated(&mut self, entry: &FunctionEntry, name: &str, span: Span) -> bool {
+        let Some(cause) = &entry.invalidated else { return false };
+        self.error(type_error(
+            span,
+            format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`"),
+        ));
+        true
+    }
+
     pub(super) fn check_call(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
         let Some((name_form, arg_forms)) = operands.split_first() else {
             self.error(arity(form.span, "`call` needs a function name: (call NAME ARG…)"));
@@ -35,11 +45,7 @@ impl BodyChecker<'_, '_> {
             self.error(error);
             return None;
         };
-        if let Some(cause) = &entry.invalidated {
-            self.error(type_error(
-                name_form.span,
-                format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`"),
-            ));
+        if self.invalidated(&entry, name, name_form.span) {
             return None;
         }
         if let FunctionKind::Defined(def) = &entry.kind {
@@ -254,11 +260,7 @@ impl BodyChecker<'_, '_> {
             );
             return None;
         };
-        if let Some(cause) = &entry.invalidated {
-            self.error(type_error(
-                name_form.span,
-                format!("`{name}` was invalidated by the redefinition of {cause}; redefine `{name}`"),
-            ));
+        if self.invalidated(&entry, name, name_form.span) {
             return None;
         }
         let signature = entry.signature.clone();

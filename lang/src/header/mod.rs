@@ -77,7 +77,7 @@ impl Request {
         };
         for item in items.iter().skip(1) {
             match &item.kind {
-                SexpKind::Str(bytes) if request.functions.is_none() && request.structs.is_none() => {
+                SexpKind::Str(bytes) if !request.has_lists() && request.flags.is_empty() => {
                     request.headers.push(String::from_utf8_lossy(bytes).into_owned())
                 }
                 SexpKind::List(parts) => {
@@ -132,8 +132,12 @@ impl Request {
         Ok(request)
     }
 
+    fn has_lists(&self) -> bool {
+        self.functions.is_some() || self.structs.is_some() || self.typedefs.is_some()
+    }
+
     fn unrestricted(&self) -> bool {
-        self.functions.is_none() && self.structs.is_none() && self.typedefs.is_none()
+        !self.has_lists()
     }
 
     fn header_names(&self) -> String {
@@ -145,6 +149,11 @@ impl Request {
 /// for. `defined`: the session's functions with a body, which an unrestricted include leaves
 /// alone (a named one is declared, and checking reports a conflict).
 pub(crate) fn include(request: &Request, defined: &HashSet<String>) -> Result<Included, Failure> {
+    if let Some(header) =
+        request.headers.iter().find(|header| header.is_empty() || header.contains(['"', '\n', '\0']))
+    {
+        return Err(ffi_error(request.span, format!("`{}` is not a header name", header.escape_debug())));
+    }
     let header = parse::parse(&request.headers, &request.flags).map_err(|error| parse_failure(request, error))?;
     let mut translator = Translator::new(&header, request);
     translator.run(defined)?;
