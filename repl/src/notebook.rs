@@ -215,6 +215,14 @@ pub fn read_notebook(text: &str) -> Result<Vec<SavedCell>, String> {
     Ok(saved)
 }
 
+/// What a notebook needs of the machine (`"quasi": {"requires": ["cuda-device"]}` in its
+/// metadata), as a transcript header's `# requires:` line says it.
+pub fn requirements(text: &str) -> Vec<String> {
+    let notebook: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let requires = notebook.pointer("/metadata/quasi/requires").and_then(|requires| requires.as_array());
+    requires.into_iter().flatten().filter_map(|requirement| requirement.as_str().map(str::to_string)).collect()
+}
+
 /// One saved output as (is a stream, plain text).
 fn saved_output(output: &serde_json::Value) -> (bool, String) {
     match output.get("output_type").and_then(|kind| kind.as_str()) {
@@ -283,6 +291,14 @@ mod tests {
         let found = "}\nptxas sm_90: 8 registers, 0 bytes spill stores, 0 bytes spill loads, 0 bytes smem; occupancy …";
         assert_eq!(comparable(found), comparable("}\nptxas: not found, so no register count (…)"));
         assert_ne!(comparable(found), comparable("}\n"));
+    }
+
+    #[test]
+    fn a_notebook_says_what_it_requires_in_its_metadata() {
+        let device = r#"{"cells": [], "metadata": {"quasi": {"requires": ["cuda-device"]}}}"#;
+        assert_eq!(requirements(device), vec!["cuda-device".to_string()]);
+        assert!(requirements(r#"{"cells": [], "metadata": {}}"#).is_empty());
+        assert!(requirements("not json").is_empty());
     }
 
     #[test]

@@ -288,13 +288,22 @@ pub fn main(options: Options, style: Style) -> i32 {
     i32::from(failed > 0)
 }
 
-/// Why a transcript or document cannot run here (see `Transcript::unmet_requirement`).
+/// Why a transcript, document or notebook cannot run here (see `Transcript::unmet_requirement`;
+/// a notebook says what it needs in its metadata).
 fn unmet_requirement(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     match kind_of(path)? {
         Kind::Transcript => transcript::parse(&text).unmet_requirement(),
         Kind::Document => transcript::parse_markdown(&text).transcript().unmet_requirement(),
-        Kind::Notebook => None,
+        Kind::Notebook => {
+            let requirements = notebook::requirements(&text);
+            let header = if requirements.is_empty() {
+                String::new()
+            } else {
+                format!("# requires: {}\n", requirements.join(" "))
+            };
+            transcript::Transcript { header, cells: Vec::new() }.unmet_requirement()
+        }
     }
 }
 

@@ -149,8 +149,7 @@ impl Request {
 /// for. `defined`: the session's functions with a body, which an unrestricted include leaves
 /// alone (a named one is declared, and checking reports a conflict).
 pub(crate) fn include(request: &Request, defined: &HashSet<String>) -> Result<Included, Failure> {
-    if let Some(header) =
-        request.headers.iter().find(|header| header.is_empty() || header.contains(['"', '\n', '\0']))
+    if let Some(header) = request.headers.iter().find(|header| header.is_empty() || header.contains(['"', '\n', '\0']))
     {
         return Err(ffi_error(request.span, format!("`{}` is not a header name", header.escape_debug())));
     }
