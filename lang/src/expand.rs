@@ -483,15 +483,20 @@ fn build_engine(
         None
     });
     register_api(&mut engine, gensym, view);
-    register_include(&mut engine, view, included);
+    register_include(&mut engine, view, included, interrupt);
     engine
 }
 
 /// `include(headers, functions, structs, typedefs)`: llama.lisp's spelling of `(include …)`
 /// (LANGUAGE.md §9), returning the declarations to splice; empty lists ask for nothing of
 /// their kind unless all three are empty.
-fn register_include(engine: &mut Engine, view: &Rc<RefCell<SessionView>>, included: &Rc<RefCell<Vec<Included>>>) {
-    let (view, included) = (view.clone(), included.clone());
+fn register_include(
+    engine: &mut Engine,
+    view: &Rc<RefCell<SessionView>>,
+    included: &Rc<RefCell<Vec<Included>>>,
+    interrupt: &Arc<AtomicBool>,
+) {
+    let (view, included, interrupt) = (view.clone(), included.clone(), interrupt.clone());
     engine.register_fn(
         "include",
         move |headers: Array, functions: Array, structs: Array, typedefs: Array| -> Result<Array, Box<EvalAltResult>> {
@@ -526,7 +531,7 @@ fn register_include(engine: &mut Engine, view: &Rc<RefCell<SessionView>>, includ
                 span: Span::new(SourceId(u32::MAX), 0, 0),
             };
             let defined = view.borrow().defined.clone();
-            let mut result = header::include(&request, &defined).map_err(|diagnostic| {
+            let mut result = header::include(&request, &defined, &interrupt).map_err(|diagnostic| {
                 let notes: String = diagnostic.notes.iter().map(|note| format!("; {note}")).collect();
                 rhai_error(format!("include: {}{notes}", diagnostic.message))
             })?;
@@ -798,7 +803,7 @@ impl Expander<'_> {
                         request.flags.push(format!("-iquote{}", directory.display()));
                     }
                     let defined = self.stage.view.borrow().defined.clone();
-                    let mut included = header::include(&request, &defined)?;
+                    let mut included = header::include(&request, &defined, &self.stage.interrupt)?;
                     out.append(&mut included.forms);
                     self.take_include(included);
                 }

@@ -11,6 +11,7 @@
 mod parse;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind};
@@ -148,12 +149,24 @@ impl Request {
 /// Parses the request's headers (or takes them from the cache) and translates what it asks
 /// for. `defined`: the session's functions with a body, which an unrestricted include leaves
 /// alone (a named one is declared, and checking reports a conflict).
-pub(crate) fn include(request: &Request, defined: &HashSet<String>) -> Result<Included, Failure> {
+pub(crate) fn include(
+    request: &Request,
+    defined: &HashSet<String>,
+    interrupt: &AtomicBool,
+) -> Result<Included, Failure> {
     if let Some(header) = request.headers.iter().find(|header| header.is_empty() || header.contains(['"', '\n', '\0']))
     {
         return Err(ffi_error(request.span, format!("`{}` is not a header name", header.escape_debug())));
     }
-    let header = parse::parse(&request.headers, &request.flags).map_err(|error| parse_failure(request, error))?;
+    // A device or a pipe would be read forever.
+    if let Some(header) = request.headers.iter().find(|header| {
+        let path = std::path::Path::new(header.as_str());
+        path.exists() && !path.is_file()
+    }) {
+        return Err(ffi_error(request.span, format!("`{header}` is not a regular file")));
+    }
+    let header =
+        parse::parse(&request.headers, &request.flags, interrupt).map_err(|error| parse_failure(request, error))?;
     let mut translator = Translator::new(&header, request);
     translator.run(defined)?;
     let summary = translator.summary();
@@ -180,6 +193,14 @@ fn parse_failure(request: &Request, error: ParseError) -> Failure {
                     .with_note("add a directory with (flags \"-I/path/to/dir\")"),
             )
         }
+        ParseError::Interrupted => Box::new(
+            Diagnostic::error(
+                Kind::Interrupted,
+                format!("interrupted while libclang parsed {}", request.header_names()),
+            )
+            .with_label(request.span, "")
+            .with_note("the parse finishes in the background; including the same headers again takes its result"),
+        ),
         ParseError::Errors(errors) => {
             let mut diagnostic = Diagnostic::error(Kind::Ffi, format!("C errors in {}", request.header_names()))
                 .with_label(request.span, "");

@@ -10,8 +10,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use clang::{
     diagnostic::Severity, source::SourceLocation, Clang, Entity, EntityKind, EvaluationResult, Index, StorageClass,
@@ -127,6 +129,8 @@ pub(crate) enum ParseError {
     NotFound { header: String },
     /// C errors, with where they are.
     Errors(Vec<(String, Option<Place>)>),
+    /// The session was interrupted while waiting (the parse goes on, and is cached when done).
+    Interrupted,
 }
 
 type Job = Box<dyn FnOnce(&Worker) + Send>;
@@ -187,7 +191,7 @@ fn start_worker() -> Result<Sender<Job>, String> {
 
 /// Parses `headers` (as `#include "…"` lines) with `flags`, or takes the cached parse if no
 /// file it read has changed since.
-pub(crate) fn parse(headers: &[String], flags: &[String]) -> Result<Arc<Header>, ParseError> {
+pub(crate) fn parse(headers: &[String], flags: &[String], interrupt: &AtomicBool) -> Result<Arc<Header>, ParseError> {
     let key = (headers.to_vec(), flags.to_vec(), main_file());
     if let Some(header) = cache().lock().ok().and_then(|cache| cache.get(&key).cloned()) {
         if header.files.iter().all(|(path, time)| modified(path) == Some(*time)) {
@@ -196,21 +200,31 @@ pub(crate) fn parse(headers: &[String], flags: &[String]) -> Result<Arc<Header>,
     }
     let (reply, answer) = mpsc::channel();
     let (headers_owned, flags_owned, _) = key.clone();
+    let cache_key = key.clone();
     let job: Job = Box::new(move |worker: &Worker| {
-        let _ = reply.send(worker.parse(&headers_owned, &flags_owned));
+        let parsed = worker.parse(&headers_owned, &flags_owned).map(Arc::new);
+        if let (Ok(header), Ok(mut cache)) = (&parsed, cache().lock()) {
+            cache.insert(cache_key, header.clone());
+        }
+        let _ = reply.send(parsed);
     });
     {
         let sender = worker().lock().map_err(|_| ParseError::Unavailable("the libclang worker failed".into()))?;
         let sender = sender.as_ref().map_err(|error| ParseError::Unavailable(error.clone()))?;
         sender.send(job).map_err(|_| ParseError::Unavailable("the libclang worker has stopped".into()))?;
     }
-    let header = Arc::new(
-        answer.recv().map_err(|_| ParseError::Unavailable("the libclang worker stopped while parsing".into()))??,
-    );
-    if let Ok(mut cache) = cache().lock() {
-        cache.insert(key, header.clone());
+    loop {
+        if interrupt.load(Ordering::Relaxed) {
+            return Err(ParseError::Interrupted);
+        }
+        match answer.recv_timeout(Duration::from_millis(10)) {
+            Ok(parsed) => return parsed,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(ParseError::Unavailable("the libclang worker stopped while parsing".into()))
+            }
+        }
     }
-    Ok(header)
 }
 
 /// A file's modification time in seconds, as libclang reports it.
@@ -580,4 +594,55 @@ fn is_anonymous(declaration: &Entity<'_>) -> bool {
 /// A record's identity across its declarations.
 fn record_key(declaration: &Entity<'_>) -> Option<String> {
     declaration.get_canonical_entity().get_usr().map(|usr| usr.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interrupted_wait_ends_and_the_parse_is_cached_when_done() {
+        let directory = std::env::temp_dir().join(format!("quasi-header-test-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("a temporary folder");
+        let header = directory.join("interrupted.h");
+        std::fs::write(&header, "int interrupted_function(int x);\n").expect("the header");
+        let headers = vec![header.display().to_string()];
+        let interrupted = parse(&headers, &[], &AtomicBool::new(true));
+        assert!(matches!(interrupted, Err(ParseError::Interrupted)), "{interrupted:?}");
+        let parsed = parse(&headers, &[], &AtomicBool::new(false)).expect("the parse");
+        assert_eq!(
+            parsed.functions.iter().map(|function| function.name.as_str()).collect::<Vec<_>>(),
+            ["interrupted_function"]
+        );
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[test]
+    fn records_keep_c_offsets_and_anonymous_ones_their_typedef_name() {
+        let directory = std::env::temp_dir().join(format!("quasi-header-records-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("a temporary folder");
+        let header = directory.join("records.h");
+        std::fs::write(
+            &header,
+            "typedef struct { char c; double d; } pair;\nstruct list { struct list *next; int v; };\n",
+        )
+        .expect("the header");
+        let parsed = parse(&[header.display().to_string()], &[], &AtomicBool::new(false)).expect("the parse");
+        let pair = parsed.records.values().find(|record| record.name.as_deref() == Some("pair")).expect("pair");
+        let offsets: Vec<u64> = pair.fields.as_ref().expect("fields").iter().map(|field| field.offset).collect();
+        assert_eq!((offsets, pair.size, pair.align), (vec![0, 8], 16, 8));
+        let list = parsed.records.values().find(|record| record.name.as_deref() == Some("list")).expect("list");
+        assert_eq!(
+            list.fields.as_ref().expect("fields")[0].ty,
+            CType::Pointer(Box::new(CType::Record(
+                parsed
+                    .record_order
+                    .iter()
+                    .find(|key| parsed.records[*key].name.as_deref() == Some("list"))
+                    .expect("key")
+                    .clone()
+            )))
+        );
+        let _ = std::fs::remove_dir_all(&directory);
+    }
 }
