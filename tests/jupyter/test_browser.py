@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
 from conftest import ROOT
-from test_notebooks import NOTEBOOKS, mask
+from test_notebooks import NOTEBOOKS, has_saved_outputs, mask, unmet_requirement
 
 SCREENSHOTS = ROOT / ".browser-screenshots"
 # Generous: two shared cores, a debug-built kernel, and Chromium's software rendering.
@@ -565,6 +565,11 @@ def shut_down_kernels(driver):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.name for path in NOTEBOOKS])
 def test_notebook_in_the_browser(driver, lab, path):
     saved = nbformat.read(path, as_version=4)
+    reason = unmet_requirement(saved, path)
+    if reason:
+        pytest.skip(reason)
+    if not has_saved_outputs(saved):
+        pytest.skip(f"{path.name} has no saved outputs to compare with (made without a device: save them on one)")
     shot = SCREENSHOTS / f"{path.stem}.png"
     shot.unlink(missing_ok=True)
     try:
