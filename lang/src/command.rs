@@ -16,6 +16,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":save FILE", "write the session so far as a transcript that `quasi test` checks"),
     (":opt [N]", "show or set the optimisation level for later cells (0-3)"),
     (":defs", "list the session's definitions"),
+    (":tier", "the optimisation level each function was compiled at"),
     (":expand [1] [TEXT]", "show the expansion of TEXT (default: the last cell); 1: one level"),
     (":limits [NAME N]", "show or set the staging limits"),
     (":stages [NAME]", "every stage of NAME (default: the last cell): source to assembly"),
@@ -69,6 +70,8 @@ pub(crate) enum Command<'a> {
     /// `:opt` shows the level; `:opt N` sets it.
     Opt(Option<u8>),
     Defs,
+    /// `:tier`: each function's optimisation level.
+    Tier,
     /// `:expand [1] [TEXT]`: the subject (default: the last cell) and whether one level only.
     Expand {
         text: Option<&'a str>,
@@ -111,6 +114,7 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
             _ => return Err(syntax(format!("`:opt` takes a level from 0 to 3, found `{argument}`"))),
         },
         ":defs" => Command::Defs,
+        ":tier" => Command::Tier,
         ":load" if argument.is_empty() => return Err(syntax("`:load` needs a file name".into())),
         ":load" => Command::Load(argument),
         ":save" if argument.is_empty() => {
@@ -174,6 +178,7 @@ mod tests {
     fn reads_every_form_of_a_command() {
         assert_eq!(parse(":opt").ok(), Some(Command::Opt(None)));
         assert_eq!(parse(":opt 3").ok(), Some(Command::Opt(Some(3))));
+        assert_eq!(parse(":tier").ok(), Some(Command::Tier));
         assert_eq!(parse(":expand 1 (f)").ok(), Some(Command::Expand { text: Some("(f)"), single_level: true }));
         assert_eq!(parse(":expand 1").ok(), Some(Command::Expand { text: None, single_level: true }));
         assert_eq!(parse(":expand (f 1)").ok(), Some(Command::Expand { text: Some("(f 1)"), single_level: false }));

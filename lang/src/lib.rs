@@ -37,7 +37,8 @@ pub use gpu::ptxas;
 pub use gpu::Mode as GpuMode;
 pub use reader::{completeness, Completeness};
 pub use session::{
-    Completion, CompletionKind, InterruptHandle, Session, SessionConfig, SessionError, DEFAULT_OPT_LEVEL,
+    Completion, CompletionKind, InterruptHandle, Session, SessionConfig, SessionError, BATCH_OPT_LEVEL,
+    DEFAULT_OPT_LEVEL,
 };
 pub use source::{SourceFile, SourceId, Span};
 

@@ -33,8 +33,9 @@ usage: quasi                         the interactive REPL (cells from stdin when
        quasi --gpu sim|sim-unchecked|device …
                                      where launches run (as `:gpu`, or QUASI_GPU): the CUDA
                                      device, or the CPU simulator, checked or not
-       quasi run [--warnings] FILE [ARG…]
-                                     run FILE as one cell, then its `main`; exit with its status
+       quasi run [--warnings] [--opt N] FILE [ARG…]
+                                     run FILE as one cell, then its `main`; exit with its status;
+                                     --opt: the optimisation level 0–3 (default 3)
        quasi test [--bless] [--jobs N] [--timeout SECONDS] PATH…
                                      check transcripts (.repl; folders recursively), documents'
                                      ```repl blocks (.md) and notebooks (.ipynb) against a fresh
@@ -49,6 +50,8 @@ enum Invocation {
     Repl,
     Run {
         warnings: bool,
+        /// `--opt N`: the optimisation level (else the session's default).
+        opt: Option<u8>,
         file: String,
         args: Vec<String>,
     },
@@ -111,7 +114,7 @@ fn quasi() -> i32 {
     match parse_arguments(arguments) {
         Ok(Invocation::Repl) if std::io::stdin().is_terminal() => interactive(),
         Ok(Invocation::Repl) => piped(),
-        Ok(Invocation::Run { warnings, file, args }) => run_file(&file, &args, warnings),
+        Ok(Invocation::Run { warnings, opt, file, args }) => run_file(&file, &args, warnings, opt),
         Ok(Invocation::Test(options)) => test_command::main(options, terminal_style(std::io::stdout().is_terminal())),
         Ok(Invocation::TestWorker(file)) => test_command::worker(&file),
         Ok(Invocation::Version) => print_line(&format!("quasi {}", env!("CARGO_PKG_VERSION"))),
@@ -152,15 +155,33 @@ fn parse_arguments(arguments: Vec<OsString>) -> Result<Invocation, String> {
     }
 }
 
-/// `run [--warnings] FILE [ARG…]`: everything after FILE belongs to the program.
-fn parse_run(arguments: &[String]) -> Result<Invocation, String> {
-    let (warnings, arguments) = match arguments.split_first() {
-        Some((flag, rest)) if flag == "--warnings" => (true, rest),
-        _ => (false, arguments),
-    };
+/// `run [--warnings] [--opt N] FILE [ARG…]`: everything after FILE belongs to the program.
+fn parse_run(mut arguments: &[String]) -> Result<Invocation, String> {
+    let mut warnings = false;
+    let mut opt = None;
+    loop {
+        match arguments {
+            [flag, rest @ ..] if flag == "--warnings" => {
+                warnings = true;
+                arguments = rest;
+            }
+            [flag, level, rest @ ..] if flag == "--opt" => {
+                opt = Some(match level.as_str() {
+                    "0" => 0,
+                    "1" => 1,
+                    "2" => 2,
+                    "3" => 3,
+                    _ => return Err(format!("`--opt` takes a level 0, 1, 2 or 3, not `{level}`")),
+                });
+                arguments = rest;
+            }
+            [flag] if flag == "--opt" => return Err("`--opt` takes a level 0, 1, 2 or 3".to_string()),
+            _ => break,
+        }
+    }
     match arguments.split_first() {
         Some((flag, _)) if flag.starts_with('-') && flag != "-" => Err(format!("unknown option `{flag}` for `run`")),
-        Some((file, args)) => Ok(Invocation::Run { warnings, file: file.clone(), args: args.to_vec() }),
+        Some((file, args)) => Ok(Invocation::Run { warnings, opt, file: file.clone(), args: args.to_vec() }),
         None => Err("`run` needs a FILE".to_string()),
     }
 }
@@ -218,7 +239,7 @@ fn terminal_style(stream_is_terminal: bool) -> Style {
     }
 }
 
-fn run_file(path: &str, args: &[String], warnings: bool) -> i32 {
+fn run_file(path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32 {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
@@ -227,7 +248,10 @@ fn run_file(path: &str, args: &[String], warnings: bool) -> i32 {
         }
     };
     // Not captured: a script's output goes straight to stdout, as a compiled program's would.
-    let mut session = match Session::new(session_config(false)) {
+    // Full speed unless asked otherwise: nobody waits for a prompt (a tiny program compiles as
+    // fast at O3; a loop-heavy one runs many times faster).
+    let config = SessionConfig { opt_level: opt.unwrap_or(quasi_lang::BATCH_OPT_LEVEL), ..session_config(false) };
+    let mut session = match Session::new(config) {
         Ok(session) => session,
         Err(error) => {
             eprintln!("quasi: cannot start a session: {error}");
@@ -637,12 +661,28 @@ mod tests {
         assert_eq!(arguments(&["-h"]), Ok(Invocation::Help));
         assert_eq!(
             arguments(&["run", "f.cl", "-x", "y"]),
-            Ok(Invocation::Run { warnings: false, file: "f.cl".into(), args: vec!["-x".into(), "y".into()] })
+            Ok(Invocation::Run {
+                warnings: false,
+                opt: None,
+                file: "f.cl".into(),
+                args: vec!["-x".into(), "y".into()]
+            })
         );
         assert_eq!(
             arguments(&["run", "--warnings", "f.cl"]),
-            Ok(Invocation::Run { warnings: true, file: "f.cl".into(), args: vec![] })
+            Ok(Invocation::Run { warnings: true, opt: None, file: "f.cl".into(), args: vec![] })
         );
+        assert_eq!(
+            arguments(&["run", "--opt", "3", "--warnings", "f.cl", "--opt", "0"]),
+            Ok(Invocation::Run {
+                warnings: true,
+                opt: Some(3),
+                file: "f.cl".into(),
+                args: vec!["--opt".into(), "0".into()]
+            })
+        );
+        assert!(arguments(&["run", "--opt", "4", "f.cl"]).is_err());
+        assert!(arguments(&["run", "--opt"]).is_err());
         assert!(arguments(&["--frobnicate"]).is_err());
         assert!(arguments(&["run"]).is_err());
         assert!(arguments(&["run", "--frobnicate", "f.cl"]).is_err());

@@ -93,7 +93,7 @@ fn version_and_help() {
     assert_eq!(version.stdout, format!("quasi {}\n", env!("CARGO_PKG_VERSION")));
     assert!(version.status.success());
     let help = quasi(&["--help"], "");
-    for expected in ["usage: quasi", "run [--warnings] FILE [ARG…]", "--version", "--help"] {
+    for expected in ["usage: quasi", "run [--warnings] [--opt N] FILE [ARG…]", "--version", "--help"] {
         assert!(help.stdout.contains(expected), "{expected:?} missing from:\n{}", help.stdout);
     }
     assert!(help.status.success());
@@ -205,6 +205,27 @@ fn run_of_a_brilisp_program() {
     assert_eq!(finished.status.code(), Some(1));
     assert!(finished.stderr.contains("error[unknown-name]: no variable named `base`"), "{}", finished.stderr);
     assert!(finished.stderr.contains("bad.sexp:3:"), "{}", finished.stderr);
+}
+
+#[test]
+fn run_takes_an_optimisation_level_and_prints_the_same_at_each() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let program = "(define ((printf int) (format (ptr int8)) ...))\n\
+                   (define ((main int))\n\
+                   (declare sum int64)\n\
+                   (declare i int)\n\
+                   (for ((set i 0) (lt i 1000) (set i (add i 1))) (set sum (add sum (sext (mul i i) int64))))\n\
+                   (call printf \"%ld %.3f\\n\" sum (fdiv (sitofp sum double) (double 7.0)))\n\
+                   (ret 3))\n";
+    let file = write_file(directory.path(), "sum.cl", program);
+    for arguments in [&["run", &file][..], &["run", "--opt", "0", &file], &["run", "--opt", "3", "--warnings", &file]] {
+        let finished = quasi(arguments, "");
+        assert_eq!(finished.stdout, "332833500 47547642.857\n", "{arguments:?}");
+        assert_eq!(finished.status.code(), Some(3), "{arguments:?}");
+    }
+    let refused = quasi(&["run", "--opt", "9", &file], "");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(refused.stderr.contains("`--opt` takes a level 0, 1, 2 or 3, not `9`"), "{}", refused.stderr);
 }
 
 #[test]

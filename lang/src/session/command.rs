@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::history::DefinitionKey;
 use super::report::{function_note, struct_line};
-use super::{device_source, EvalMode, Session, SessionConfig, SessionError};
+use super::{device_source, EvalMode, Session, SessionConfig, SessionError, BATCH_OPT_LEVEL};
 use crate::check::{self, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule, TopLevel};
 use crate::command::{self, Command, TimeSetting};
@@ -44,8 +44,10 @@ impl Session {
             Command::Opt(None) => outcome.items.push(message(format!("optimisation level {}", self.opt_level))),
             Command::Opt(Some(level)) => {
                 self.opt_level = level.min(3);
+                self.opt_pinned = true;
                 outcome.items.push(message(format!("optimisation level {level}")));
             }
+            Command::Tier => outcome.items.push(message(self.tier_lines())),
             Command::Defs => {
                 let lines = self.definition_lines();
                 outcome.items.push(message(if lines.is_empty() {
@@ -130,7 +132,17 @@ impl Session {
                 self.history.attach_sources(&mut outcome);
                 outcome
             }
-            Ok(text) => self.eval_source(path.to_string(), text, EvalMode::Cell, &mut |_| {}),
+            Ok(text) => {
+                // A file is compiled at full speed, as `quasi run` compiles it, unless `:opt`
+                // pinned a level: nobody waits for a prompt between its definitions.
+                let level = self.opt_level;
+                if !self.opt_pinned {
+                    self.opt_level = BATCH_OPT_LEVEL;
+                }
+                let outcome = self.eval_source(path.to_string(), text, EvalMode::Cell, &mut |_| {});
+                self.opt_level = level;
+                outcome
+            }
             Err(error) => {
                 let mut outcome = Outcome::default();
                 outcome.diagnostics.push(Diagnostic::error(Kind::Io, format!("cannot read `{path}`: {error}")));
@@ -372,8 +384,25 @@ impl Session {
         let gpu = Some(self.gpu.runtime.mode());
         let mut fresh = Session::new(SessionConfig { opt_level: self.opt_level, gpu, ..self.config.clone() })?;
         fresh.history.cell_count = count;
+        fresh.opt_pinned = self.opt_pinned;
         *self = fresh;
         Ok(())
+    }
+
+    /// `:tier`: each defined function and the level its code was compiled at, in name order.
+    fn tier_lines(&self) -> String {
+        let mut functions: Vec<(&String, &u8)> = self.compiled_levels.iter().collect();
+        if functions.is_empty() {
+            return "no functions yet".into();
+        }
+        functions.sort();
+        let mut lines: Vec<String> = functions.iter().map(|(name, level)| format!("{name} : opt {level}")).collect();
+        lines.push(format!(
+            "later cells: opt {}{}",
+            self.opt_level,
+            if self.opt_pinned { " (pinned by :opt)" } else { "; :load and quasi run: opt 3" }
+        ));
+        lines.join("\n")
     }
 
     /// Lines describing every definition, for `:defs`.

@@ -14,7 +14,7 @@ mod tests;
 mod top_level;
 mod view;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,6 +47,9 @@ use self::top_level::TopLevelRun;
 /// The optimisation level a session starts with: the lowest cell latency (see the README's
 /// measurements); `:opt 3` for fast code.
 pub const DEFAULT_OPT_LEVEL: u8 = 1;
+/// The optimisation level of batch compilation (`quasi run`, `:load`), where nobody waits for a
+/// prompt, unless a level was chosen.
+pub const BATCH_OPT_LEVEL: u8 = 3;
 
 /// How a session is set up.
 #[derive(Clone, Debug)]
@@ -137,6 +140,10 @@ struct Staging {
 pub struct Session {
     config: SessionConfig,
     opt_level: u8,
+    /// Whether `:opt` chose the level (else `:load` compiles at `BATCH_OPT_LEVEL`).
+    opt_pinned: bool,
+    /// The level each defined function's code was compiled at, for `:tier`.
+    compiled_levels: HashMap<String, u8>,
     // Field order matters for drop: the runner stops before the program's code is freed, and
     // the GPU runtime goes last (compiled code may use it until the runner has stopped).
     /// The executor thread compiled code runs on, behind the fault guard.
@@ -178,6 +185,8 @@ impl Session {
         let interrupt = expand::new_interrupt_flag();
         let mut session = Session {
             opt_level: config.opt_level.min(3),
+            opt_pinned: false,
+            compiled_levels: HashMap::new(),
             runner: Runner::new(interrupt.clone())?,
             program: Program::new(jit),
             libraries: Libraries::default(),
@@ -659,6 +668,7 @@ impl Session {
                 });
             }
             self.gpu.note_defined(&function.name, function);
+            self.compiled_levels.insert(function.name.clone(), self.opt_level);
             self.program.note_signature(&function.name, &function.signature);
             self.env.functions.insert(function.name.clone(), entry);
             self.history.note_definition(DefinitionKey::Function(function.name.clone()));
