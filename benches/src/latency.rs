@@ -12,6 +12,11 @@ use crate::{new_table, Options};
 /// Definitions already in the session for the row that shows per-cell work growing with it.
 const LARGE_SESSION: usize = 1000;
 const LARGE_SESSION_ROW: &str = "(call sq 7), session already holding 1,000 definitions";
+const CALL_CELL_ROW: &str = "(call sq 7), call cell: no compiling";
+const COMPILED_CALL_ROW: &str = "(call sq (add 3 4)), compiled";
+
+/// The goal for call cells (issue 15): at most this p50, in process.
+const CALL_CELL_GOAL: Duration = Duration::from_micros(50);
 
 /// One measured row: a kind of cell at one level.
 struct Row {
@@ -66,8 +71,22 @@ pub fn run(options: &Options) -> Result<()> {
             Expect::Defined,
             || "(define ((sq int) (x int)) (ret (mul x x)))".to_string(),
         )?);
-        rows.push(measure(&mut session, options, "(call sq 7)", level, Expect::Value("49"), || {
+        // A call cell (constant or global arguments) runs through its signature's trampoline;
+        // the same call with a computed argument compiles a module, as every cell once did.
+        rows.push(measure(&mut session, options, CALL_CELL_ROW, level, Expect::Value("49"), || {
             "(call sq 7)".to_string()
+        })?);
+        expect(&session.eval("(define-global (seven int) (const 7))"), &Expect::Defined, "seven")?;
+        rows.push(measure(
+            &mut session,
+            options,
+            "(call sq seven), call cell, a global argument",
+            level,
+            Expect::Value("49"),
+            || "(call sq seven)".to_string(),
+        )?);
+        rows.push(measure(&mut session, options, COMPILED_CALL_ROW, level, Expect::Value("49"), || {
+            "(call sq (add 3 4))".to_string()
         })?);
         if level == default_level {
             let mut quiet = Session::new(SessionConfig { capture_output: false, ..SessionConfig::default() })?;
@@ -179,6 +198,17 @@ fn print_latency(rows: &[Row], default_level: u8) {
             "goal p50 <= 1 ms at the default level (:opt {default_level}): {verdict} for {} ({} ms)",
             row.cell,
             ms(row.wall.median())
+        );
+    }
+    let call_cell = rows.iter().find(|row| row.level == default_level && row.cell == CALL_CELL_ROW);
+    let compiled = rows.iter().find(|row| row.level == default_level && row.cell == COMPILED_CALL_ROW);
+    if let (Some(call_cell), Some(compiled)) = (call_cell, compiled) {
+        let verdict = if call_cell.wall.median() <= CALL_CELL_GOAL { "meets" } else { "misses" };
+        println!(
+            "goal p50 <= 0.050 ms for a call cell: {verdict} ({} ms; the same call compiled: {} ms, {:.0}x)",
+            ms(call_cell.wall.median()),
+            ms(compiled.wall.median()),
+            compiled.wall.median().as_secs_f64() / call_cell.wall.median().as_secs_f64().max(1e-9)
         );
     }
     println!();

@@ -154,6 +154,8 @@ pub(crate) struct Program {
     /// Cells committed since `release_finished`: their top-level code may not have run yet.
     running: Vec<u64>,
     cell_counter: u64,
+    /// Code kept for the session's life (call trampolines), released with the program.
+    pinned_code: Vec<CellCode>,
     jit: Jit,
     /// One slot per function name, at a fixed address for the session's life.
     slots: HashMap<String, Box<AtomicUsize>>,
@@ -204,6 +206,7 @@ impl Program {
             thunks: HashMap::new(),
             signature_words: HashMap::new(),
             signature_ids: HashMap::new(),
+            pinned_code: Vec::new(),
         }
     }
 
@@ -584,6 +587,32 @@ impl Program {
         // named after it.
         self.code_starts.insert(address, name.to_string());
         Ok((self.cell_counter, address))
+    }
+
+    /// Links an object whose code is kept for the session's life (a call trampoline) and
+    /// returns the address of `entry`, top-level code for `function_at`.
+    pub(crate) fn link_pinned(&mut self, object: &[u8], name: &str, entry: &str) -> Result<usize, Diagnostic> {
+        let (code, addresses) = self
+            .jit
+            .link(object, name, &[entry.to_string()])
+            .map_err(|error| Diagnostic::internal(error.to_string()))?;
+        let Some(address) = addresses.first().copied() else {
+            code.remove();
+            return Err(Diagnostic::internal("no entry was linked"));
+        };
+        self.pinned_code.push(code);
+        self.code_starts.insert(address, TOP_LEVEL.to_string());
+        Ok(address)
+    }
+
+    /// The address of a function's slot, if it has one.
+    pub(crate) fn slot_address(&self, name: &str) -> Option<usize> {
+        self.slots.get(name).map(|slot| &**slot as *const AtomicUsize as usize)
+    }
+
+    /// The address of a global's storage, if it has one.
+    pub(crate) fn global_address(&self, name: &str) -> Option<usize> {
+        self.globals.get(name).map(|storage| storage.memory as usize)
     }
 
     /// Frees device code that was replaced by a new build (never while it runs: builds happen

@@ -13,6 +13,7 @@ mod device;
 mod expr;
 mod sim;
 mod stmt;
+mod trampoline;
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -34,6 +35,7 @@ use crate::types::{Signature, Ty};
 use device::DeviceState;
 pub(crate) use device::{lower_device, DeviceUnit};
 pub(crate) use sim::{SimFrame, SimLowering, SimSite, SimTarget, SIM_CHECK, SIM_FRAME, SIM_SYNC};
+pub(crate) use trampoline::{block_words, is_trampoline_scalar, lower_trampoline};
 
 /// A failure of the code generator itself (never of the user's program).
 #[derive(Debug, thiserror::Error)]

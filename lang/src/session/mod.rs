@@ -6,6 +6,7 @@
 //! linking succeeded; a cell that fails before that leaves the session exactly as it was.
 //! Faults and interrupts come after `commit`, so they never cost a definition.
 
+mod call_cell;
 mod command;
 mod history;
 mod report;
@@ -40,6 +41,7 @@ use crate::types::{StructEntry, Ty};
 use crate::value;
 use crate::{Item, Outcome, Stream};
 
+use self::call_cell::Trampolines;
 use self::history::{DefinitionKey, History};
 use self::report::{assembly_error, explain_expansions, function_note, lowering_error, struct_line};
 use self::top_level::TopLevelRun;
@@ -150,6 +152,8 @@ pub struct Session {
     runner: Runner,
     /// What linked: the JIT, every cell's code, slots, global storage and symbol names.
     program: Program,
+    /// The call trampolines that run call cells (`(call f 7)`) without compiling them.
+    trampolines: Trampolines,
     /// The `load-library` libraries, closed after the code that may call them is gone.
     libraries: Libraries,
     /// The LLVM context, target machines, passes and emission.
@@ -189,6 +193,7 @@ impl Session {
             compiled_levels: HashMap::new(),
             runner: Runner::new(interrupt.clone())?,
             program: Program::new(jit),
+            trampolines: Trampolines::default(),
             libraries: Libraries::default(),
             backend,
             env: Env::default(),
@@ -490,18 +495,31 @@ impl Session {
             }
         };
         outcome.diagnostics.extend(explain_expansions(cell.warnings.clone(), &expanded.sites));
-        let linked = match self.compile(&cell, &entry_prefix, TopLevel::Batched, &mut outcome.timing) {
-            Ok(linked) => linked,
+        // A cell that only calls a session function with constant or global arguments runs
+        // through its signature's trampoline: nothing to compile, link or commit.
+        let call_cell = match session_forms.is_empty() && expanded.includes.is_empty() {
+            true => call_cell::call_cell(&cell, &self.program),
+            false => None,
+        };
+        let compiled = match &call_cell {
+            Some(call) => self.call_cell_entry(call, &mut outcome.timing).map(|entry| (vec![entry], None)),
+            None => self
+                .compile(&cell, &entry_prefix, TopLevel::Batched, &mut outcome.timing)
+                .map(|linked| (linked.entries().to_vec(), Some(linked))),
+        };
+        let (entries, linked) = match compiled {
+            Ok(compiled) => compiled,
             Err(diagnostics) => {
                 self.libraries.drop_pending();
                 self.staging.stage.restore(saved_stage);
                 return self.fail(outcome, diagnostics);
             }
         };
-        let entries = linked.entries().to_vec();
-        let defined = self.commit(&cell, linked);
-        if mode == EvalMode::Cell {
-            outcome.items.extend(fold_included(defined, &expanded.includes));
+        if let Some(linked) = linked {
+            let defined = self.commit(&cell, linked);
+            if mode == EvalMode::Cell {
+                outcome.items.extend(fold_included(defined, &expanded.includes));
+            }
         }
         let run_start = Instant::now();
         // A bench's report is its output: nothing to show before it ends.

@@ -40,6 +40,8 @@ fn redefined_functions_give_their_old_code_back() {
     value(&mut session, "(define ((version int)) (ret 1))");
     value(&mut session, "(define ((caller int)) (ret (add (call version) 10)))");
     value(&mut session, "(define ((version int)) (ret 2))");
+    // The call cells' trampoline for `() -> int` is made once and kept for the session.
+    assert_eq!(value(&mut session, "(call caller)"), "12");
     let in_use = session.program.code_in_use();
     for n in 3..30 {
         value(&mut session, &format!("(define ((version int)) (ret {n}))"));
@@ -115,4 +117,66 @@ fn definitions_keep_text_where_it_reads_back_to_their_form() {
     let messages: Vec<String> = outcome.diagnostics.iter().map(|diagnostic| diagnostic.message.clone()).collect();
     assert!(messages.iter().any(|message| message.contains("`plain`")), "{messages:?}");
     assert!(messages.iter().any(|message| message.contains("`built`")), "{messages:?}");
+}
+
+/// The phases a cell went through.
+fn phases(outcome: &Outcome) -> Vec<&'static str> {
+    outcome.timing.phases.iter().map(|(phase, _)| phase.name()).collect()
+}
+
+/// A call cell with constant or global arguments runs through its signature's trampoline: the
+/// first one of a signature compiles and links it, later ones (other functions of that signature
+/// too) compile nothing and link no code; other cells compile as before.
+#[test]
+fn call_cells_compile_nothing_once_their_signature_has_a_trampoline() {
+    let mut session = session();
+    value(&mut session, "(define ((sq int) (x int)) (ret (mul x x)))");
+    value(&mut session, "(define ((inc int) (x int)) (ret (add x 1)))");
+    value(&mut session, "(define-global (g int) (const 6))");
+    let first = session.eval("(call sq 7)");
+    assert_eq!(values_of(&first), ["49"]);
+    assert_eq!(phases(&first), ["parse", "expand", "check", "codegen", "link", "run"]);
+    let in_use = session.program.code_in_use();
+    for (cell, expected) in [("(call sq 8)", "64"), ("(call inc g)", "7"), ("(call sq -2)", "4")] {
+        let outcome = session.eval(cell);
+        assert_eq!(values_of(&outcome), [expected], "{cell}");
+        assert_eq!(phases(&outcome), ["parse", "expand", "check", "run"], "{cell}");
+    }
+    assert_eq!(session.program.code_in_use(), in_use, "no code was linked");
+    // Typed literals are constants too; a computed argument is not.
+    value(&mut session, "(define ((low int8) (x int8)) (ret x))");
+    value(&mut session, "(call low (int8 -7))");
+    assert_eq!(phases(&session.eval("(call low (int8 3))")), ["parse", "expand", "check", "run"]);
+    let computed = session.eval("(call sq (add 3 4))");
+    assert_eq!(values_of(&computed), ["49"]);
+    assert!(phases(&computed).contains(&"codegen"), "{:?}", phases(&computed));
+}
+
+/// An interrupt stops a call cell inside its callee, as it stops any cell.
+#[test]
+fn an_interrupted_call_cell_names_the_function_it_stopped() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let mut session = session();
+    value(&mut session, "(define ((forever int) (x int)) (while #t) (ret x))");
+    let interrupt = session.interrupt_handle();
+    let done = Arc::new(AtomicBool::new(false));
+    let interrupter = {
+        let done = Arc::clone(&done);
+        // Again and again: an interrupt before the cell starts is forgotten when it starts.
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
+                interrupt.interrupt();
+            }
+        })
+    };
+    let outcome = session.eval("(call forever 1)");
+    done.store(true, Ordering::SeqCst);
+    interrupter.join().expect("the interrupter ends");
+    assert_eq!(phases(&outcome), ["parse", "expand", "check", "codegen", "link", "run"]);
+    let [diagnostic] = outcome.diagnostics.as_slice() else { panic!("{:?}", outcome.diagnostics) };
+    assert_eq!(diagnostic.message, "interrupted in function `forever`");
+    assert_eq!(diagnostic.labels.first().map(|label| (label.span.start, label.span.end)), Some((0, 16)));
+    assert_eq!(value(&mut session, "(add 2 2)"), "4", "the session goes on");
 }
