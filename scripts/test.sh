@@ -31,9 +31,10 @@ fi
 ptxas=("$PWD/$venv"/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas)
 export QUASI_PTXAS="${ptxas[0]}"
 export QUASI_REQUIRE_PTXAS=1
-# cuda.h for the CUDA driver transcripts' `(include "cuda.h")`: libclang reads CPATH.
+# cuda.h for the CUDA driver transcripts' `(include "cuda.h")`. Not CPATH: the cc crate's build
+# scripts watch it, and a changed CPATH rebuilds the crates that compile C.
 cuda_include=("$PWD/$venv"/lib/python3*/site-packages/nvidia/cuda_runtime/include)
-export CPATH="${cuda_include[0]}${CPATH:+:$CPATH}"
+export QUASI_INCLUDE_PATH="${cuda_include[0]}${QUASI_INCLUDE_PATH:+:$QUASI_INCLUDE_PATH}"
 
 cargo test --workspace --no-fail-fast
 

@@ -165,6 +165,12 @@ pub(crate) fn include(
     }) {
         return Err(ffi_error(request.span, format!("`{header}` is not a regular file")));
     }
+    // QUASI_INCLUDE_PATH's directories are searched after the form's own `-I` flags.
+    let mut request = request.clone();
+    let include_path = std::env::var("QUASI_INCLUDE_PATH").unwrap_or_default();
+    let directories = include_path.split(':').filter(|directory| !directory.is_empty());
+    request.flags.extend(directories.map(|directory| format!("-I{directory}")));
+    let request = &request;
     let header =
         parse::parse(&request.headers, &request.flags, interrupt).map_err(|error| parse_failure(request, error))?;
     let mut translator = Translator::new(&header, request);
@@ -182,9 +188,8 @@ fn parse_failure(request: &Request, error: ParseError) -> Failure {
                 .with_note("`include` needs libclang 19 (Debian: apt install libclang1-19)"),
         ),
         ParseError::NotFound { header } => {
-            let mut searched: Vec<String> =
-                request.flags.iter().filter_map(|flag| flag.strip_prefix("-I")).map(str::to_string).collect();
-            searched.push("the current directory".into());
+            let mut searched = vec!["the current directory".to_string()];
+            searched.extend(request.flags.iter().filter_map(|flag| flag.strip_prefix("-I")).map(str::to_string));
             searched.extend(system_include_directories());
             Box::new(
                 Diagnostic::error(Kind::Ffi, format!("header `{header}` not found"))
