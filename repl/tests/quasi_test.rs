@@ -107,3 +107,34 @@ fn a_file_that_runs_too_long_is_stopped_and_fails() {
         "FAIL endless.repl: it ran longer than 2 s (--timeout) and was stopped\nok   quick.repl (1 cell)\n1 passed, 1 failed\n"
     );
 }
+
+#[test]
+fn a_notebook_without_saved_outputs_must_run_without_errors() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let notebook = |cells: &[&str]| {
+        let cells: Vec<String> = cells
+            .iter()
+            .map(|source| {
+                format!(
+                    r#"{{"cell_type": "code", "source": {source:?}, "metadata": {{}}, "outputs": [], "execution_count": null}}"#
+                )
+            })
+            .collect();
+        format!(r#"{{"cells": [{}], "metadata": {{}}, "nbformat": 4, "nbformat_minor": 5}}"#, cells.join(", "))
+    };
+    std::fs::write(
+        folder.path().join("runs.ipynb"),
+        notebook(&["(define ((sq int) (x int)) (ret (mul x x)))", "(call sq 3)"]),
+    )
+    .expect("a notebook");
+    std::fs::write(folder.path().join("fails.ipynb"), notebook(&["(add 1 2.5)"])).expect("a notebook");
+    let runs = quasi_test(folder.path(), &["runs.ipynb"]);
+    assert_eq!(stdout(&runs), "ok   runs.ipynb (2 code cells)\n1 passed, 0 failed\n");
+    let fails = quasi_test(folder.path(), &["fails.ipynb"]);
+    assert_eq!(fails.status.code(), Some(1));
+    assert!(
+        stdout(&fails).contains("fails.ipynb, cell 1 failed (the notebook has no saved outputs)"),
+        "{}",
+        stdout(&fails)
+    );
+}
