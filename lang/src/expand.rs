@@ -251,6 +251,8 @@ impl Stage {
     ) -> Result<ExpandedCell, Vec<Diagnostic>> {
         let saved = self.snapshot();
         self.printed.borrow_mut().clear();
+        // What the `include` built-in made outside a cell (`:load x.rhai`) is no cell's.
+        self.included.borrow_mut().clear();
         let mut expander = Expander {
             stage: self,
             sources,
@@ -273,7 +275,6 @@ impl Stage {
                 includes,
             }),
             Err(failure) => {
-                self.included.borrow_mut().clear();
                 self.restore(saved);
                 Err(vec![*failure])
             }
@@ -488,7 +489,7 @@ fn build_engine(
 }
 
 /// `include(headers, functions, structs, typedefs)`: llama.lisp's spelling of `(include …)`
-/// (LANGUAGE.md §9), returning the declarations to splice; empty lists ask for nothing of
+/// (docs/language.md §9), returning the declarations to splice; empty lists ask for nothing of
 /// their kind unless all three are empty.
 fn register_include(
     engine: &mut Engine,
@@ -805,7 +806,7 @@ impl Expander<'_> {
                     let defined = self.stage.view.borrow().defined.clone();
                     let mut included = header::include(&request, &defined, &self.stage.interrupt)?;
                     out.append(&mut included.forms);
-                    self.take_include(included);
+                    self.take_include(included, true);
                 }
                 _ => match form.kind {
                     // `,@(f)` at the top of a cell splices definitions into it.
@@ -837,8 +838,18 @@ impl Expander<'_> {
         Some(if directory.as_os_str().is_empty() { std::path::PathBuf::from(".") } else { directory.to_path_buf() })
     }
 
+    /// Takes what the Rhai `include` built-in made while Rhai ran: its constants and warnings
+    /// always, its summary only when its forms were `spliced` into the cell (elsewhere Rhai just
+    /// got them as data).
+    fn take_pending_includes(&mut self, spliced: bool) {
+        let pending: Vec<Included> = std::mem::take(&mut *self.stage.included.borrow_mut());
+        for included in pending {
+            self.take_include(included, spliced);
+        }
+    }
+
     /// Makes an include's constants Rhai variables of the session and keeps its report.
-    fn take_include(&mut self, included: Included) {
+    fn take_include(&mut self, included: Included, declared: bool) {
         let Included { constants, warnings, names, summary, .. } = included;
         let scope = &mut self.stage.state.scope;
         for (name, value) in constants {
@@ -853,7 +864,9 @@ impl Expander<'_> {
             }
         }
         self.warnings.extend(warnings);
-        self.includes.push((summary, names));
+        if declared {
+            self.includes.push((summary, names));
+        }
     }
 
     fn string_argument<'f>(&self, form: &'f Sexp, name: &str) -> Result<(&'f [u8], Span), Failure> {
@@ -870,7 +883,9 @@ impl Expander<'_> {
         let (bytes, span) = self.string_argument(form, "rhai")?;
         let script = String::from_utf8_lossy(bytes).into_owned();
         // Rhai positions count in the string's text; its first byte follows the opening quote.
-        self.stage.run_script(&script, span.source, span.start as usize + 1, form.span)
+        self.stage.run_script(&script, span.source, span.start as usize + 1, form.span)?;
+        self.take_pending_includes(false);
+        Ok(())
     }
 
     fn rhai_file_form(&mut self, form: &Sexp) -> Result<(), Failure> {
@@ -881,7 +896,9 @@ impl Expander<'_> {
         })?;
         self.sources.push(SourceFile { name: path, text: text.clone() });
         let source = SourceId(self.sources.len() as u32 - 1);
-        self.stage.run_script(&text, source, 0, form.span)
+        self.stage.run_script(&text, source, 0, form.span)?;
+        self.take_pending_includes(false);
+        Ok(())
     }
 
     fn count(&mut self, form: &Sexp) {
@@ -921,6 +938,7 @@ impl Expander<'_> {
             }
             SexpKind::Unquote(inner) if level == 1 => {
                 let value = self.evaluate(&inner, span, depth)?;
+                self.take_pending_includes(false);
                 let expanded = to_sexp(&value, span)
                     .map_err(|message| macro_error(span, format!("{message} (from `{}`)", written(&inner, ","))))?;
                 self.record_site(span, &inner, ",", std::slice::from_ref(&expanded));
@@ -973,10 +991,7 @@ impl Expander<'_> {
 
     fn splice(&mut self, inner: &Sexp, span: Span, depth: usize) -> Result<Vec<Sexp>, Failure> {
         let value = self.evaluate(inner, span, depth)?;
-        let included: Vec<Included> = std::mem::take(&mut *self.stage.included.borrow_mut());
-        for included in included {
-            self.take_include(included);
-        }
+        self.take_pending_includes(true);
         if value.is_unit() {
             return Ok(Vec::new());
         }

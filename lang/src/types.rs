@@ -101,6 +101,14 @@ pub(crate) struct Signature {
     pub variadic: bool,
 }
 
+impl Signature {
+    /// Whether a parameter or the result is a struct or an array by value, which the C
+    /// convention passes differently from C-Lisp's own calls.
+    pub(crate) fn has_aggregates(&self) -> bool {
+        self.params.iter().chain([&self.ret]).any(|ty| matches!(ty, Ty::Struct(_) | Ty::Arr(..)))
+    }
+}
+
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("(")?;

@@ -284,7 +284,7 @@ impl BodyChecker<'_, '_> {
                 return None;
             }
             FunctionKind::Defined(_) => {
-                if signature.params.iter().chain([&signature.ret]).any(|ty| matches!(ty, Ty::Struct(_) | Ty::Arr(..))) {
+                if signature.has_aggregates() {
                     self.error(
                         type_error(
                             name_form.span,

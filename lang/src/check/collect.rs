@@ -597,7 +597,7 @@ impl CellChecker<'_> {
             }
             // Not a forward declaration (checked above): a C function, whose convention for
             // structs and arrays by value is not C-Lisp's.
-            if signature.params.iter().chain([&signature.ret]).any(|ty| matches!(ty, Ty::Struct(_) | Ty::Arr(..))) {
+            if signature.has_aggregates() {
                 self.error(
                     type_error(proto_form.span, "external functions cannot take or return structs or arrays by value")
                         .with_note("pass a pointer instead; a forward declaration of a C-Lisp function is fine when its definition follows in the same cell"),

@@ -15,7 +15,8 @@ use inkwell::{AddressSpace, IntPredicate};
 use super::sim::{SimLowering, SimTarget};
 
 use super::{
-    no_value, CodegenError, FunctionState, Lowering, Naming, Result, FAULT_GPU, LAUNCH_ARG_WORDS, RT_GPU, RT_GPU_LAUNCH,
+    no_value, CodegenError, FunctionState, Lowering, LoweringTarget, Naming, Result, FAULT_GPU, LAUNCH_ARG_WORDS,
+    RT_GPU, RT_GPU_LAUNCH,
 };
 use crate::reader::Span;
 use crate::tree::FunctionDef;
@@ -88,9 +89,6 @@ pub(crate) fn lower_device<'ctx>(
     struct_names: &HashMap<String, String>,
     module_name: &str,
 ) -> Result<DeviceModule<'ctx>> {
-    let module = context.create_module(module_name);
-    module.set_triple(triple);
-    module.set_data_layout(&target_data.get_data_layout());
     let empty = HashMap::new();
     let naming =
         Naming { global_symbols: &empty, struct_names, body_symbols: &empty, first_site: 0, thunks: &HashMap::new() };
@@ -104,17 +102,8 @@ pub(crate) fn lower_device<'ctx>(
         sim_globals: Default::default(),
         sim_shared: Default::default(),
     };
-    let mut lowering = Lowering {
-        context,
-        module,
-        builder: context.create_builder(),
-        naming: &naming,
-        target_data,
-        fault_sites: Vec::new(),
-        inline_bodies: &no_inline_bodies,
-        inline_copies: HashMap::new(),
-        device: Some(device),
-    };
+    let target = LoweringTarget { context, target_data, triple, module_name };
+    let mut lowering = Lowering::new(target, &naming, &no_inline_bodies, Some(device));
     let root = unit.members.first().ok_or_else(|| CodegenError::Other("device code without a kernel".into()))?;
     let mut functions = HashMap::new();
     if unit.sim.is_some() {

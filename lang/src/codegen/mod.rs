@@ -214,20 +214,8 @@ pub(crate) fn lower<'ctx>(
     naming: &Naming<'_>,
     top_level: TopLevel,
 ) -> Result<CellModule<'ctx>> {
-    let module = context.create_module(module_name);
-    module.set_triple(triple);
-    module.set_data_layout(&target_data.get_data_layout());
-    let mut lowering = Lowering {
-        context,
-        module,
-        builder: context.create_builder(),
-        naming,
-        target_data,
-        fault_sites: Vec::new(),
-        inline_bodies: &cell.inline_bodies,
-        inline_copies: HashMap::new(),
-        device: None,
-    };
+    let target = LoweringTarget { context, target_data, triple, module_name };
+    let mut lowering = Lowering::new(target, naming, &cell.inline_bodies, None);
     lowering.define_struct_bodies(cell)?;
     let mut to_emit: Vec<(&FunctionDef, FunctionValue<'ctx>)> = Vec::new();
     for function in cell.functions.iter().chain(&cell.recompiled) {
@@ -314,6 +302,40 @@ struct Lowering<'ctx, 'n> {
     inline_copies: HashMap<String, FunctionValue<'ctx>>,
     /// Set when lowering device code for NVPTX.
     device: Option<DeviceState<'ctx, 'n>>,
+}
+
+/// Where a `Lowering` emits: a new module for the target, and what its code may refer to.
+struct LoweringTarget<'ctx, 'n> {
+    context: &'ctx Context,
+    target_data: &'n TargetData,
+    triple: &'n inkwell::targets::TargetTriple,
+    module_name: &'n str,
+}
+
+impl<'ctx, 'n> Lowering<'ctx, 'n> {
+    /// A lowering into a new, empty module for the target.
+    fn new(
+        target: LoweringTarget<'ctx, 'n>,
+        naming: &'n Naming<'n>,
+        inline_bodies: &'n HashMap<String, Rc<FunctionDef>>,
+        device: Option<DeviceState<'ctx, 'n>>,
+    ) -> Lowering<'ctx, 'n> {
+        let LoweringTarget { context, target_data, triple, module_name } = target;
+        let module = context.create_module(module_name);
+        module.set_triple(triple);
+        module.set_data_layout(&target_data.get_data_layout());
+        Lowering {
+            context,
+            module,
+            builder: context.create_builder(),
+            naming,
+            target_data,
+            fault_sites: Vec::new(),
+            inline_bodies,
+            inline_copies: HashMap::new(),
+            device,
+        }
+    }
 }
 
 /// Per-function state while emitting a body.

@@ -20,7 +20,7 @@ use inkwell::targets::{TargetData, TargetTriple};
 use inkwell::values::BasicMetadataValueEnum;
 use inkwell::AddressSpace;
 
-use super::{CodegenError, Lowering, Naming, Result, RT_ITEM_DONE};
+use super::{CodegenError, Lowering, LoweringTarget, Naming, Result, RT_ITEM_DONE};
 use crate::types::{Signature, Ty};
 
 /// Words of a signature's argument block: the slot's address, then a pointer and a constant
@@ -52,25 +52,13 @@ pub(crate) fn lower_trampoline<'ctx>(
     if !ok {
         return Err(CodegenError::Other(format!("no trampoline calls a function of type {signature}")));
     }
-    let module = context.create_module(symbol);
-    module.set_triple(triple);
-    module.set_data_layout(&target_data.get_data_layout());
     let empty = HashMap::new();
     let thunks = HashMap::new();
     let inline_bodies = HashMap::new();
     let naming =
         Naming { global_symbols: &empty, struct_names: &empty, body_symbols: &empty, first_site: 0, thunks: &thunks };
-    let lowering = Lowering {
-        context,
-        module,
-        builder: context.create_builder(),
-        naming: &naming,
-        target_data,
-        fault_sites: Vec::new(),
-        inline_bodies: &inline_bodies,
-        inline_copies: HashMap::new(),
-        device: None,
-    };
+    let target = LoweringTarget { context, target_data, triple, module_name: symbol };
+    let lowering = Lowering::new(target, &naming, &inline_bodies, None);
     lowering.emit_trampoline(symbol, signature, block)?;
     lowering.module.verify().map_err(|message| CodegenError::Verify(message.to_string()))?;
     Ok(lowering.module)

@@ -1,5 +1,5 @@
 //! Header: `(include "stdio.h" …)` — C headers parsed by libclang (`parse`) become C-Lisp
-//! declarations, `define-struct`s and Rhai constants (LANGUAGE.md §9), as if written in the cell.
+//! declarations, `define-struct`s and Rhai constants (docs/language.md §9), as if written in the cell.
 //!
 //! Types map as §9 says: 8/16/32/64-bit integers → `int8 int16 int int64` (unsigned too, with a
 //! note), `_Bool` → `bool`, `float`, `double`, `T *` → `(ptr T)`, `void *` and function pointers →
@@ -166,13 +166,12 @@ pub(crate) fn include(
         return Err(ffi_error(request.span, format!("`{header}` is not a regular file")));
     }
     // QUASI_INCLUDE_PATH's directories are searched after the form's own `-I` flags.
-    let mut request = request.clone();
     let include_path = std::env::var("QUASI_INCLUDE_PATH").unwrap_or_default();
     let directories = include_path.split(':').filter(|directory| !directory.is_empty());
-    request.flags.extend(directories.map(|directory| format!("-I{directory}")));
-    let request = &request;
+    let flags: Vec<String> =
+        request.flags.iter().cloned().chain(directories.map(|directory| format!("-I{directory}"))).collect();
     let header =
-        parse::parse(&request.headers, &request.flags, interrupt).map_err(|error| parse_failure(request, error))?;
+        parse::parse(&request.headers, &flags, interrupt).map_err(|error| parse_failure(request, &flags, error))?;
     let mut translator = Translator::new(&header, request);
     translator.run(defined)?;
     let summary = translator.summary();
@@ -180,7 +179,8 @@ pub(crate) fn include(
     Ok(Included { forms, constants, warnings, names, summary })
 }
 
-fn parse_failure(request: &Request, error: ParseError) -> Failure {
+/// The diagnostic of a failed parse; `flags` are those the parse was given.
+fn parse_failure(request: &Request, flags: &[String], error: ParseError) -> Failure {
     match error {
         ParseError::Unavailable(message) => Box::new(
             Diagnostic::error(Kind::Ffi, format!("libclang could not be loaded: {message}"))
@@ -189,7 +189,7 @@ fn parse_failure(request: &Request, error: ParseError) -> Failure {
         ),
         ParseError::NotFound { header } => {
             let mut searched = vec!["the current directory".to_string()];
-            searched.extend(request.flags.iter().filter_map(|flag| flag.strip_prefix("-I")).map(str::to_string));
+            searched.extend(flags.iter().filter_map(|flag| flag.strip_prefix("-I")).map(str::to_string));
             searched.extend(system_include_directories());
             Box::new(
                 Diagnostic::error(Kind::Ffi, format!("header `{header}` not found"))

@@ -276,21 +276,32 @@ impl Worker<'_> {
         Ok(reader.header)
     }
 
+    /// `text` parsed as the file `main`, with the preprocessing record (macros, inclusions) when
+    /// `record` asks for it.
+    fn unit<'i>(
+        &'i self,
+        main: &std::path::Path,
+        text: &str,
+        arguments: &[String],
+        record: bool,
+    ) -> Result<TranslationUnit<'i>, ParseError> {
+        self.index
+            .parser(main)
+            .arguments(arguments)
+            .detailed_preprocessing_record(record)
+            .skip_function_bodies(true)
+            .unsaved(&[Unsaved::new(main, text)])
+            .parse()
+            .map_err(|error| ParseError::Errors(vec![(format!("libclang could not parse: {error}"), None)]))
+    }
+
     fn translation_unit<'i>(
         &'i self,
         main: &std::path::Path,
         text: &str,
         arguments: &[String],
     ) -> Result<TranslationUnit<'i>, ParseError> {
-        let unit = self
-            .index
-            .parser(main)
-            .arguments(arguments)
-            .detailed_preprocessing_record(true)
-            .skip_function_bodies(true)
-            .unsaved(&[Unsaved::new(main, text)])
-            .parse()
-            .map_err(|error| ParseError::Errors(vec![(format!("libclang could not parse: {error}"), None)]))?;
+        let unit = self.unit(main, text, arguments, true)?;
         let mut errors = Vec::new();
         for diagnostic in unit.get_diagnostics() {
             if diagnostic.get_severity() < Severity::Error {
@@ -330,14 +341,7 @@ impl Worker<'_> {
         for (index, name) in macros.iter().enumerate() {
             text.push_str(&format!("\n__auto_type quasi_macro_{index} = ({name});"));
         }
-        let unit = self
-            .index
-            .parser(main)
-            .arguments(arguments)
-            .skip_function_bodies(true)
-            .unsaved(&[Unsaved::new(main, &text)])
-            .parse()
-            .map_err(|error| ParseError::Errors(vec![(format!("libclang could not parse: {error}"), None)]))?;
+        let unit = self.unit(main, &text, arguments, false)?;
         for entity in unit.get_entity().get_children() {
             if entity.get_kind() != EntityKind::VarDecl {
                 continue;
