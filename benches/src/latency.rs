@@ -18,10 +18,15 @@ const COMPILED_CALL_ROW: &str = "(call sq (add 3 4)), compiled";
 /// The goal for call cells (issue 15): at most this p50, in process.
 const CALL_CELL_GOAL: Duration = Duration::from_micros(50);
 
+/// The `:opt` column of the session's default: tiered compilation (cells at opt 1, functions
+/// promoted to opt 3 in the background).
+const TIERED: &str = "tiered";
+
 /// One measured row: a kind of cell at one level.
 struct Row {
     cell: &'static str,
-    level: u8,
+    /// `tiered`, or the pinned level.
+    level: String,
     wall: Samples,
     /// Every phase of `Phase::ALL`, in that order.
     phases: Vec<Samples>,
@@ -38,17 +43,27 @@ enum Expect {
 }
 
 pub fn run(options: &Options) -> Result<()> {
-    let default_level = SessionConfig::default().opt_level;
     println!("== Cell latency: wall time of Session::eval (read -> check -> codegen -> optimise -> link -> run) ==");
     println!(
-        "{} timed iterations per row after {} warm-up iterations; one fresh session per level, set with `:opt N`;\n\
+        "{} timed iterations per row after {} warm-up iterations; one fresh session per setting: the default\n\
+         (`tiered`: opt {}, every function promoted to opt 3 by a background thread, which stays busy while the\n\
+         rows define a function per cell) and each level pinned with `:opt N` (no background work);\n\
          sessions capture program output as the REPL does (SessionConfig {{ capture_output: true }}).\n",
-        options.iterations, options.warmup
+        options.iterations,
+        options.warmup,
+        SessionConfig::default().opt_level
     );
     let mut rows = Vec::new();
-    for level in 0..=3u8 {
+    for setting in [None, Some(0u8), Some(1), Some(2), Some(3)] {
         let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
-        expect(&session.eval(&format!(":opt {level}")), &Expect::Success, ":opt")?;
+        let level = match setting {
+            Some(level) => {
+                expect(&session.eval(&format!(":opt {level}")), &Expect::Success, ":opt")?;
+                level.to_string()
+            }
+            None => TIERED.to_string(),
+        };
+        let level = level.as_str();
         // A fresh name each iteration: a new slot, a new symbol, a new definition line.
         let mut counter = 0u32;
         rows.push(measure(
@@ -88,9 +103,8 @@ pub fn run(options: &Options) -> Result<()> {
         rows.push(measure(&mut session, options, COMPILED_CALL_ROW, level, Expect::Value("49"), || {
             "(call sq (add 3 4))".to_string()
         })?);
-        if level == default_level {
+        if setting.is_none() {
             let mut quiet = Session::new(SessionConfig { capture_output: false, ..SessionConfig::default() })?;
-            expect(&quiet.eval(&format!(":opt {level}")), &Expect::Success, ":opt")?;
             expect(&quiet.eval("(define ((sq int) (x int)) (ret (mul x x)))"), &Expect::Defined, "sq")?;
             rows.push(measure(
                 &mut quiet,
@@ -111,15 +125,91 @@ pub fn run(options: &Options) -> Result<()> {
                     "filler",
                 )?;
             }
-            expect(&full.eval(&format!(":opt {level}")), &Expect::Success, ":opt")?;
+            expect(&full.eval(":opt tiered"), &Expect::Success, ":opt")?;
             expect(&full.eval("(define ((sq int) (x int)) (ret (mul x x)))"), &Expect::Defined, "sq")?;
             rows.push(measure(&mut full, options, LARGE_SESSION_ROW, level, Expect::Value("49"), || {
                 "(call sq 7)".to_string()
             })?);
         }
     }
-    print_latency(&rows, default_level);
+    print_latency(&rows);
     print_phases(&rows);
+    time_to_promotion(options)?;
+    Ok(())
+}
+
+/// A matrix product, with `int` indices, defined in a session at the default (tiered) setting and
+/// run again and again: how long each run takes before and after its promotion, and when the
+/// promotion came.
+const MATMUL: &str = "(define ((mm void) (n int) (a (ptr double)) (b (ptr double)) (c (ptr double)))
+  (declare i int) (declare j int) (declare k int)
+  (for ((set i 0) (lt i n) (set i (add i 1)))
+    (for ((set j 0) (lt j n) (set j (add j 1)))
+      (store (ptradd c (add (mul i n) j)) (double 0.0)))
+    (for ((set k 0) (lt k n) (set k (add k 1)))
+      (declare aik double)
+      (set aik (load (ptradd a (add (mul i n) k))))
+      (for ((set j 0) (lt j n) (set j (add j 1)))
+        (store (ptradd c (add (mul i n) j))
+               (fadd (load (ptradd c (add (mul i n) j))) (fmul aik (load (ptradd b (add (mul k n) j))))))))))";
+
+fn time_to_promotion(options: &Options) -> Result<()> {
+    const N: usize = 256;
+    println!("== Tiered compilation: a 256x256 double matrix product defined at the default setting ==");
+    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
+    for global in ["a", "b", "c"] {
+        let cell =
+            format!("(define-global (mm-{global} (ptr double)) (bitcast (alloc double {}) (ptr double)))", N * N);
+        expect(&session.eval(&cell), &Expect::Defined, &cell)?;
+    }
+    let fill = "(define ((mm-fill void) (n int)) (declare i int)
+      (for ((set i 0) (lt i (mul n n)) (set i (add i 1)))
+        (store (ptradd mm-a i) (sitofp (rem i 7) double)) (store (ptradd mm-b i) (sitofp (rem i 5) double))))";
+    expect(&session.eval(fill), &Expect::Defined, fill)?;
+    expect(&session.eval(&format!("(call mm-fill {N})")), &Expect::Success, "mm-fill")?;
+    expect(&session.eval(":tier wait"), &Expect::Success, ":tier wait")?;
+    let defined = Instant::now();
+    let outcome = session.eval(MATMUL);
+    let define_time = defined.elapsed();
+    expect(&outcome, &Expect::Defined, "mm")?;
+    let call = format!("(call mm {N} mm-a mm-b mm-c)");
+    let mut quick = Vec::new();
+    let mut promoted = Vec::new();
+    let mut promoted_after = None;
+    let mut background = Duration::ZERO;
+    while promoted.len() < options.iterations.clamp(5, 50) {
+        let start = Instant::now();
+        let outcome = session.eval(&call);
+        let run = outcome.timing.get(Phase::Run);
+        expect(&outcome, &Expect::Success, &call)?;
+        if let Some(promotion) = outcome.timing.promotions.iter().find(|promotion| promotion.function == "mm") {
+            promoted_after = Some(start.duration_since(defined));
+            background = promotion.compile;
+        }
+        match promoted_after {
+            Some(_) => promoted.push(run),
+            None => quick.push(run),
+        }
+        if defined.elapsed() > Duration::from_secs(60) {
+            bail!("`mm` was not promoted within a minute");
+        }
+    }
+    let promoted_after = promoted_after.unwrap_or_default();
+    let (quick, promoted) = (Samples::new(quick), Samples::new(promoted));
+    let mut table = new_table(&["what", "ms"], &[1]);
+    table.add_row(vec!["the defining cell (opt 1, answers at once)".to_string(), ms(define_time)]);
+    table.add_row(vec!["background compile at opt 3".to_string(), ms(background)]);
+    table.add_row(vec!["definition until the first run of the opt 3 code".to_string(), ms(promoted_after)]);
+    table.add_row(vec![format!("one product before promotion (opt 1), median of {}", quick.len()), ms(quick.median())]);
+    table.add_row(vec![
+        format!("one product after promotion (opt 3), median of {}", promoted.len()),
+        ms(promoted.median()),
+    ]);
+    println!("{table}");
+    println!(
+        "runs of `{call}`, one cell each, back to back from the definition: the opt 3 code answers {:.1}x faster\n",
+        quick.median().as_secs_f64() / promoted.median().as_secs_f64().max(1e-12)
+    );
     Ok(())
 }
 
@@ -127,7 +217,7 @@ fn measure(
     session: &mut Session,
     options: &Options,
     cell: &'static str,
-    level: u8,
+    level: &str,
     expected: Expect,
     mut next: impl FnMut() -> String,
 ) -> Result<Row> {
@@ -150,7 +240,7 @@ fn measure(
     }
     Ok(Row {
         cell,
-        level,
+        level: level.to_string(),
         wall: Samples::new(wall),
         phases: phases.into_iter().map(Samples::new).collect(),
         other: Samples::new(other),
@@ -175,12 +265,12 @@ fn expect(outcome: &Outcome, expected: &Expect, text: &str) -> Result<()> {
     Ok(())
 }
 
-fn print_latency(rows: &[Row], default_level: u8) {
+fn print_latency(rows: &[Row]) {
     let mut table = new_table(&["cell", ":opt", "p50 ms", "p95 ms", "best ms", "n"], &[1, 2, 3, 4, 5]);
     for row in rows {
         table.add_row(vec![
             row.cell.to_string(),
-            row.level.to_string(),
+            row.level.clone(),
             ms(row.wall.median()),
             ms(row.wall.percentile(95.0)),
             ms(row.wall.best()),
@@ -191,17 +281,17 @@ fn print_latency(rows: &[Row], default_level: u8) {
     let goal = Duration::from_millis(1);
     for row in rows
         .iter()
-        .filter(|row| row.level == default_level && !row.cell.contains("not captured") && row.cell != LARGE_SESSION_ROW)
+        .filter(|row| row.level == TIERED && !row.cell.contains("not captured") && row.cell != LARGE_SESSION_ROW)
     {
         let verdict = if row.wall.median() <= goal { "meets" } else { "misses" };
         println!(
-            "goal p50 <= 1 ms at the default level (:opt {default_level}): {verdict} for {} ({} ms)",
+            "goal p50 <= 1 ms at the default setting (tiered): {verdict} for {} ({} ms)",
             row.cell,
             ms(row.wall.median())
         );
     }
-    let call_cell = rows.iter().find(|row| row.level == default_level && row.cell == CALL_CELL_ROW);
-    let compiled = rows.iter().find(|row| row.level == default_level && row.cell == COMPILED_CALL_ROW);
+    let call_cell = rows.iter().find(|row| row.level == TIERED && row.cell == CALL_CELL_ROW);
+    let compiled = rows.iter().find(|row| row.level == TIERED && row.cell == COMPILED_CALL_ROW);
     if let (Some(call_cell), Some(compiled)) = (call_cell, compiled) {
         let verdict = if call_cell.wall.median() <= CALL_CELL_GOAL { "meets" } else { "misses" };
         println!(
@@ -226,7 +316,7 @@ fn print_phases(rows: &[Row]) {
     let right: Vec<usize> = (1..header.len()).collect();
     let mut table = new_table(&header, &right);
     for row in rows {
-        let mut cells = vec![row.cell.to_string(), row.level.to_string()];
+        let mut cells = vec![row.cell.to_string(), row.level.clone()];
         cells.extend(shown.iter().map(|index| ms(row.phases[*index].median())));
         cells.push(ms(row.other.median()));
         cells.push(ms(row.wall.median()));

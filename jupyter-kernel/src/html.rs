@@ -168,6 +168,14 @@ pub fn timing(timing: &quasi_lang::PhaseTimes) -> String {
         })
         .collect();
     rows.push(vec!["total".into(), quasi_repl::format_duration(timing.total()), "100%".into()]);
+    // Tiered compilation's swaps since the last cell: background work, not in the total.
+    for promotion in &timing.promotions {
+        rows.push(vec![
+            quasi_repl::promotion_label(promotion),
+            quasi_repl::format_duration(promotion.compile),
+            "-".into(),
+        ]);
+    }
     table(&["phase".into(), "time".into(), "share".into()], &rows)
 }
 

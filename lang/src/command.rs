@@ -14,9 +14,9 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":reset", "start a fresh session: definitions, globals and memory are dropped"),
     (":load FILE", "evaluate a file as one cell; a .rhai file runs as Rhai"),
     (":save FILE", "write the session so far as a transcript that `quasi test` checks"),
-    (":opt [N]", "show or set the optimisation level for later cells (0-3)"),
+    (":opt [N|tiered]", "show or pin the optimisation level of later cells (0-3), or go back to tiered"),
     (":defs", "list the session's definitions"),
-    (":tier", "the optimisation level each function was compiled at"),
+    (":tier [wait]", "each function's optimisation level; wait: until background promotions are done"),
     (":expand [1] [TEXT]", "show the expansion of TEXT (default: the last cell); 1: one level"),
     (":limits [NAME N]", "show or set the staging limits"),
     (":stages [NAME]", "every stage of NAME (default: the last cell): source to assembly"),
@@ -47,6 +47,17 @@ pub(crate) fn help() -> String {
     text.trim_end().to_string()
 }
 
+/// What `:opt` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OptSetting {
+    /// Show the level and whether it is pinned.
+    Show,
+    /// Pin later cells to a level: no background promotion.
+    Pin(u8),
+    /// Compile later cells at the default level and promote them in the background.
+    Tiered,
+}
+
 /// What `:time` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TimeSetting {
@@ -67,11 +78,14 @@ pub(crate) enum Command<'a> {
     Load(&'a str),
     /// `:save FILE`: the front end writes the session so far as a transcript.
     Save(&'a str),
-    /// `:opt` shows the level; `:opt N` sets it.
-    Opt(Option<u8>),
+    /// `:opt` shows the level; `:opt N` pins it; `:opt tiered` goes back to tiered compilation.
+    Opt(OptSetting),
     Defs,
-    /// `:tier`: each function's optimisation level.
-    Tier,
+    /// `:tier`: each function's optimisation level; `:tier wait` first waits for the background
+    /// compiler.
+    Tier {
+        wait: bool,
+    },
     /// `:expand [1] [TEXT]`: the subject (default: the last cell) and whether one level only.
     Expand {
         text: Option<&'a str>,
@@ -108,13 +122,16 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
         ":help" | ":h" | ":?" => Command::Help,
         ":quit" | ":q" | ":exit" => Command::Quit,
         ":reset" => Command::Reset,
-        ":opt" if argument.is_empty() => Command::Opt(None),
+        ":opt" if argument.is_empty() => Command::Opt(OptSetting::Show),
+        ":opt" if argument == "tiered" => Command::Opt(OptSetting::Tiered),
         ":opt" => match argument.parse::<u8>() {
-            Ok(level @ 0..=3) => Command::Opt(Some(level)),
-            _ => return Err(syntax(format!("`:opt` takes a level from 0 to 3, found `{argument}`"))),
+            Ok(level @ 0..=3) => Command::Opt(OptSetting::Pin(level)),
+            _ => return Err(syntax(format!("`:opt` takes a level from 0 to 3 or `tiered`, found `{argument}`"))),
         },
         ":defs" => Command::Defs,
-        ":tier" => Command::Tier,
+        ":tier" if argument.is_empty() => Command::Tier { wait: false },
+        ":tier" if argument == "wait" => Command::Tier { wait: true },
+        ":tier" => return Err(syntax(format!("`:tier` takes nothing or `wait`, found `{argument}`"))),
         ":load" if argument.is_empty() => return Err(syntax("`:load` needs a file name".into())),
         ":load" => Command::Load(argument),
         ":save" if argument.is_empty() => {
@@ -176,9 +193,13 @@ mod tests {
 
     #[test]
     fn reads_every_form_of_a_command() {
-        assert_eq!(parse(":opt").ok(), Some(Command::Opt(None)));
-        assert_eq!(parse(":opt 3").ok(), Some(Command::Opt(Some(3))));
-        assert_eq!(parse(":tier").ok(), Some(Command::Tier));
+        assert_eq!(parse(":opt").ok(), Some(Command::Opt(OptSetting::Show)));
+        assert_eq!(parse(":opt 3").ok(), Some(Command::Opt(OptSetting::Pin(3))));
+        assert_eq!(parse(":opt tiered").ok(), Some(Command::Opt(OptSetting::Tiered)));
+        assert!(parse(":opt fast").is_err());
+        assert_eq!(parse(":tier").ok(), Some(Command::Tier { wait: false }));
+        assert_eq!(parse(":tier wait").ok(), Some(Command::Tier { wait: true }));
+        assert!(parse(":tier now").is_err());
         assert_eq!(parse(":expand 1 (f)").ok(), Some(Command::Expand { text: Some("(f)"), single_level: true }));
         assert_eq!(parse(":expand 1").ok(), Some(Command::Expand { text: None, single_level: true }));
         assert_eq!(parse(":expand (f 1)").ok(), Some(Command::Expand { text: Some("(f 1)"), single_level: false }));

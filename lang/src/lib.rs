@@ -25,6 +25,7 @@ mod reader;
 mod run;
 mod session;
 mod source;
+mod tier;
 mod timing;
 mod tree;
 mod types;
@@ -46,7 +47,7 @@ pub use source::{SourceFile, SourceId, Span};
 /// over a cell's forms, and Rhai recurses over nested values (an array nested 10,000 deep in a
 /// debug build overflows 8 MiB). Only the pages used are resident.
 pub const SESSION_STACK: usize = 256 << 20;
-pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Throughput, VariantReport};
+pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Promotion, Throughput, VariantReport};
 
 /// Everything one cell produced, in order. Plain data: nothing here renders itself.
 #[derive(Clone, Debug, Default)]

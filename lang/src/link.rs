@@ -135,6 +135,10 @@ struct LiveCell {
     starts: Vec<usize>,
     /// It defines `fn-ptr` thunks, which C may call at any time: it is never removed.
     pinned: bool,
+    /// A background promotion's code holds the cell its quick bodies are in (and whose fault
+    /// sites its code reports) for as long as it lives: a function goes back to its quick body
+    /// if a callee inlined into it is redefined.
+    holds: Option<u64>,
 }
 
 /// The session's linked program: the JIT and every cell's code, slots, global storage, and the
@@ -437,7 +441,7 @@ impl Program {
         let starts = entries.iter().chain(bodies.iter().map(|(_, address)| address)).copied().collect();
         let pinned = !new_thunks.is_empty();
         self.thunks.extend(new_thunks);
-        self.cells.insert(self.cell_counter, LiveCell { code, slots: 0, sites, starts, pinned });
+        self.cells.insert(self.cell_counter, LiveCell { code, slots: 0, sites, starts, pinned, holds: None });
         self.running.push(self.cell_counter);
         self.fault_sites.extend(fault_sites);
         // Struct LLVM names: the next module looks them up by these.
@@ -486,12 +490,84 @@ impl Program {
             }
             None => self.slot_owners.remove(name),
         };
-        let Some(previous) = previous else { return };
-        let Some(cell) = self.cells.get_mut(&previous) else { return };
-        cell.slots -= 1;
-        if cell.slots == 0 && !cell.pinned && !self.running.contains(&previous) {
-            self.remove_cell(previous);
+        if let Some(previous) = previous {
+            self.release(previous);
         }
+    }
+
+    /// Drops one reference (a slot, or a promotion holding it) to a cell's code, removing the
+    /// code if nothing else can reach it now.
+    fn release(&mut self, id: u64) {
+        let Some(cell) = self.cells.get_mut(&id) else { return };
+        cell.slots -= 1;
+        if cell.slots == 0 && !cell.pinned && !self.running.contains(&id) {
+            self.remove_cell(id);
+        }
+    }
+
+    /// Points a function's slot at `address` in the live cell `owner` (a background
+    /// promotion's code, or the quick body it replaced).
+    pub(crate) fn point_slot_into(&mut self, name: &str, address: usize, owner: u64) {
+        self.point_slot(name, address, Some(owner));
+    }
+
+    /// Links the object of a background promotion of bodies whose quick versions are in the
+    /// live cell `base`, which it holds while it lives. `bodies` are (function name, symbol);
+    /// returns the code's id and the bodies' addresses. No slot points into it yet.
+    pub(crate) fn link_promoted(
+        &mut self,
+        object: &[u8],
+        name: &str,
+        bodies: &[(String, String)],
+        base: u64,
+    ) -> Result<(u64, Vec<usize>), Diagnostic> {
+        if !self.cells.contains_key(&base) {
+            return Err(Diagnostic::internal("the quick code of a promotion is gone"));
+        }
+        let symbols: Vec<String> = bodies.iter().map(|(_, symbol)| symbol.clone()).collect();
+        let (code, addresses) =
+            self.jit.link(object, name, &symbols).map_err(|error| Diagnostic::internal(error.to_string()))?;
+        self.cell_counter += 1;
+        let sites = self.fault_sites.len()..self.fault_sites.len();
+        for ((function, _), address) in bodies.iter().zip(&addresses) {
+            self.code_starts.insert(*address, function.clone());
+        }
+        let cell = LiveCell { code, slots: 0, sites, starts: addresses.clone(), pinned: false, holds: Some(base) };
+        self.cells.insert(self.cell_counter, cell);
+        if let Some(held) = self.cells.get_mut(&base) {
+            held.slots += 1;
+        }
+        Ok((self.cell_counter, addresses))
+    }
+
+    /// The id of the cell committed or promoted last.
+    pub(crate) fn last_cell(&self) -> u64 {
+        self.cell_counter
+    }
+
+    /// Whether a cell's code is still linked.
+    pub(crate) fn is_live(&self, id: u64) -> bool {
+        self.cells.contains_key(&id)
+    }
+
+    /// The cell a function's slot points into.
+    pub(crate) fn slot_owner(&self, name: &str) -> Option<u64> {
+        self.slot_owners.get(name).copied()
+    }
+
+    /// The address a function's slot holds.
+    pub(crate) fn slot_value(&self, name: &str) -> Option<usize> {
+        self.slots.get(name).map(|slot| slot.load(Ordering::SeqCst))
+    }
+
+    /// The symbol of a function's newest committed body.
+    pub(crate) fn body_symbol(&self, name: &str) -> Option<&str> {
+        self.body_symbols.get(name).map(String::as_str)
+    }
+
+    /// A symbol no linked code uses, made from `name`.
+    pub(crate) fn fresh_symbol(&mut self, name: &str) -> String {
+        self.fresh_body_symbol(name)
     }
 
     /// Removes the code of the cells committed since the last call that no slot points into:
@@ -515,6 +591,9 @@ impl Program {
             self.code_starts.remove(start);
         }
         cell.code.remove();
+        if let Some(held) = cell.holds {
+            self.release(held);
+        }
     }
 
     /// Writes a global's initial value into its storage.

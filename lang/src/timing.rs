@@ -47,6 +47,23 @@ pub struct PhaseTimes {
     pub phases: Vec<(Phase, Duration)>,
     /// GPU rows (§7.5): PTX built, modules loaded, transfers and kernels, in order.
     pub device: Vec<DeviceTiming>,
+    /// Functions whose code the background compiler replaced before the cell ran (tiered
+    /// compilation): not part of the cell's time.
+    pub promotions: Vec<Promotion>,
+}
+
+/// A function promoted by tiered compilation: its code recompiled at a higher level in the
+/// background and swapped in at a cell boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Promotion {
+    /// The function.
+    pub function: String,
+    /// The level its code now has.
+    pub level: u8,
+    /// The background compiler's time for it (and the other functions of its cell).
+    pub compile: Duration,
+    /// From its definition to the swap.
+    pub since_definition: Duration,
 }
 
 /// One GPU row of a cell's timing table.

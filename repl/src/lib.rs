@@ -291,7 +291,29 @@ fn render_timing(timing: &PhaseTimes, masking: Masking) -> String {
         last.push(String::new());
     }
     table.add_row(last);
+    // Tiered compilation's swaps since the last cell: background work, not in the total. Which
+    // cell's boundary a swap falls on depends on timing, so transcripts leave them out.
+    if masking != Masking::Addresses {
+        for promotion in &timing.promotions {
+            let mut row = vec![promotion_label(promotion), format_duration(promotion.compile), "-".to_string()];
+            if detailed {
+                row.push(String::new());
+            }
+            table.add_row(row);
+        }
+    }
     format!("{table}\n")
+}
+
+/// A timing row's label for a function tiered compilation promoted; the row's time is the
+/// background compile's.
+pub fn promotion_label(promotion: &quasi_lang::Promotion) -> String {
+    format!(
+        "promoted {} (opt {} in the background, {} after its definition)",
+        promotion.function,
+        promotion.level,
+        format_duration(promotion.since_definition)
+    )
 }
 
 /// A byte count in decimal units, as bandwidths are quoted.

@@ -256,12 +256,14 @@ pub fn strip_ansi(text: &str) -> String {
 }
 
 /// A cell's text without what legitimately changes between runs: colour, addresses, durations
-/// and shares of time, the column widths of tables that hold them, and `:ptx`'s ptxas line
-/// (it depends on whether and which ptxas is installed).
+/// and shares of time, the column widths of tables that hold them, `:ptx`'s ptxas line (it
+/// depends on whether and which ptxas is installed), and timing rows of functions promoted by
+/// tiered compilation (which cell's boundary a background compile ends at depends on timing).
 pub fn comparable(text: &str) -> String {
-    static VOLATILE: LazyLock<[(Regex, &str); 7]> = LazyLock::new(|| {
+    static VOLATILE: LazyLock<[(Regex, &str); 8]> = LazyLock::new(|| {
         let pattern = |text: &str| Regex::new(text).expect("a valid pattern");
         [
+            (pattern(r"(?m)^\W*promoted \S+ \(opt \d in the background.*\n"), ""),
             (pattern(r"(?m)^ptxas[ :].*$"), "ptxas <resources>"),
             (pattern(r"0x[0-9a-f]+"), "0x<address>"),
             (pattern(r"\b\d+(\.\d+)?\s?(ns|µs|us|ms|s)\b"), "<duration>"),
@@ -291,6 +293,8 @@ mod tests {
         let found = "}\nptxas sm_90: 8 registers, 0 bytes spill stores, 0 bytes spill loads, 0 bytes smem; occupancy …";
         assert_eq!(comparable(found), comparable("}\nptxas: not found, so no register count (…)"));
         assert_ne!(comparable(found), comparable("}\n"));
+        let promoted = "│ total ┆ 1 ms ┆ 100% │\n│ promoted sq (opt 3 in the background, 9 ms after its definition) ┆ 3 ms ┆ - │\n└─┘\n";
+        assert_eq!(comparable(promoted), comparable("│ total ┆ 2 ms ┆ 100% │\n└─┘\n"));
     }
 
     #[test]

@@ -133,3 +133,27 @@ fn a_fault_renders_last_when_output_streamed_before_it() {
     assert_eq!(shown.rendered, shown.text.len());
     assert!(shown.text.find("after the fault") < shown.text.find("a fault"), "{:?}", shown.text);
 }
+
+/// A timing table lists the functions promoted in the background since the last cell, with
+/// the background compile's time, outside the total; transcripts leave those rows out (which
+/// cell a promotion lands before depends on timing).
+#[test]
+fn timing_tables_list_promotions_except_in_transcripts() {
+    use std::time::Duration;
+    let mut timing = quasi_lang::PhaseTimes::default();
+    timing.phases.push((quasi_lang::Phase::Run, Duration::from_micros(40)));
+    timing.promotions.push(quasi_lang::Promotion {
+        function: "matmul".into(),
+        level: 3,
+        compile: Duration::from_millis(12),
+        since_definition: Duration::from_millis(15),
+    });
+    let outcome = Outcome { items: vec![Item::Timing(timing)], ..Outcome::default() };
+    let shown = quasi_repl::render_masked(&outcome, Style::Plain, Masking::None);
+    let row = shown.lines().find(|line| line.contains("promoted matmul")).expect("a promotion row");
+    assert!(row.contains("opt 3 in the background, 15.000 ms after its definition"), "{row}");
+    assert!(row.contains("12.000 ms"), "{row}");
+    assert!(shown.lines().any(|line| line.contains("total") && line.contains("40.000 µs")), "{shown}");
+    let transcript = quasi_repl::render_masked(&outcome, Style::Plain, Masking::Addresses);
+    assert!(!transcript.contains("promoted"), "{transcript}");
+}

@@ -32,6 +32,9 @@ THROUGHPUT = re.compile(r"\b\d+(\.\d+)?\s?[KMGT]?(B|FLOP)/s\b")
 # A table's rules and padding grow with its widest cell (a timing table's, with its times).
 RULE = re.compile(r"([─━═=\-+┼┬┴├┤])[─━═=\-+┼┬┴├┤]{2,}")
 SPACES = re.compile(r"[ \t]+")
+# Timing rows of functions promoted by tiered compilation: which cell's boundary a background
+# compile ends at depends on timing (text tables and HTML rows).
+PROMOTED = re.compile(r"│ promoted \S+ \(opt \d in the background[^│]*│(\\n)?|<tr><td[^>]*>promoted \S+ \(opt \d in the background.*?</tr>")
 # A bench or autotune chart is drawn from the measured times: its shape changes every run.
 SVG = re.compile(r"<svg[\s\S]*?</svg>")
 
@@ -71,6 +74,7 @@ def execute(notebook):
 
 
 def mask(text):
+    text = PROMOTED.sub("", text)
     text = PTXAS.sub('"ptxas <resources>"', text)
     text = ADDRESS.sub("0x<address>", SVG.sub("<svg/>", text))
     text = SHARE.sub("<share>", THROUGHPUT.sub("<throughput>", DURATION.sub("<duration>", text)))

@@ -6,16 +6,18 @@ use std::time::Instant;
 
 use super::history::DefinitionKey;
 use super::report::{function_note, struct_line};
+use super::tiering::TierState;
 use super::{device_source, EvalMode, Session, SessionConfig, SessionError, BATCH_OPT_LEVEL};
 use crate::check::{self, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule, TopLevel};
-use crate::command::{self, Command, TimeSetting};
+use crate::command::{self, Command, OptSetting, TimeSetting};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand;
 use crate::gpu::ptx;
 use crate::inspect::{self, Stage};
 use crate::reader::{self, Sexp};
 use crate::source::Span;
+use crate::tier::PROMOTED_LEVEL;
 use crate::timing::Phase;
 use crate::tree::TypedCell;
 use crate::{Item, Language, Outcome, Stream};
@@ -41,13 +43,25 @@ impl Session {
                     outcome.diagnostics.push(Diagnostic::error(Kind::Internal, format!("could not reset: {error}")))
                 }
             },
-            Command::Opt(None) => outcome.items.push(message(format!("optimisation level {}", self.opt_level))),
-            Command::Opt(Some(level)) => {
+            Command::Opt(OptSetting::Show) => outcome.items.push(message(self.opt_line())),
+            Command::Opt(OptSetting::Pin(level)) => {
                 self.opt_level = level.min(3);
                 self.opt_pinned = true;
                 outcome.items.push(message(format!("optimisation level {level}")));
             }
-            Command::Tier => outcome.items.push(message(self.tier_lines())),
+            Command::Opt(OptSetting::Tiered) => {
+                self.opt_level = self.config.opt_level.min(3);
+                self.opt_pinned = false;
+                outcome.items.push(message(self.opt_line()));
+            }
+            Command::Tier { wait } => {
+                if wait {
+                    if let Err(diagnostic) = self.wait_for_promotions() {
+                        outcome.diagnostics.push(diagnostic);
+                    }
+                }
+                outcome.items.push(message(self.tier_lines()));
+            }
             Command::Defs => {
                 let lines = self.definition_lines();
                 outcome.items.push(message(if lines.is_empty() {
@@ -101,10 +115,17 @@ impl Session {
                 self.history.show_timing = false;
                 outcome.items.push(message("timing off".into()));
             }
-            Command::Time(TimeSetting::Last) => match self.history.last_timing.clone() {
-                Some(timing) => outcome.items.push(Item::Timing(timing)),
-                None => outcome.items.push(message("no cell has run yet".into())),
-            },
+            Command::Time(TimeSetting::Last) => {
+                // Promotions swapped in since that cell ran are shown with it.
+                let promoted = std::mem::take(&mut self.tiering.unreported);
+                match &mut self.history.last_timing {
+                    Some(timing) => {
+                        timing.promotions.extend(promoted);
+                        outcome.items.push(Item::Timing(timing.clone()));
+                    }
+                    None => outcome.items.push(message("no cell has run yet".into())),
+                }
+            }
             Command::Bench(text) => return self.eval_cell(&format!("(bench {text})"), &mut |_| {}),
             Command::Limits { name, value } => return self.limits_command(name, value),
         }
@@ -389,19 +410,46 @@ impl Session {
         Ok(())
     }
 
-    /// `:tier`: each defined function and the level its code was compiled at, in name order.
+    /// `:opt`'s line: the level of later cells and whether they are promoted.
+    fn opt_line(&self) -> String {
+        match (self.opt_pinned, self.tiering_active()) {
+            (true, _) => format!("optimisation level {} (pinned by :opt)", self.opt_level),
+            (false, true) => format!(
+                "optimisation level {}, tiered: functions are promoted to opt {PROMOTED_LEVEL} in the background",
+                self.opt_level
+            ),
+            (false, false) => format!("optimisation level {}", self.opt_level),
+        }
+    }
+
+    /// `:tier`: each defined function, the level its code has and where its promotion stands,
+    /// in name order.
     fn tier_lines(&self) -> String {
         let mut functions: Vec<(&String, &u8)> = self.compiled_levels.iter().collect();
         if functions.is_empty() {
             return "no functions yet".into();
         }
         functions.sort();
-        let mut lines: Vec<String> = functions.iter().map(|(name, level)| format!("{name} : opt {level}")).collect();
-        lines.push(format!(
-            "later cells: opt {}{}",
-            self.opt_level,
-            if self.opt_pinned { " (pinned by :opt)" } else { "; :load and quasi run: opt 3" }
-        ));
+        let mut lines: Vec<String> = functions
+            .iter()
+            .map(|(name, level)| {
+                let state = match self.tiering.states.get(*name) {
+                    Some(TierState::Queued) => format!(" (opt {PROMOTED_LEVEL} compiling in the background)"),
+                    Some(TierState::Promoted) => " (promoted in the background)".to_string(),
+                    Some(TierState::Failed(message)) => format!(" (opt {PROMOTED_LEVEL} failed: {message})"),
+                    None => String::new(),
+                };
+                format!("{name} : opt {level}{state}")
+            })
+            .collect();
+        lines.push(match (self.opt_pinned, self.tiering_active()) {
+            (true, _) => format!("later cells: opt {} (pinned by :opt)", self.opt_level),
+            (false, true) => format!(
+                "later cells: opt {}, promoted to opt {PROMOTED_LEVEL} in the background; :load and quasi run: opt {BATCH_OPT_LEVEL}",
+                self.opt_level
+            ),
+            (false, false) => format!("later cells: opt {}; :load and quasi run: opt {BATCH_OPT_LEVEL}", self.opt_level),
+        });
         lines.join("\n")
     }
 

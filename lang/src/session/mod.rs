@@ -12,6 +12,7 @@ mod history;
 mod report;
 #[cfg(test)]
 mod tests;
+mod tiering;
 mod top_level;
 mod view;
 
@@ -44,6 +45,7 @@ use crate::{Item, Outcome, Stream};
 use self::call_cell::Trampolines;
 use self::history::{DefinitionKey, History};
 use self::report::{assembly_error, explain_expansions, function_note, lowering_error, struct_line};
+use self::tiering::Tiering;
 use self::top_level::TopLevelRun;
 
 /// The optimisation level a session starts with: the lowest cell latency (see the README's
@@ -52,6 +54,9 @@ pub const DEFAULT_OPT_LEVEL: u8 = 1;
 /// The optimisation level of batch compilation (`quasi run`, `:load`), where nobody waits for a
 /// prompt, unless a level was chosen.
 pub const BATCH_OPT_LEVEL: u8 = 3;
+
+/// A cell's module before optimisation, for the background compiler (tiered compilation).
+type Bitcode = Arc<[u8]>;
 
 /// How a session is set up.
 #[derive(Clone, Debug)]
@@ -146,6 +151,8 @@ pub struct Session {
     opt_pinned: bool,
     /// The level each defined function's code was compiled at, for `:tier`.
     compiled_levels: HashMap<String, u8>,
+    /// Background promotion of quickly compiled code to opt 3 (tiered compilation).
+    tiering: Tiering,
     // Field order matters for drop: the runner stops before the program's code is freed, and
     // the GPU runtime goes last (compiled code may use it until the runner has stopped).
     /// The executor thread compiled code runs on, behind the fault guard.
@@ -191,6 +198,7 @@ impl Session {
             opt_level: config.opt_level.min(3),
             opt_pinned: false,
             compiled_levels: HashMap::new(),
+            tiering: Tiering::default(),
             runner: Runner::new(interrupt.clone())?,
             program: Program::new(jit),
             trampolines: Trampolines::default(),
@@ -263,12 +271,15 @@ impl Session {
     /// A cell under the current cell number (`:bench E` runs `(bench E)` as the cell it is).
     fn eval_cell(&mut self, text: &str, progress: &mut dyn FnMut(&Outcome)) -> Outcome {
         self.interrupt.store(false, Ordering::SeqCst);
+        // A cell boundary: no compiled code runs, so promoted code can be swapped in.
+        self.install_promotions();
         let name = format!("cell {}", self.history.cell_count);
         if text.trim_start().starts_with(':') {
             return self.run_command(text);
         }
         self.history.last_cell = Some(text.to_string());
         let mut outcome = self.eval_source(name, text.to_string(), EvalMode::Cell, progress);
+        outcome.timing.promotions = std::mem::take(&mut self.tiering.unreported);
         self.history.last_timing = Some(outcome.timing.clone());
         if self.history.show_timing {
             outcome.items.push(Item::Timing(outcome.timing.clone()));
@@ -501,11 +512,12 @@ impl Session {
             true => call_cell::call_cell(&cell, &self.program),
             false => None,
         };
+        let tier = self.tiering_active() && mode == EvalMode::Cell;
         let compiled = match &call_cell {
             Some(call) => self.call_cell_entry(call, &mut outcome.timing).map(|entry| (vec![entry], None)),
             None => self
-                .compile(&cell, &entry_prefix, TopLevel::Batched, &mut outcome.timing)
-                .map(|linked| (linked.entries().to_vec(), Some(linked))),
+                .compile(&cell, &entry_prefix, TopLevel::Batched, tier, &mut outcome.timing)
+                .map(|(linked, bitcode)| (linked.entries().to_vec(), Some((linked, bitcode)))),
         };
         let (entries, linked) = match compiled {
             Ok(compiled) => compiled,
@@ -515,8 +527,9 @@ impl Session {
                 return self.fail(outcome, diagnostics);
             }
         };
-        if let Some(linked) = linked {
+        if let Some((linked, bitcode)) = linked {
             let defined = self.commit(&cell, linked);
+            self.queue_promotions(&cell, bitcode);
             if mode == EvalMode::Cell {
                 outcome.items.extend(fold_included(defined, &expanded.includes));
             }
@@ -563,8 +576,9 @@ impl Session {
         cell: &TypedCell,
         module_name: &str,
         top_level: TopLevel,
+        tier: bool,
         timing: &mut PhaseTimes,
-    ) -> Result<Linked, Vec<Diagnostic>> {
+    ) -> Result<(Linked, Option<Bitcode>), Vec<Diagnostic>> {
         let level = self.opt_level;
         let target_data = self.backend.target_data(level).map_err(|error| vec![error])?;
         let names = self.program.name_cell(cell, &self.env);
@@ -584,6 +598,9 @@ impl Session {
         });
         let CellModule { module, entries, fault_sites, traps } =
             lowered.map_err(|error| vec![lowering_error(error, cell)])?;
+        // The background compiler starts from the module as lowered (tiered compilation).
+        let promotable = cell.functions.iter().chain(&cell.recompiled).any(|function| !function.placement.device_only);
+        let bitcode = (tier && promotable).then(|| Arc::from(module.write_bitcode_to_memory().as_slice()));
         if level > 0 {
             timing.time(Phase::Optimise, || backend.optimise(&module, level)).map_err(|error| vec![error])?;
         }
@@ -599,7 +616,7 @@ impl Session {
         let linked =
             self.program.link(cell, names, object.as_slice(), module_name, emitted).map_err(|error| vec![error])?;
         timing.add(Phase::Link, link_start.elapsed());
-        Ok(linked)
+        Ok((linked, bitcode))
     }
 
     /// Commit: makes a linked cell part of the session — the program takes its code, names and
@@ -651,6 +668,7 @@ impl Session {
                 Some(resolution) => resolution.kind(),
                 None => FunctionKind::Unresolved,
             };
+            self.tiering.changed(&decl.name);
             match (&kind, trap(&decl.name)) {
                 (FunctionKind::Unresolved, Some(address)) => self.program.set_slot(&decl.name, address),
                 (FunctionKind::Library { address, .. }, _) => self.program.set_slot_foreign(&decl.name, *address),
@@ -686,6 +704,7 @@ impl Session {
                 });
             }
             self.gpu.note_defined(&function.name, function);
+            self.tiering.changed(&function.name);
             self.compiled_levels.insert(function.name.clone(), self.opt_level);
             self.program.note_signature(&function.name, &function.signature);
             self.env.functions.insert(function.name.clone(), entry);
@@ -695,6 +714,7 @@ impl Session {
             if let Some(entry) = self.env.functions.get_mut(&invalidation.name) {
                 entry.invalidated = Some(invalidation.message.clone());
             }
+            self.tiering.changed(&invalidation.name);
             // Old code calling an invalidated function must not run it with the wrong types.
             if let Some(address) = trap(&invalidation.name) {
                 self.program.set_slot(&invalidation.name, address);
@@ -724,6 +744,7 @@ impl Session {
         for name in unresolved {
             let Some((library, address)) = self.libraries.find(&name) else { continue };
             let kind = FunctionKind::Library { library: library.name.clone(), address };
+            self.tiering.changed(&name);
             self.program.set_slot_foreign(&name, address);
             if let Some(entry) = self.env.functions.get_mut(&name) {
                 entry.kind = kind;
@@ -849,7 +870,7 @@ impl Pipeline for Session {
         } else {
             self.check(&self.env, forms, &prefix)
         }?;
-        let linked = self.compile(&cell, &prefix, TopLevel::PerItem, &mut PhaseTimes::default())?;
+        let (linked, _) = self.compile(&cell, &prefix, TopLevel::PerItem, false, &mut PhaseTimes::default())?;
         let entries = linked.entries().to_vec();
         self.commit(&cell, linked);
         // What its top-level code launches (a bench's or autotune's run) is built now.

@@ -24,6 +24,8 @@ fn expression_cells_give_their_code_back() {
     let mut session = session();
     value(&mut session, "(define ((sq int) (x int)) (ret (mul x x)))");
     assert_eq!(value(&mut session, "(call sq 3)"), "9");
+    // `sq`'s promotion to opt 3 is linked first (tiered compilation).
+    value(&mut session, ":tier wait");
     let in_use = session.program.code_in_use();
     for n in 0..50 {
         assert_eq!(
@@ -42,9 +44,14 @@ fn redefined_functions_give_their_old_code_back() {
     value(&mut session, "(define ((version int)) (ret 2))");
     // The call cells' trampoline for `() -> int` is made once and kept for the session.
     assert_eq!(value(&mut session, "(call caller)"), "12");
+    // Promoted code too: `caller`'s, with `version` inlined, goes back to its quick body when
+    // `version` changes, and is promoted again.
+    value(&mut session, ":tier wait");
     let in_use = session.program.code_in_use();
     for n in 3..30 {
         value(&mut session, &format!("(define ((version int)) (ret {n}))"));
+        assert_eq!(value(&mut session, "(call caller)"), format!("{}", n + 10));
+        value(&mut session, ":tier wait");
         assert_eq!(value(&mut session, "(call caller)"), format!("{}", n + 10));
     }
     assert_eq!(session.program.code_in_use(), in_use);
@@ -136,6 +143,8 @@ fn call_cells_compile_nothing_once_their_signature_has_a_trampoline() {
     let first = session.eval("(call sq 7)");
     assert_eq!(values_of(&first), ["49"]);
     assert_eq!(phases(&first), ["parse", "expand", "check", "codegen", "link", "run"]);
+    // Promotions (tiered compilation) link code of their own: done before measuring.
+    value(&mut session, ":tier wait");
     let in_use = session.program.code_in_use();
     for (cell, expected) in [("(call sq 8)", "64"), ("(call inc g)", "7"), ("(call sq -2)", "4")] {
         let outcome = session.eval(cell);
@@ -179,4 +188,72 @@ fn an_interrupted_call_cell_names_the_function_it_stopped() {
     assert_eq!(diagnostic.message, "interrupted in function `forever`");
     assert_eq!(diagnostic.labels.first().map(|label| (label.span.start, label.span.end)), Some((0, 16)));
     assert_eq!(value(&mut session, "(add 2 2)"), "4", "the session goes on");
+}
+
+/// Waits until the background compiler has taken every queued job.
+fn until_taken(session: &Session) {
+    let start = Instant::now();
+    while !session.tiering.worker.queue_taken() {
+        assert!(start.elapsed() < Duration::from_secs(20), "the worker never took its job");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A redefinition while the old version is being promoted: the promotion, compiled from the old
+/// body, is dropped when it comes back, and the new body is promoted in its turn.
+#[test]
+fn a_promotion_of_a_redefined_function_is_dropped() {
+    let mut session = session();
+    let hold = session.tiering.worker.hold();
+    hold.set(true);
+    value(&mut session, "(define ((work int) (x int)) (ret (add x 1)))");
+    until_taken(&session);
+    value(&mut session, "(define ((work int) (x int)) (ret (add x 2)))");
+    assert_eq!(value(&mut session, "(call work 1)"), "3");
+    hold.set(false);
+    value(&mut session, ":tier wait");
+    assert_eq!(session.tiering.dropped, 1);
+    assert_eq!(session.compiled_levels.get("work"), Some(&3));
+    assert_eq!(value(&mut session, "(call work 1)"), "3");
+}
+
+/// A caller promoted with its callee inlined goes back to its quick code in the cell that
+/// redefines the callee, so that cell's own code already sees the new callee.
+#[test]
+fn a_promoted_caller_goes_back_to_quick_code_when_an_inlined_callee_changes() {
+    let mut session = session();
+    value(&mut session, "(define ((work int) (x int)) (ret (add x 1)))");
+    value(&mut session, "(define ((caller int) (x int)) (ret (mul (call work x) 10)))");
+    value(&mut session, ":tier wait");
+    assert_eq!(session.compiled_levels.get("caller"), Some(&3));
+    let hold = session.tiering.worker.hold();
+    hold.set(true);
+    assert_eq!(value(&mut session, "(define ((work int) (x int)) (ret (add x 2))) (call caller 1)"), "30");
+    assert_eq!(session.compiled_levels.get("caller"), Some(&1));
+    hold.set(false);
+    value(&mut session, ":tier wait");
+    assert_eq!(session.compiled_levels.get("caller"), Some(&3));
+    assert_eq!(value(&mut session, "(call caller 2)"), "40");
+}
+
+/// `:reset` while a promotion compiles: the reset waits for the compile in flight to end (no
+/// thread may be left using LLVM), and the new session knows nothing of it.
+#[test]
+fn a_reset_drops_the_promotions_in_flight() {
+    let mut session = session();
+    let hold = session.tiering.worker.hold();
+    hold.set(true);
+    value(&mut session, "(define ((work int) (x int)) (ret (add x 1)))");
+    until_taken(&session);
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        hold.set(false);
+    });
+    value(&mut session, ":reset");
+    release.join().expect("the releasing thread ends");
+    assert_eq!(session.eval(":tier wait").items, [Item::Message("no functions yet".into())]);
+    value(&mut session, "(define ((work int) (x int)) (ret (add x 5)))");
+    value(&mut session, ":tier wait");
+    assert_eq!(session.compiled_levels.get("work"), Some(&3));
+    assert_eq!(value(&mut session, "(call work 1)"), "6");
 }
