@@ -158,8 +158,10 @@ fn time_to_promotion(options: &Options) -> Result<()> {
     println!("== Tiered compilation: a 256x256 double matrix product defined at the default setting ==");
     let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
     for global in ["a", "b", "c"] {
-        let cell =
-            format!("(define-global (mm-{global} (ptr double)) (bitcast (alloc double {}) (ptr double)))", N * N);
+        let cell = format!(
+            "(define-global (mm-{global} (ptr double))) (set mm-{global} (bitcast (alloc double {}) (ptr double)))",
+            N * N
+        );
         expect(&session.eval(&cell), &Expect::Defined, &cell)?;
     }
     let fill = "(define ((mm-fill void) (n int)) (declare i int)

@@ -22,7 +22,10 @@ pub fn run(options: &Options) -> Result<()> {
     in_process(options, &mut table)?;
     let quasi = quasi_binary(options)?;
     match &quasi {
-        Some(path) => spawned(options, path, &mut table)?,
+        Some(path) => {
+            spawned(options, path, &mut table)?;
+            tiny_programs(options, path, &mut table)?;
+        }
         None => println!("(the `quasi` binary was not found next to quasi-bench: build it with `cargo build --release -p quasi-repl`, or pass --quasi PATH; spawned start-up skipped)"),
     }
     println!("{table}");
@@ -155,6 +158,72 @@ fn start_and_exit(quasi: &PathBuf) -> Result<Duration> {
         bail!("quasi with empty input exited with {status}");
     }
     Ok(elapsed)
+}
+
+/// A tiny program and its C twin: `quasi run` against `tcc -run` and a clang -O0 build and run.
+const TINY_CLISP: &str = "(define ((printf int) (format (ptr int8)) ...))
+(define ((main int))
+  (declare i int)
+  (declare sum int)
+  (for ((set i 0) (lt i 100) (set i (add i 1))) (set sum (add sum i)))
+  (call printf \"sum %d\\n\" sum)
+  (ret 0))
+";
+const TINY_C: &str = "#include <stdio.h>
+int main(void) { int sum = 0; for (int i = 0; i < 100; i++) sum += i; printf(\"sum %d\\n\", sum); return 0; }
+";
+const TINY_OUTPUT: &str = "sum 4950\n";
+
+/// Wall time of `quasi run` of a tiny program, side by side with its C twin run by `tcc -run`
+/// and built by `clang -O0` then run, interleaved run by run; each output is checked.
+fn tiny_programs(options: &Options, quasi: &PathBuf, table: &mut Table) -> Result<()> {
+    let directory = std::env::temp_dir().join(format!("quasi-bench-startup-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).context("cannot make a scratch directory")?;
+    let (clisp, c, binary) = (directory.join("tiny.cl"), directory.join("tiny.c"), directory.join("tiny"));
+    std::fs::write(&clisp, TINY_CLISP).context("cannot write tiny.cl")?;
+    std::fs::write(&c, TINY_C).context("cannot write tiny.c")?;
+    let timed = |program: &str, arguments: &[&std::ffi::OsStr]| -> Result<Option<Duration>> {
+        let start = Instant::now();
+        let output = match Command::new(program).args(arguments).stdin(Stdio::null()).output() {
+            Ok(output) => output,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error).with_context(|| format!("cannot run {program}")),
+        };
+        let elapsed = start.elapsed();
+        if !output.status.success() {
+            bail!("{program} failed: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        Ok(Some(elapsed).filter(|_| program.ends_with("clang-19") || output.stdout == TINY_OUTPUT.as_bytes()))
+    };
+    let quasi_path = quasi.as_os_str();
+    let (mut ours, mut tcc, mut clang) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..options.runs {
+        ours.push(timed(quasi_path.to_str().unwrap_or("quasi"), &["run".as_ref(), clisp.as_os_str()])?);
+        tcc.push(timed("tcc", &["-run".as_ref(), c.as_os_str()])?);
+        let start = Instant::now();
+        let built = timed(&options.clang, &["-O0".as_ref(), c.as_os_str(), "-o".as_ref(), binary.as_os_str()])?;
+        let ran = built.and_then(|_| timed(binary.to_str().unwrap_or(""), &[]).ok().flatten());
+        clang.push(ran.map(|_| start.elapsed()));
+    }
+    let _ = std::fs::remove_dir_all(&directory);
+    let collect = |runs: Vec<Option<Duration>>| runs.into_iter().collect::<Option<Vec<Duration>>>().map(Samples::new);
+    let ours = collect(ours).context("`quasi run` of the tiny program did not print `sum 4950`")?;
+    add_row(table, "`quasi run tiny.cl` (a loop and a printf; exits after main)", &ours);
+    match collect(tcc) {
+        Some(tcc) => {
+            add_row(table, "`tcc -run tiny.c`, its C twin", &tcc);
+            println!(
+                "`quasi run` / `tcc -run` of the tiny program, medians of {} interleaved runs: {:.2} (goal <= 1.00)",
+                options.runs,
+                ours.median().as_secs_f64() / tcc.median().as_secs_f64().max(1e-12)
+            );
+        }
+        None => println!("(no `tcc` on PATH: `apt-get install tcc` for the `tcc -run` row)"),
+    }
+    if let Some(clang) = collect(clang) {
+        add_row(table, &format!("`{} -O0 tiny.c -o tiny && ./tiny`", options.clang), &clang);
+    }
+    Ok(())
 }
 
 fn add_row(table: &mut Table, what: &str, samples: &Samples) {
