@@ -176,7 +176,7 @@ const TINY_OUTPUT: &str = "sum 4950\n";
 
 /// Wall time of `quasi run` of a tiny program, side by side with its C twin run by `tcc -run`
 /// and built by `clang -O0` then run, interleaved run by run; each output is checked.
-fn tiny_programs(options: &Options, quasi: &PathBuf, table: &mut Table) -> Result<()> {
+fn tiny_programs(options: &Options, quasi: &std::path::Path, table: &mut Table) -> Result<()> {
     let directory = std::env::temp_dir().join(format!("quasi-bench-startup-{}", std::process::id()));
     std::fs::create_dir_all(&directory).context("cannot make a scratch directory")?;
     let (clisp, c, binary) = (directory.join("tiny.cl"), directory.join("tiny.c"), directory.join("tiny"));
