@@ -279,6 +279,7 @@ impl Session {
         }
         self.history.last_cell = Some(text.to_string());
         let mut outcome = self.eval_source(name, text.to_string(), EvalMode::Cell, progress);
+        // Promotions swapped in before the cell, and before its benchmarks ran.
         outcome.timing.promotions = std::mem::take(&mut self.tiering.unreported);
         self.history.last_timing = Some(outcome.timing.clone());
         if self.history.show_timing {
@@ -539,7 +540,12 @@ impl Session {
         let progress: &mut dyn FnMut(&Outcome) = if session_forms.is_empty() { progress } else { &mut |_| {} };
         self.run_top_level(&cell, &entries, mode, &mut outcome, progress);
         if !session_forms.is_empty() && !outcome.failed() {
-            bench::run_session_forms(self, &session_forms, &mut outcome);
+            // A benchmark measures the code that will run from now on: the opt 3 code of tiered
+            // compilation, once the background compiler has it (an interrupt stops the wait).
+            match self.wait_for_promotions() {
+                Ok(()) => bench::run_session_forms(self, &session_forms, &mut outcome),
+                Err(diagnostic) => outcome.diagnostics.push(diagnostic),
+            }
         }
         outcome.timing.add(Phase::Run, run_start.elapsed());
         // The cell has run: code of it (and of its benches) that no slot points to is unreachable.
