@@ -7,8 +7,9 @@
 //! a crash, a session stuck past the cell limit outside compiled code, an `error[internal]`
 //! (the LLVM verifier among others), and for twins any diagnostic or output that differs from
 //! the C program compiled by `clang-19 -O0 -fwrapv -ffp-contract=off`, at `:opt` 0, 3 and one
-//! of 1 and 2. A cell whose compiled code merely runs long (a mutated loop bound) is a runaway,
-//! counted, not failed.
+//! of 1 and 2, and at the default setting once tiered compilation promoted its functions; and a
+//! background promotion that failed (every case ends with `:tier wait`). A cell whose compiled
+//! code merely runs long (a mutated loop bound) is a runaway, counted, not failed.
 //!
 //! Failing inputs are written as files that [`check_regression`] runs again:
 //! `NAME.cells` (cells separated by [`CELL_SEPARATOR`] lines) or `NAME.cl` with its `NAME.c`.
@@ -162,10 +163,18 @@ pub enum Passed {
 
 /// Runs cells and judges them: crashes, hangs and internal errors fail.
 pub fn check_cells(cells: &[String], case: &str, settings: &Settings) -> Result<Passed, Failure> {
+    // Last, the background compiler's work (tiered compilation) is waited for: a promotion that
+    // failed is the machinery's failure, as an internal error is.
+    let mut cells = cells.to_vec();
+    cells.push(TIER_WAIT.to_string());
+    let cells = &cells[..];
     let verdict = run_cells(cells, settings.cell_limit, &settings.scratch);
     show(case, cells, &verdict);
     let failure =
         |kind, detail: String| Failure { kind, case: case.to_string(), detail, input: Input::Cells(cells.to_vec()) };
+    if let Some(report) = verdict.reports().last().filter(|report| promotion_failed(&report.rendered)) {
+        return Err(failure(FailureKind::Internal, format!("a background promotion failed:\n{}", report.rendered)));
+    }
     if let Some((index, report)) = verdict.reports().iter().enumerate().find(|(_, report)| report.internal) {
         return Err(failure(
             FailureKind::Internal,
@@ -180,7 +189,17 @@ pub fn check_cells(cells: &[String], case: &str, settings: &Settings) -> Result<
     }
 }
 
-/// Compiles and runs the C twin, then the C-Lisp program at each level, and compares.
+/// The command that waits for tiered compilation's background compiler and lists each
+/// function's level.
+const TIER_WAIT: &str = ":tier wait";
+
+/// Whether `:tier`'s listing shows a promotion that failed.
+fn promotion_failed(tier_listing: &str) -> bool {
+    tier_listing.lines().any(|line| line.contains(" failed: "))
+}
+
+/// Compiles and runs the C twin, then the C-Lisp program at each level, and at the default
+/// setting once its functions are promoted (tiered compilation), and compares.
 pub fn check_twin(twin: &program::Twin, case: &str, levels: &[u8], settings: &Settings) -> Result<(), Failure> {
     let failure =
         |kind, detail: String| Failure { kind, case: case.to_string(), detail, input: Input::Twin(twin.clone()) };
@@ -191,6 +210,8 @@ pub fn check_twin(twin: &program::Twin, case: &str, levels: &[u8], settings: &Se
     for level in levels {
         cells.extend([format!(":opt {level}"), twin.clisp.clone(), "(call main)".to_string()]);
     }
+    // Tiered: compiled at the quick level, then `main` (and what it calls) run promoted.
+    cells.extend([":opt tiered".to_string(), twin.clisp.clone(), TIER_WAIT.to_string(), "(call main)".to_string()]);
     let verdict = run_cells(&cells, settings.cell_limit, &settings.scratch);
     show(case, &cells, &verdict);
     let reports = match verdict {
@@ -223,11 +244,16 @@ pub fn check_twin(twin: &program::Twin, case: &str, levels: &[u8], settings: &Se
             ));
         }
     }
-    for (level, chunk) in levels.iter().zip(reports.chunks(3)) {
+    let (pinned, tiered) = reports.split_at((levels.len() * 3).min(reports.len()));
+    let settings = levels.iter().map(|level| format!(":opt {level}")).chain(["the default, promoted".to_string()]);
+    for (setting, chunk) in settings.zip(pinned.chunks(3).chain([tiered])) {
         let actual = chunk.iter().map(|report| report.stdout.as_str()).collect::<String>();
         if actual != expected {
             let diff = first_difference(&expected, &actual);
-            return Err(failure(FailureKind::Mismatch, format!("at :opt {level} the output differs from C's: {diff}")));
+            return Err(failure(FailureKind::Mismatch, format!("at {setting} the output differs from C's: {diff}")));
+        }
+        if chunk.iter().any(|report| promotion_failed(&report.rendered)) {
+            return Err(failure(FailureKind::Internal, format!("at {setting} a background promotion failed")));
         }
     }
     Ok(())
@@ -251,6 +277,10 @@ fn show(case: &str, cells: &[String], verdict: &Verdict) {
 }
 
 fn cell_role(cell: usize, levels: &[u8]) -> String {
+    if cell >= levels.len() * 3 {
+        let roles = [":opt tiered", "the program at the default", TIER_WAIT, "(call main), promoted"];
+        return roles.get(cell - levels.len() * 3).copied().unwrap_or("a tiered cell").to_string();
+    }
     let level = levels.get(cell / 3).copied().unwrap_or(0);
     match cell % 3 {
         0 => format!(":opt {level}"),
