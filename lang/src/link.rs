@@ -135,9 +135,8 @@ struct LiveCell {
     starts: Vec<usize>,
     /// It defines `fn-ptr` thunks, which C may call at any time: it is never removed.
     pinned: bool,
-    /// A background promotion's code holds the cell its quick bodies are in (and whose fault
-    /// sites its code reports) for as long as it lives: a function goes back to its quick body
-    /// if a callee inlined into it is redefined.
+    /// A background promotion with inlined callees holds the cell its quick bodies are in for
+    /// as long as it lives: a function goes back to its quick body if such a callee changes.
     holds: Option<u64>,
 }
 
@@ -185,6 +184,8 @@ pub(crate) struct Program {
     signature_words: HashMap<String, Box<AtomicU64>>,
     /// Ids of signatures, by their text, from 1.
     signature_ids: HashMap<String, u64>,
+    /// Cells removed since `take_removed`.
+    removed: Vec<u64>,
 }
 
 impl Program {
@@ -211,6 +212,7 @@ impl Program {
             signature_words: HashMap::new(),
             signature_ids: HashMap::new(),
             pinned_code: Vec::new(),
+            removed: Vec::new(),
         }
     }
 
@@ -512,14 +514,18 @@ impl Program {
     }
 
     /// Links the object of a background promotion of bodies whose quick versions are in the
-    /// live cell `base`, which it holds while it lives. `bodies` are (function name, symbol);
-    /// returns the code's id and the bodies' addresses. No slot points into it yet.
+    /// live cell `base`; `bodies` are (function name, symbol). Returns the code's id and the
+    /// bodies' addresses; no slot points into it yet. With `hold`, the promotion keeps `base`
+    /// linked while it lives (its functions may have to go back to their quick bodies); without,
+    /// `base` may go once no slot points into it, and its fault sites, which the promoted code
+    /// reports too, are kept for the session.
     pub(crate) fn link_promoted(
         &mut self,
         object: &[u8],
         name: &str,
         bodies: &[(String, String)],
         base: u64,
+        hold: bool,
     ) -> Result<(u64, Vec<usize>), Diagnostic> {
         if !self.cells.contains_key(&base) {
             return Err(Diagnostic::internal("the quick code of a promotion is gone"));
@@ -532,10 +538,14 @@ impl Program {
         for ((function, _), address) in bodies.iter().zip(&addresses) {
             self.code_starts.insert(*address, function.clone());
         }
-        let cell = LiveCell { code, slots: 0, sites, starts: addresses.clone(), pinned: false, holds: Some(base) };
+        let holds = hold.then_some(base);
+        let cell = LiveCell { code, slots: 0, sites, starts: addresses.clone(), pinned: false, holds };
         self.cells.insert(self.cell_counter, cell);
         if let Some(held) = self.cells.get_mut(&base) {
-            held.slots += 1;
+            match hold {
+                true => held.slots += 1,
+                false => held.sites = held.sites.start..held.sites.start,
+            }
         }
         Ok((self.cell_counter, addresses))
     }
@@ -545,9 +555,9 @@ impl Program {
         self.cell_counter
     }
 
-    /// Whether a cell's code is still linked.
-    pub(crate) fn is_live(&self, id: u64) -> bool {
-        self.cells.contains_key(&id)
+    /// The cells removed since the last call.
+    pub(crate) fn take_removed(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.removed)
     }
 
     /// The cell a function's slot points into.
@@ -583,6 +593,7 @@ impl Program {
 
     fn remove_cell(&mut self, id: u64) {
         let Some(cell) = self.cells.remove(&id) else { return };
+        self.removed.push(id);
         // Its fault sites can go too when they are the last ones: no code reports them now.
         if cell.sites.end == self.fault_sites.len() {
             self.fault_sites.truncate(cell.sites.start);

@@ -32,6 +32,10 @@ pub(crate) const PROMOTED_LEVEL: u8 = 3;
 /// O3 would not inline them anyway, and copying costs the worker time.
 pub(crate) const CALLEE_BITCODE_LIMIT: usize = 256 << 10;
 
+/// At most this many jobs wait; beyond, the oldest is dropped (its functions keep their quick
+/// code): a burst of definitions faster than the worker must not hold every cell's module.
+const QUEUE_LIMIT: usize = 256;
+
 /// The stack of the worker thread: LLVM's passes recurse over large functions.
 const WORKER_STACK: usize = 64 << 20;
 
@@ -67,7 +71,8 @@ pub(crate) enum CalleeBody {
 /// What became of a job.
 pub(crate) struct Done {
     pub id: u64,
-    /// The object file, or why there is none (`None`: the job was cancelled before it ran).
+    /// The object file, or why there is none (`None`: the job was cancelled before it ran, or
+    /// dropped from a full queue).
     pub result: Option<Result<Vec<u8>, String>>,
     /// How long the worker took.
     pub compile: Duration,
@@ -147,6 +152,10 @@ impl Worker {
         self.outstanding += 1;
         if let Ok(mut queue) = self.shared.queue.lock() {
             queue.jobs.push(job);
+            if queue.jobs.len() > QUEUE_LIMIT {
+                let oldest = queue.jobs.remove(0);
+                let _ = self.sender.send(Done { id: oldest.id, result: None, compile: Duration::ZERO });
+            }
         }
         self.shared.wake.notify_one();
     }

@@ -435,8 +435,8 @@ impl Session {
             .map(|(name, level)| {
                 let state = match self.tiering.states.get(*name) {
                     Some(TierState::Queued) => format!(" (opt {PROMOTED_LEVEL} compiling in the background)"),
-                    Some(TierState::Promoted) => " (promoted in the background)".to_string(),
                     Some(TierState::Failed(message)) => format!(" (opt {PROMOTED_LEVEL} failed: {message})"),
+                    None if self.promoted(name) => " (promoted in the background)".to_string(),
                     None => String::new(),
                 };
                 format!("{name} : opt {level}{state}")

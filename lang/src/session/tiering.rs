@@ -17,7 +17,7 @@
 //! within noise of an idle one (README, performance), and counting calls first would cost the
 //! quick code a counter on every call.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,12 +35,15 @@ const WAIT_SLICE: Duration = Duration::from_millis(20);
 /// At most this many callees' bodies are copied into one promotion.
 const CALLEES_PER_JOB: usize = 16;
 
+/// The unoptimised modules of at most this many cells are kept (about 3 KB each) to copy callee
+/// bodies from and to promote again after a callee changed: functions defined longer ago are
+/// called through their slots by promoted code, and stay at their level if a callee changes.
+const MODULES_KEPT: usize = 512;
+
 /// A function's newest quickly compiled body.
 struct Base {
     /// The program's id of the cell that holds it.
     cell: u64,
-    /// Its symbol in the cell's module.
-    symbol: String,
     address: usize,
     level: u8,
     defined: Instant,
@@ -59,14 +62,12 @@ struct Pending {
 /// A promotion whose code is linked and in use.
 struct Installed {
     functions: Vec<String>,
-    inlined: Vec<(String, u64)>,
 }
 
-/// Where a function stands, for `:tier`.
+/// Where a function's promotion stands until it is installed, for `:tier`.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum TierState {
     Queued,
-    Promoted,
     Failed(String),
 }
 
@@ -76,14 +77,23 @@ pub(super) struct Tiering {
     pub(super) worker: Worker,
     next_job: u64,
     pending: HashMap<u64, Pending>,
-    /// The unoptimised module of every live cell that holds bodies, by program cell id.
+    /// The jobs each function is in, to cancel them when it changes (ids may be stale).
+    pending_by_name: HashMap<String, Vec<u64>>,
+    /// The unoptimised modules of the newest live cells that hold bodies, by program cell id,
+    /// and their ids oldest first.
     modules: HashMap<u64, Arc<[u8]>>,
+    module_order: VecDeque<u64>,
     bases: HashMap<String, Base>,
     generations: HashMap<String, u64>,
+    /// Names whose definitions changed in the commit under way.
+    changed: Vec<String>,
     /// Promotions in use, by the program's id of their code.
     installed: HashMap<u64, Installed>,
+    /// The promotions each function was inlined into (ids may be stale).
+    inliners: HashMap<String, Vec<u64>>,
     /// Promotions installed since a cell's timing last showed them.
     pub(super) unreported: Vec<Promotion>,
+    /// Functions queued for promotion or whose promotion failed.
     pub(super) states: HashMap<String, TierState>,
     /// Results dropped because a function they hold changed while they compiled.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -101,10 +111,37 @@ impl Tiering {
         *self.generations.entry(name.to_string()).or_insert(0) += 1;
         self.bases.remove(name);
         self.states.remove(name);
+        self.changed.push(name.to_string());
+    }
+
+    /// Keeps a cell's module, forgetting the oldest beyond `MODULES_KEPT`.
+    fn keep_module(&mut self, cell: u64, bitcode: Arc<[u8]>) {
+        self.modules.insert(cell, bitcode);
+        self.module_order.push_back(cell);
+        while self.module_order.len() > MODULES_KEPT {
+            if let Some(oldest) = self.module_order.pop_front() {
+                self.modules.remove(&oldest);
+            }
+        }
+    }
+
+    /// Forgets what belonged to code the program removed.
+    fn forget_removed(&mut self, removed: Vec<u64>) {
+        for id in removed {
+            if self.modules.remove(&id).is_some() {
+                self.module_order.retain(|kept| *kept != id);
+            }
+            self.installed.remove(&id);
+        }
     }
 }
 
 impl Session {
+    /// Whether a function's code is a background promotion's.
+    pub(super) fn promoted(&self, name: &str) -> bool {
+        self.program.slot_owner(name).is_some_and(|owner| self.tiering.installed.contains_key(&owner))
+    }
+
     /// Whether cells are compiled quickly and promoted in the background.
     pub(super) fn tiering_active(&self) -> bool {
         !self.opt_pinned && self.opt_level < PROMOTED_LEVEL
@@ -113,15 +150,20 @@ impl Session {
     /// After a commit: promotions that inlined a callee that changed go back to their quick
     /// bodies; jobs for functions that all changed are cancelled; the cell's bodies are queued.
     pub(super) fn queue_promotions(&mut self, cell: &TypedCell, bitcode: Option<Arc<[u8]>>) {
-        self.revert_stale_promotions();
-        let tiering = &mut self.tiering;
-        for pending in tiering.pending.values() {
-            let generations = &tiering.generations;
-            let current = |(name, generation, _): &(String, u64, String)| {
-                generations.get(name).copied().unwrap_or(0) == *generation
-            };
-            if !pending.functions.iter().any(current) {
-                pending.cancelled.store(true, Ordering::SeqCst);
+        let removed = self.program.take_removed();
+        self.tiering.forget_removed(removed);
+        for name in std::mem::take(&mut self.tiering.changed) {
+            for id in self.tiering.inliners.remove(&name).unwrap_or_default() {
+                self.revert_promotion(id);
+            }
+            let jobs = self.tiering.pending_by_name.remove(&name).unwrap_or_default();
+            let tiering = &self.tiering;
+            for id in jobs {
+                let Some(pending) = tiering.pending.get(&id) else { continue };
+                let current = |(name, generation, _): &(String, u64, String)| tiering.generation(name) == *generation;
+                if !pending.functions.iter().any(current) {
+                    pending.cancelled.store(true, Ordering::SeqCst);
+                }
             }
         }
         let Some(bitcode) = bitcode else { return };
@@ -131,25 +173,15 @@ impl Session {
             if function.placement.device_only {
                 continue;
             }
-            let (Some(symbol), Some(address)) =
-                (self.program.body_symbol(&function.name), self.program.slot_value(&function.name))
-            else {
-                continue;
-            };
-            let base = Base {
-                cell: cell_id,
-                symbol: symbol.to_string(),
-                address,
-                level: self.opt_level,
-                defined: Instant::now(),
-            };
+            let Some(address) = self.program.slot_value(&function.name) else { continue };
+            let base = Base { cell: cell_id, address, level: self.opt_level, defined: Instant::now() };
             self.tiering.bases.insert(function.name.clone(), base);
             names.push(function.name.clone());
         }
         if names.is_empty() {
             return;
         }
-        self.tiering.modules.insert(cell_id, bitcode);
+        self.tiering.keep_module(cell_id, bitcode);
         self.submit_promotion(cell_id, names);
     }
 
@@ -159,9 +191,14 @@ impl Session {
         let mut bodies = Vec::new();
         let mut functions = Vec::new();
         for name in &names {
-            let Some(base) = self.tiering.bases.get(name) else { continue };
+            // A quick body's symbol is the function's newest committed one (promotions do not
+            // change it).
+            let (Some(_), Some(symbol)) = (self.tiering.bases.get(name), self.program.body_symbol(name)) else {
+                continue;
+            };
+            let symbol = symbol.to_string();
             let new = self.program.fresh_symbol(&format!("{name}#opt{PROMOTED_LEVEL}"));
-            bodies.push((base.symbol.clone(), new.clone()));
+            bodies.push((symbol, new.clone()));
             functions.push((name.clone(), self.tiering.generation(name), new));
         }
         if functions.is_empty() {
@@ -178,7 +215,8 @@ impl Session {
                 Some((_, _, new)) => CalleeBody::Promoted(new.clone()),
                 None => match self.tiering.modules.get(&base.cell) {
                     Some(module) if module.len() <= crate::tier::CALLEE_BITCODE_LIMIT => {
-                        CalleeBody::Module { bitcode: module.clone(), symbol: base.symbol.clone() }
+                        let Some(symbol) = self.program.body_symbol(&callee) else { continue };
+                        CalleeBody::Module { bitcode: module.clone(), symbol: symbol.to_string() }
                     }
                     _ => continue,
                 },
@@ -191,6 +229,7 @@ impl Session {
         let cancelled = Arc::new(AtomicBool::new(false));
         for (name, _, _) in &functions {
             self.tiering.states.insert(name.clone(), TierState::Queued);
+            self.tiering.pending_by_name.entry(name.clone()).or_default().push(id);
         }
         self.tiering.pending.insert(id, Pending { base_cell, functions, inlined, cancelled: cancelled.clone() });
         self.tiering.worker.submit(Job { id, bitcode, bodies, callees, cancelled });
@@ -201,8 +240,6 @@ impl Session {
         for done in self.tiering.worker.finished() {
             self.install(done);
         }
-        let program = &self.program;
-        self.tiering.modules.retain(|id, _| program.is_live(*id));
     }
 
     /// `:tier wait`: waits for the background compiler to finish everything queued, installing
@@ -227,6 +264,14 @@ impl Session {
 
     fn install(&mut self, done: Done) {
         let Some(pending) = self.tiering.pending.remove(&done.id) else { return };
+        for (name, _, _) in &pending.functions {
+            if let Some(jobs) = self.tiering.pending_by_name.get_mut(name) {
+                jobs.retain(|job| *job != done.id);
+                if jobs.is_empty() {
+                    self.tiering.pending_by_name.remove(name);
+                }
+            }
+        }
         let tiering = &self.tiering;
         let current: Vec<(String, String)> = pending
             .functions
@@ -243,7 +288,13 @@ impl Session {
         }
         let inlined_current = pending.inlined.iter().all(|(name, generation)| tiering.generation(name) == *generation);
         let object = match done.result {
-            None => return,
+            None => {
+                // Dropped from a full queue: the functions keep their quick code.
+                for (name, _) in &current {
+                    self.tiering.states.remove(name);
+                }
+                return;
+            }
             Some(Err(message)) => {
                 for (name, _) in &current {
                     self.tiering.states.insert(name.clone(), TierState::Failed(message.clone()));
@@ -260,7 +311,9 @@ impl Session {
             Some(Ok(object)) => object,
         };
         let name = format!("promoted#{}", done.id);
-        let linked = self.program.link_promoted(&object, &name, &current, pending.base_cell);
+        // Only code with inlined callees may have to go back to its quick bodies.
+        let hold = !pending.inlined.is_empty();
+        let linked = self.program.link_promoted(&object, &name, &current, pending.base_cell, hold);
         let (promoted_cell, addresses) = match linked {
             Ok(linked) => linked,
             Err(diagnostic) => {
@@ -275,7 +328,7 @@ impl Session {
         for ((name, _), address) in current.into_iter().zip(addresses) {
             self.program.point_slot_into(&name, address, promoted_cell);
             self.compiled_levels.insert(name.clone(), PROMOTED_LEVEL);
-            self.tiering.states.insert(name.clone(), TierState::Promoted);
+            self.tiering.states.remove(&name);
             let since_definition = self.tiering.bases.get(&name).map_or(Duration::ZERO, |base| now - base.defined);
             self.tiering.unreported.push(Promotion {
                 function: name.clone(),
@@ -285,40 +338,31 @@ impl Session {
             });
             functions.push(name);
         }
-        self.tiering.installed.insert(promoted_cell, Installed { functions, inlined: pending.inlined });
+        for (callee, _) in &pending.inlined {
+            self.tiering.inliners.entry(callee.clone()).or_default().push(promoted_cell);
+        }
+        self.tiering.installed.insert(promoted_cell, Installed { functions });
     }
 
-    /// Promoted code that inlined a callee since redefined goes back to its quick bodies, which
-    /// call the callee through its slot, and is queued again.
-    fn revert_stale_promotions(&mut self) {
-        let tiering = &self.tiering;
-        let stale: Vec<u64> = tiering
-            .installed
-            .iter()
-            .filter(|(_, installed)| {
-                installed.inlined.iter().any(|(name, generation)| tiering.generation(name) != *generation)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in stale {
-            let Some(installed) = self.tiering.installed.remove(&id) else { continue };
-            let mut requeue: HashMap<u64, Vec<String>> = HashMap::new();
-            for name in installed.functions {
-                if self.program.slot_owner(&name) != Some(id) {
-                    continue;
-                }
-                let Some(base) = self.tiering.bases.get(&name) else { continue };
-                let (cell, address, level) = (base.cell, base.address, base.level);
-                self.program.point_slot_into(&name, address, cell);
-                self.compiled_levels.insert(name.clone(), level);
-                requeue.entry(cell).or_default().push(name);
+    /// A promotion into which a callee since redefined was inlined: its functions go back to
+    /// their quick bodies, which call the callee through its slot, and are queued again.
+    fn revert_promotion(&mut self, id: u64) {
+        let Some(installed) = self.tiering.installed.remove(&id) else { return };
+        let mut requeue: HashMap<u64, Vec<String>> = HashMap::new();
+        for name in installed.functions {
+            if self.program.slot_owner(&name) != Some(id) {
+                continue;
             }
-            for (cell, names) in requeue {
-                self.submit_promotion(cell, names);
-            }
+            let Some(base) = self.tiering.bases.get(&name) else { continue };
+            let (cell, address, level) = (base.cell, base.address, base.level);
+            self.program.point_slot_into(&name, address, cell);
+            self.compiled_levels.insert(name.clone(), level);
+            self.tiering.states.remove(&name);
+            requeue.entry(cell).or_default().push(name);
         }
-        let program = &self.program;
-        self.tiering.installed.retain(|id, _| program.is_live(*id));
+        for (cell, names) in requeue {
+            self.submit_promotion(cell, names);
+        }
     }
 }
 
