@@ -79,3 +79,22 @@ fn inspecting_changes_nothing() {
     let outcome = session.eval("(call fib 10)");
     assert_eq!(outcome.items, vec![Item::Value { text: "55".into(), ty: "int".into() }]);
 }
+
+#[test]
+fn a_loop_over_int_indices_has_a_copy_with_nsw_behind_a_guard() {
+    let mut session = Session::new(SessionConfig::default()).expect("session");
+    let outcome = session.eval(
+        "(define ((fill void) (n int) (a (ptr int)))
+           (declare i int)
+           (for ((set i 0) (lt i n) (set i (add i 1))) (store (ptradd a (mul i 2)) i)))",
+    );
+    assert!(!outcome.failed(), "{:?}", outcome.diagnostics);
+    let ir = &listings(&mut session, ":ir fill")[0].2;
+    // The guard picks one of two copies of the loop: in one, the index product and the step
+    // carry `nsw`; in the other they wrap.
+    assert!(ir.contains("label %nowrap, label %wrap"), "{ir}");
+    for operation in ["mul nsw i32", "add nsw i32", "mul i32", "add i32"] {
+        assert_eq!(ir.matches(operation).count(), 1, "{operation}: {ir}");
+    }
+    assert!(ir.contains("icmp sle i64"), "the guard compares 64-bit intervals: {ir}");
+}

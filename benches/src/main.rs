@@ -47,7 +47,7 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] 
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
-  kernels   six compute kernels in C-Lisp (:opt 3) against clang -O3 -march=native
+  kernels   eight compute kernels in C-Lisp (:opt 3 and the default level) against clang -O3 -march=native
   staging   expansion share of a 64-way unrolled macro cell; MetaOCaml vector-add variants;
             the cost of collecting phase times
   session   a long session: memory retained per definition and per expression cell after

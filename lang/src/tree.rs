@@ -605,7 +605,8 @@ fn visit_expr(expr: &Expr, visit: &mut dyn FnMut(&Expr)) {
     }
 }
 
-fn expr_children(expr: &Expr) -> Vec<&Expr> {
+/// The operands of an expression, in evaluation order.
+pub(crate) fn expr_children(expr: &Expr) -> Vec<&Expr> {
     match &expr.kind {
         ExprKind::Set(_, a)
         | ExprKind::Not(a)

@@ -121,7 +121,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             ExprKind::Binary(op, left, right) => {
                 let left_value = self.value(state, left)?;
                 let right_value = self.value(state, right)?;
-                self.binary(state, *op, &left.ty, left_value, right_value, expr.span)?
+                let no_wrap = state.no_wrap.contains(&(expr as *const Expr));
+                self.binary(state, *op, &left.ty, (left_value, right_value), no_wrap, expr.span)?
             }
             ExprKind::Not(operand) => {
                 let operand = self.value(state, operand)?.into_int_value();
@@ -349,8 +350,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         state: &mut FunctionState<'ctx>,
         op: BinOp,
         operand_ty: &Ty,
-        left: BasicValueEnum<'ctx>,
-        right: BasicValueEnum<'ctx>,
+        (left, right): (BasicValueEnum<'ctx>, BasicValueEnum<'ctx>),
+        no_wrap: bool,
         span: Span,
     ) -> Result<BasicValueEnum<'ctx>> {
         let b = &self.builder;
@@ -412,6 +413,10 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         let (l, r) = (left.into_int_value(), right.into_int_value());
         Ok(match op {
+            // A versioned nest's guard proved that these cannot overflow (see `versioning`).
+            BinOp::Add if no_wrap => b.build_int_nsw_add(l, r, "")?.into(),
+            BinOp::Sub if no_wrap => b.build_int_nsw_sub(l, r, "")?.into(),
+            BinOp::Mul if no_wrap => b.build_int_nsw_mul(l, r, "")?.into(),
             BinOp::Add => b.build_int_add(l, r, "")?.into(),
             BinOp::Sub => b.build_int_sub(l, r, "")?.into(),
             BinOp::Mul => b.build_int_mul(l, r, "")?.into(),

@@ -14,8 +14,9 @@ mod expr;
 mod sim;
 mod stmt;
 mod trampoline;
+mod versioning;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use inkwell::attributes::{Attribute, AttributeLoc};
@@ -29,7 +30,7 @@ use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::AddressSpace;
 
 use crate::reader::Span;
-use crate::tree::{FunctionDef, TypedCell};
+use crate::tree::{Expr, FunctionDef, TypedCell};
 use crate::types::{Signature, Ty};
 
 use device::DeviceState;
@@ -354,6 +355,12 @@ struct FunctionState<'ctx> {
     allocas: BasicBlock<'ctx>,
     /// Where an aggregate result goes: the caller's memory, passed as the first parameter.
     sret: Option<PointerValue<'ctx>>,
+    /// Locals whose address `ptr-to` takes: loop versioning treats them as unknown.
+    address_taken: HashSet<usize>,
+    /// Whether a `for` nest may be versioned here (host code, not inside a versioned copy).
+    versioning: bool,
+    /// The `int` operations that get `nsw` while a versioned nest's checked copy is emitted.
+    no_wrap: HashSet<*const Expr>,
 }
 
 impl<'ctx> Lowering<'ctx, '_> {

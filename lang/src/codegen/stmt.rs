@@ -1,12 +1,15 @@
 //! Codegen for function bodies: frames and parameters, statements, loops, Brilisp labels and
 //! jumps, and returns.
 
-use inkwell::basic_block::BasicBlock;
-use inkwell::values::{FunctionValue, PointerValue};
-use inkwell::AddressSpace;
+use std::collections::HashSet;
 
+use inkwell::basic_block::BasicBlock;
+use inkwell::values::{FunctionValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, IntPredicate};
+
+use super::versioning::{self, Bound, Check, NestPlan};
 use super::{is_aggregate, CodegenError, FunctionState, Lowering, Result, Value, RT_ITEM_DONE};
-use crate::tree::{Expr, FunctionDef, Stmt, TopItem};
+use crate::tree::{visit_exprs, Expr, ExprKind, FunctionDef, Place, Stmt, TopItem};
 use crate::types::Ty;
 
 impl<'ctx> Lowering<'ctx, '_> {
@@ -134,6 +137,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             labels: Vec::new(),
             allocas,
             sret,
+            address_taken: address_taken(&def.body),
+            // Brilisp labels are blocks made once, which a second copy of a nest cannot reuse.
+            versioning: self.device.is_none() && def.labels.is_empty(),
+            no_wrap: HashSet::new(),
         };
         for (index, local) in def.locals.iter().enumerate() {
             let slot = self.builder.build_alloca(self.basic_type(&local.ty), &sanitize(&local.name))?;
@@ -245,7 +252,15 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.builder.position_at_end(join);
             }
             Stmt::While(cond, body) => self.emit_loop(state, None, cond, None, body)?,
-            Stmt::For(init, cond, step, body) => self.emit_loop(state, init.as_deref(), cond, step.as_deref(), body)?,
+            Stmt::For(init, cond, step, body) => {
+                let plan = if state.versioning { versioning::plan_nest(stmt, &state.address_taken) } else { None };
+                match plan {
+                    Some(plan) => {
+                        self.emit_versioned_loop(state, &plan, init.as_deref(), cond, step.as_deref(), body)?
+                    }
+                    None => self.emit_loop(state, init.as_deref(), cond, step.as_deref(), body)?,
+                }
+            }
             Stmt::Ret(value) => {
                 match (value, state.sret) {
                     (Some(value), Some(sret)) => {
@@ -306,6 +321,158 @@ impl<'ctx> Lowering<'ctx, '_> {
         if let Some(init) = init {
             self.expr(state, init)?;
         }
+        self.emit_loop_after_init(state, cond, step, body)
+    }
+
+    /// A `for` nest in two copies (see `versioning`): after INIT, a guard checks that none of
+    /// the plan's operations can overflow and picks the copy where they carry `nsw`, else the
+    /// plain one. A guard that folds to a constant leaves one copy.
+    fn emit_versioned_loop(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        plan: &NestPlan,
+        init: Option<&Expr>,
+        cond: &Expr,
+        step: Option<&Expr>,
+        body: &[Stmt],
+    ) -> Result<()> {
+        if let Some(init) = init {
+            self.expr(state, init)?;
+        }
+        let guard = self.emit_guard(state, plan)?;
+        state.versioning = false;
+        let result = match guard.get_zero_extended_constant() {
+            Some(holds) => self.emit_loop_copy(state, plan, holds != 0, cond, step, body),
+            None => {
+                let checked = self.context.append_basic_block(state.function, "nowrap");
+                let plain = self.context.append_basic_block(state.function, "wrap");
+                let join = self.context.append_basic_block(state.function, "endnest");
+                self.builder.build_conditional_branch(guard, checked, plain)?;
+                self.builder.position_at_end(checked);
+                self.emit_loop_copy(state, plan, true, cond, step, body)?;
+                self.branch_if_open(join)?;
+                self.builder.position_at_end(plain);
+                self.emit_loop_copy(state, plan, false, cond, step, body)?;
+                self.branch_if_open(join)?;
+                self.builder.position_at_end(join);
+                Ok(())
+            }
+        };
+        state.versioning = true;
+        result
+    }
+
+    /// One copy of a versioned nest: with the plan's operations `nsw` or without.
+    fn emit_loop_copy(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        plan: &NestPlan,
+        no_wrap: bool,
+        cond: &Expr,
+        step: Option<&Expr>,
+        body: &[Stmt],
+    ) -> Result<()> {
+        if no_wrap {
+            state.no_wrap.clone_from(&plan.no_wrap);
+        }
+        let result = self.emit_loop_after_init(state, cond, step, body);
+        state.no_wrap.clear();
+        result
+    }
+
+    /// The guard of a versioned nest: every interval of the plan, in 64 bits (wrapping: a value
+    /// that wraps there comes from an operand outside `int`, whose own check fails), and whether
+    /// every check holds.
+    fn emit_guard(&mut self, state: &FunctionState<'ctx>, plan: &NestPlan) -> Result<IntValue<'ctx>> {
+        let i64_type = self.context.i64_type();
+        let b = &self.builder;
+        let smaller = |left: IntValue<'ctx>, right: IntValue<'ctx>| -> Result<IntValue<'ctx>> {
+            let less = b.build_int_compare(IntPredicate::SLT, left, right, "")?;
+            Ok(b.build_select(less, left, right, "")?.into_int_value())
+        };
+        let larger = |left: IntValue<'ctx>, right: IntValue<'ctx>| -> Result<IntValue<'ctx>> {
+            let more = b.build_int_compare(IntPredicate::SGT, left, right, "")?;
+            Ok(b.build_select(more, left, right, "")?.into_int_value())
+        };
+        let mut intervals: Vec<(IntValue<'ctx>, IntValue<'ctx>)> = Vec::with_capacity(plan.bounds.len());
+        for bound in &plan.bounds {
+            let interval = match bound {
+                Bound::Constant(value) => {
+                    let value = i64_type.const_int(*value as u64, true);
+                    (value, value)
+                }
+                Bound::Entry(local) => {
+                    let value = b.build_load(self.context.i32_type(), state.locals[*local], "")?.into_int_value();
+                    let value = b.build_int_s_extend(value, i64_type, "")?;
+                    (value, value)
+                }
+                Bound::Add(left, right) => {
+                    let ((left_low, left_high), (right_low, right_high)) = (intervals[*left], intervals[*right]);
+                    (b.build_int_add(left_low, right_low, "")?, b.build_int_add(left_high, right_high, "")?)
+                }
+                Bound::Sub(left, right) => {
+                    let ((left_low, left_high), (right_low, right_high)) = (intervals[*left], intervals[*right]);
+                    (b.build_int_sub(left_low, right_high, "")?, b.build_int_sub(left_high, right_low, "")?)
+                }
+                Bound::Mul(left, right) => {
+                    let ((left_low, left_high), (right_low, right_high)) = (intervals[*left], intervals[*right]);
+                    let products = [
+                        b.build_int_mul(left_low, right_low, "")?,
+                        b.build_int_mul(left_low, right_high, "")?,
+                        b.build_int_mul(left_high, right_low, "")?,
+                        b.build_int_mul(left_high, right_high, "")?,
+                    ];
+                    let low = smaller(smaller(products[0], products[1])?, smaller(products[2], products[3])?)?;
+                    let high = larger(larger(products[0], products[1])?, larger(products[2], products[3])?)?;
+                    (low, high)
+                }
+                Bound::Induction { start, limit, strict } => {
+                    let high = intervals[*limit].1;
+                    let high = match strict {
+                        true => b.build_int_sub(high, i64_type.const_int(1, false), "")?,
+                        false => high,
+                    };
+                    (intervals[*start].0, high)
+                }
+                Bound::Union(parts) => {
+                    let (mut low, mut high) = intervals[parts[0]];
+                    for part in &parts[1..] {
+                        low = smaller(low, intervals[*part].0)?;
+                        high = larger(high, intervals[*part].1)?;
+                    }
+                    (low, high)
+                }
+            };
+            intervals.push(interval);
+        }
+        let int_min = i64_type.const_int(i64::from(i32::MIN) as u64, true);
+        let int_max = i64_type.const_int(i32::MAX as u64, true);
+        let mut holds = self.context.bool_type().const_int(1, false);
+        for check in &plan.checks {
+            let fine = match *check {
+                Check::Fits(bound) => {
+                    let (low, high) = intervals[bound];
+                    let above = b.build_int_compare(IntPredicate::SGE, low, int_min, "")?;
+                    let below = b.build_int_compare(IntPredicate::SLE, high, int_max, "")?;
+                    b.build_and(above, below, "")?
+                }
+                Check::NotNegative(bound) => {
+                    b.build_int_compare(IntPredicate::SGE, intervals[bound].0, i64_type.const_zero(), "")?
+                }
+            };
+            holds = b.build_and(holds, fine, "")?;
+        }
+        Ok(holds)
+    }
+
+    /// A loop once its INIT has run.
+    fn emit_loop_after_init(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        cond: &Expr,
+        step: Option<&Expr>,
+        body: &[Stmt],
+    ) -> Result<()> {
         let head = self.context.append_basic_block(state.function, "loop");
         let body_block = self.context.append_basic_block(state.function, "body");
         let step_block = self.context.append_basic_block(state.function, "step");
@@ -329,6 +496,17 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.builder.position_at_end(exit);
         Ok(())
     }
+}
+
+/// The locals of a body whose address `ptr-to` takes.
+fn address_taken(body: &[Stmt]) -> HashSet<usize> {
+    let mut taken = HashSet::new();
+    visit_exprs(body, &mut |expr| {
+        if let ExprKind::AddressOf(Place::Local(local)) = expr.kind {
+            taken.insert(local);
+        }
+    });
+    taken
 }
 
 fn label_block<'ctx>(state: &FunctionState<'ctx>, label: usize) -> Result<BasicBlock<'ctx>> {
