@@ -139,8 +139,25 @@ pub(crate) struct ExpansionSite {
     pub span: Span,
     /// The unquote as written, e.g. `,(scale 1.5)`.
     pub written: String,
-    /// The forms it produced, pretty-printed.
-    pub expanded: String,
+    /// The forms it produced, pretty-printed only when a diagnostic shows them.
+    pub expanded: ExpandedForms,
+}
+
+/// What an unquote produced, kept as forms: most cells never show it, and printing a large
+/// generated function cost as much as generating it.
+#[derive(Clone, Debug)]
+pub(crate) struct ExpandedForms(Vec<Sexp>);
+
+impl fmt::Display for ExpandedForms {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, form) in self.0.iter().enumerate() {
+            if index > 0 {
+                f.write_str(" ")?;
+            }
+            f.write_str(&pretty(form, 0))?;
+        }
+        Ok(())
+    }
 }
 
 /// A cell after expansion.
@@ -575,21 +592,16 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
         }
     });
     engine.register_fn("parse_all", |text: &str| -> Result<Array, Box<EvalAltResult>> { parse_text(text) });
-    let counter = gensym.clone();
+    let templates = Rc::new(RefCell::new(Templates::default()));
+    let (counter, cache) = (gensym.clone(), templates.clone());
     engine.register_fn("quote", move |text: &str, map: Map| -> Result<Dynamic, Box<EvalAltResult>> {
-        let mut forms = parse_text(text)?;
-        if forms.len() != 1 {
-            return Err(rhai_error(format!("quote: the template must be one form, found {}", forms.len())));
-        }
-        fill(forms.remove(0), &map, &counter)
+        let template = cache.borrow_mut().get(text)?;
+        fill_template(&template, &map, &counter)
     });
-    let counter = gensym.clone();
+    let (counter, cache) = (gensym.clone(), templates);
     engine.register_fn("quote", move |text: &str| -> Result<Dynamic, Box<EvalAltResult>> {
-        let mut forms = parse_text(text)?;
-        if forms.len() != 1 {
-            return Err(rhai_error(format!("quote: the template must be one form, found {}", forms.len())));
-        }
-        fill(forms.remove(0), &Map::new(), &counter)
+        let template = cache.borrow_mut().get(text)?;
+        fill_template(&template, &Map::new(), &counter)
     });
     let counter = gensym.clone();
     engine.register_fn("fill", move |form: Dynamic, map: Map| fill(form, &map, &counter));
@@ -620,13 +632,45 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
 const NO_SPAN: Span = Span { source: SourceId(u32::MAX), start: 0, end: 0 };
 
 fn parse_text(text: &str) -> Result<Array, Box<EvalAltResult>> {
-    let forms = reader::read_template(NO_SPAN.source, text).map_err(|diagnostics| {
+    Ok(parse_forms(text)?.iter().map(to_dynamic).collect())
+}
+
+fn parse_forms(text: &str) -> Result<Vec<Sexp>, Box<EvalAltResult>> {
+    reader::read_template(NO_SPAN.source, text).map_err(|diagnostics| {
         rhai_error(format!(
             "parse: {}",
             diagnostics.first().map_or("bad syntax", |diagnostic| diagnostic.message.as_str())
         ))
-    })?;
-    Ok(forms.iter().map(to_dynamic).collect())
+    })
+}
+
+/// `quote`'s templates, read once per text: a generator calls `quote` with the same text in a
+/// loop, and reading it again each time cost as much as filling it.
+#[derive(Default)]
+struct Templates {
+    parsed: HashMap<String, Rc<Sexp>>,
+}
+
+impl Templates {
+    /// Enough for every template of a session's macros; past it the cache starts over, so a
+    /// script quoting computed texts cannot grow it without bound.
+    const CAPACITY: usize = 1024;
+
+    fn get(&mut self, text: &str) -> Result<Rc<Sexp>, Box<EvalAltResult>> {
+        if let Some(template) = self.parsed.get(text) {
+            return Ok(template.clone());
+        }
+        let mut forms = parse_forms(text)?;
+        if forms.len() != 1 {
+            return Err(rhai_error(format!("quote: the template must be one form, found {}", forms.len())));
+        }
+        if self.parsed.len() >= Self::CAPACITY {
+            self.parsed.clear();
+        }
+        let template = Rc::new(forms.remove(0));
+        self.parsed.insert(text.to_string(), template.clone());
+        Ok(template)
+    }
 }
 
 /// A form as Rhai data: lists become arrays, symbols `Sym`, literals themselves.
@@ -773,6 +817,132 @@ fn fill_level(
             }
         }
         out.push(fill_level(item, map, counter, fresh, item_level)?);
+    }
+    Ok(Dynamic::from_array(out))
+}
+
+/// `quote`'s fill: `fill_level`'s rules read off the parsed template, so the template is never
+/// made Rhai data only to be taken apart again. A wrapper `,x` (`SexpKind::Unquote`) reads as
+/// the array `[unquote, x]` that `to_dynamic` makes of it, and a keyword as its symbol `#:key`.
+fn fill_template(form: &Sexp, map: &Map, counter: &Rc<Cell<u64>>) -> Result<Dynamic, Box<EvalAltResult>> {
+    let mut fresh: HashMap<String, Sym> = HashMap::new();
+    fill_form(form, map, counter, &mut fresh, 1)
+}
+
+/// An element of a template list as `fill_level` sees it: a form, or the head symbol of a
+/// wrapper (`quasiquote`, `unquote`, `unquote-splicing`).
+#[derive(Clone, Copy)]
+enum TemplateItem<'f> {
+    Head(&'static str),
+    Form(&'f Sexp),
+}
+
+/// A form's text as a `Sym`: a symbol's name, or a keyword's `#:key`.
+fn symbol_text(form: &Sexp) -> Option<std::borrow::Cow<'_, str>> {
+    match &form.kind {
+        SexpKind::Symbol(name) => Some(name.as_str().into()),
+        SexpKind::Keyword(name) => Some(format!("#:{name}").into()),
+        _ => None,
+    }
+}
+
+/// `unquote_name` over a template form: NAME if the form is `(head NAME)`.
+fn template_hole<'f>(form: &'f Sexp, head: &str) -> Option<std::borrow::Cow<'f, str>> {
+    match &form.kind {
+        SexpKind::Unquote(inner) if head == "unquote" => symbol_text(inner),
+        SexpKind::UnquoteSplicing(inner) if head == "unquote-splicing" => symbol_text(inner),
+        SexpKind::List(items) => match items.as_slice() {
+            [first, name] if symbol_text(first).is_some_and(|text| text == head) => symbol_text(name),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn fill_form(
+    form: &Sexp,
+    map: &Map,
+    counter: &Rc<Cell<u64>>,
+    fresh: &mut HashMap<String, Sym>,
+    level: usize,
+) -> Result<Dynamic, Box<EvalAltResult>> {
+    let (wrapper, inner) = match &form.kind {
+        SexpKind::Symbol(name) => return Ok(Dynamic::from(fill_symbol(name, counter, fresh))),
+        SexpKind::List(items) => {
+            return fill_items(items.iter().map(TemplateItem::Form), form, map, counter, fresh, level)
+        }
+        SexpKind::Quasiquote(inner) => ("quasiquote", inner),
+        SexpKind::Unquote(inner) => ("unquote", inner),
+        SexpKind::UnquoteSplicing(inner) => ("unquote-splicing", inner),
+        _ => return Ok(to_dynamic(form)),
+    };
+    let items = [TemplateItem::Head(wrapper), TemplateItem::Form(inner)];
+    fill_items(items.into_iter(), form, map, counter, fresh, level)
+}
+
+/// A symbol of a template: `x#` becomes the call's gensym for it, anything else itself.
+fn fill_symbol(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Sym {
+    match name.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#')) {
+        Some(stem) => fresh
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                counter.set(counter.get() + 1);
+                Sym(format!("{stem}#{}", counter.get()))
+            })
+            .clone(),
+        None => Sym(name.to_string()),
+    }
+}
+
+fn fill_items<'f>(
+    items: impl ExactSizeIterator<Item = TemplateItem<'f>> + Clone,
+    form: &Sexp,
+    map: &Map,
+    counter: &Rc<Cell<u64>>,
+    fresh: &mut HashMap<String, Sym>,
+    level: usize,
+) -> Result<Dynamic, Box<EvalAltResult>> {
+    if level == 1 {
+        if let Some(name) = template_hole(form, "unquote") {
+            return lookup_hole(map, &name);
+        }
+    }
+    let length = items.len();
+    let head = match items.clone().next() {
+        Some(TemplateItem::Head(head)) => Some(std::borrow::Cow::Borrowed(head)),
+        Some(TemplateItem::Form(first)) => symbol_text(first),
+        None => None,
+    };
+    // A nested quasiquote raises the level of its operand; an unquote lowers it.
+    let operand_level = match head.as_deref() {
+        Some("quasiquote") if length == 2 => level + 1,
+        Some("unquote" | "unquote-splicing") if length == 2 => level.saturating_sub(1).max(1),
+        _ => level,
+    };
+    let mut out = Array::with_capacity(length);
+    for (index, item) in items.enumerate() {
+        let item_level = if index == 1 { operand_level } else { level };
+        let item = match item {
+            TemplateItem::Head(head) => {
+                out.push(Dynamic::from(Sym(head.to_string())));
+                continue;
+            }
+            TemplateItem::Form(item) => item,
+        };
+        if item_level == 1 && (index > 0 || head.is_none()) {
+            if let Some(name) = template_hole(item, "unquote-splicing") {
+                let value = lookup_hole(map, &name)?;
+                if value.is_unit() {
+                    continue;
+                }
+                let elements = value
+                    .into_array()
+                    .map_err(|name| rhai_error(format!("fill: `,@` needs an array, found {name}")))?;
+                out.extend(elements);
+                continue;
+            }
+        }
+        out.push(fill_form(item, map, counter, fresh, item_level)?);
     }
     Ok(Dynamic::from_array(out))
 }
@@ -985,8 +1155,8 @@ impl Expander<'_> {
     }
 
     fn record_site(&mut self, span: Span, inner: &Sexp, prefix: &str, expanded: &[Sexp]) {
-        let text = expanded.iter().map(|form| pretty(form, 0)).collect::<Vec<_>>().join(" ");
-        self.sites.push(ExpansionSite { span, written: written(inner, prefix), expanded: text });
+        let expanded = ExpandedForms(expanded.to_vec());
+        self.sites.push(ExpansionSite { span, written: written(inner, prefix), expanded });
     }
 
     fn splice(&mut self, inner: &Sexp, span: Span, depth: usize) -> Result<Vec<Sexp>, Failure> {
