@@ -7,6 +7,7 @@
 //! error in generated code points at the unquote that generated it.
 
 use std::cell::{Cell, RefCell};
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::rc::Rc;
@@ -91,9 +92,10 @@ impl Limits {
     }
 }
 
-/// A C-Lisp symbol as a Rhai value (`sym("x")`).
+/// A C-Lisp symbol as a Rhai value (`sym("x")`). Its text is shared: Rhai copies values on
+/// every use, and generated code passes the same few symbols around many times.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Sym(pub String);
+pub(crate) struct Sym(pub Rc<str>);
 
 impl fmt::Display for Sym {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -143,18 +145,23 @@ pub(crate) struct ExpansionSite {
     pub expanded: ExpandedForms,
 }
 
-/// What an unquote produced, kept as forms: most cells never show it, and printing a large
-/// generated function cost as much as generating it.
+/// What an unquote produced, kept as the Rhai values it returned (already converted once, so
+/// they convert again): most cells never show them, and copying or printing a large generated
+/// function cost as much as generating it.
 #[derive(Clone, Debug)]
-pub(crate) struct ExpandedForms(Vec<Sexp>);
+pub(crate) struct ExpandedForms {
+    values: Vec<Dynamic>,
+    span: Span,
+}
 
 impl fmt::Display for ExpandedForms {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (index, form) in self.0.iter().enumerate() {
+        let forms = self.values.iter().filter_map(|value| to_sexp(value, self.span).ok());
+        for (index, form) in forms.enumerate() {
             if index > 0 {
                 f.write_str(" ")?;
             }
-            f.write_str(&pretty(form, 0))?;
+            f.write_str(&pretty(&form, 0))?;
         }
         Ok(())
     }
@@ -185,6 +192,10 @@ pub(crate) struct Stage {
     pub limits: Limits,
     interrupt: Arc<AtomicBool>,
     script_counter: u64,
+    /// The compiled call script of each unquoted call (its text → the session's functions with
+    /// it), reused while the functions and constants it was compiled against stay: compiling
+    /// and merging cost more than a small macro's run.
+    call_programs: HashMap<String, AST>,
 }
 
 /// An error while expanding, before it becomes a diagnostic.
@@ -218,11 +229,13 @@ impl Stage {
             limits,
             interrupt,
             script_counter: 0,
+            call_programs: HashMap::new(),
         }
     }
 
     /// Applies changed limits to the engine.
     pub fn apply_limits(&mut self) {
+        self.call_programs.clear();
         self.engine =
             build_engine(&self.gensym, &self.printed, &self.view, &self.included, &self.interrupt, &self.limits);
     }
@@ -234,6 +247,7 @@ impl Stage {
     pub(crate) fn restore(&mut self, state: StageState) {
         self.gensym.set(state.gensym);
         self.state = state;
+        self.call_programs.clear();
     }
 
     /// Runs a Rhai script in the session scope, keeping its functions and variables.
@@ -256,6 +270,7 @@ impl Stage {
         }
         // A later `fn` replaces the same name and arity.
         self.state.functions = self.state.functions.merge(&ast);
+        self.call_programs.clear();
         Ok(())
     }
 
@@ -525,7 +540,7 @@ fn register_include(
                         value
                             .clone()
                             .try_cast::<Sym>()
-                            .map(|symbol| symbol.0)
+                            .map(|symbol| symbol.0.to_string())
                             .or_else(|| value.clone().into_string().ok())
                             .ok_or_else(|| rhai_error("include: names are symbols or strings"))
                     })
@@ -568,21 +583,21 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
     engine.register_type_with_name::<Sym>("Sym");
     engine.register_fn("sym", |name: &str| -> Result<Sym, Box<EvalAltResult>> {
         if reader::is_symbol(name) {
-            Ok(Sym(name.to_string()))
+            Ok(Sym(name.into()))
         } else {
             Err(rhai_error(format!("`{name}` is not a C-Lisp symbol")))
         }
     });
-    engine.register_get("name", |symbol: &mut Sym| symbol.0.clone());
-    engine.register_fn("to_string", |symbol: &mut Sym| symbol.0.clone());
-    engine.register_fn("to_debug", |symbol: &mut Sym| symbol.0.clone());
+    engine.register_get("name", |symbol: &mut Sym| symbol.0.to_string());
+    engine.register_fn("to_string", |symbol: &mut Sym| symbol.0.to_string());
+    engine.register_fn("to_debug", |symbol: &mut Sym| symbol.0.to_string());
     engine.register_fn("==", |a: Sym, b: Sym| a == b);
     engine.register_fn("!=", |a: Sym, b: Sym| a != b);
     engine.register_fn("is_sym", |value: Dynamic| value.is::<Sym>());
     let counter = gensym.clone();
     engine.register_fn("gensym", move |prefix: &str| {
         counter.set(counter.get() + 1);
-        Sym(format!("{prefix}#{}", counter.get()))
+        Sym(format!("{prefix}#{}", counter.get()).into())
     });
     engine.register_fn("parse", |text: &str| -> Result<Dynamic, Box<EvalAltResult>> {
         let mut forms = parse_text(text)?;
@@ -618,7 +633,7 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
         session.borrow().struct_fields.get(name).map_or(Dynamic::UNIT, |fields| {
             let array: Array = fields
                 .iter()
-                .map(|(field, ty)| Dynamic::from_array(vec![Dynamic::from(Sym(field.clone())), to_dynamic(ty)]))
+                .map(|(field, ty)| Dynamic::from_array(vec![Dynamic::from(Sym(field.as_str().into())), to_dynamic(ty)]))
                 .collect();
             Dynamic::from_array(array)
         })
@@ -675,16 +690,15 @@ impl Templates {
 
 /// A form as Rhai data: lists become arrays, symbols `Sym`, literals themselves.
 pub(crate) fn to_dynamic(form: &Sexp) -> Dynamic {
-    let wrap =
-        |head: &str, inner: &Sexp| Dynamic::from_array(vec![Dynamic::from(Sym(head.to_string())), to_dynamic(inner)]);
+    let wrap = |head: &str, inner: &Sexp| Dynamic::from_array(vec![Dynamic::from(Sym(head.into())), to_dynamic(inner)]);
     match &form.kind {
         SexpKind::List(items) => Dynamic::from_array(items.iter().map(to_dynamic).collect()),
-        SexpKind::Symbol(name) => Dynamic::from(Sym(name.clone())),
+        SexpKind::Symbol(name) => Dynamic::from(Sym(name.as_str().into())),
         SexpKind::Int(value) => Dynamic::from(*value as INT),
         SexpKind::Float(value) => Dynamic::from(*value),
         SexpKind::Bool(value) => Dynamic::from(*value),
         SexpKind::Str(bytes) => Dynamic::from(String::from_utf8_lossy(bytes).into_owned()),
-        SexpKind::Keyword(name) => Dynamic::from(Sym(format!("#:{name}"))),
+        SexpKind::Keyword(name) => Dynamic::from(Sym(format!("#:{name}").into())),
         SexpKind::Quasiquote(inner) => wrap("quasiquote", inner),
         SexpKind::Unquote(inner) => wrap("unquote", inner),
         SexpKind::UnquoteSplicing(inner) => wrap("unquote-splicing", inner),
@@ -706,24 +720,24 @@ fn rhai_type_name(value: &Dynamic) -> String {
 /// converting a deep generated tree quadratic.
 pub(crate) fn to_sexp(value: &Dynamic, span: Span) -> Result<Sexp, String> {
     let make = |kind| Ok(Sexp { kind, span });
-    if let Some(symbol) = value.read_lock::<Sym>() {
-        return make(SexpKind::Symbol(symbol.0.clone()));
-    }
     if let Ok(array) = value.as_array_ref() {
         if let [head, inner] = array.as_slice() {
-            let wrapper = head.read_lock::<Sym>().map(|symbol| symbol.0.clone());
-            let make_wrapped = |kind: fn(Box<Sexp>) -> SexpKind| -> Result<Sexp, String> {
-                Ok(Sexp { kind: kind(Box::new(to_sexp(inner, span)?)), span })
-            };
-            match wrapper.as_deref() {
-                Some("quasiquote") => return make_wrapped(SexpKind::Quasiquote),
-                Some("unquote") => return make_wrapped(SexpKind::Unquote),
-                Some("unquote-splicing") => return make_wrapped(SexpKind::UnquoteSplicing),
-                _ => {}
+            let wrapper: Option<fn(Box<Sexp>) -> SexpKind> =
+                head.read_lock::<Sym>().and_then(|symbol| match &*symbol.0 {
+                    "quasiquote" => Some(SexpKind::Quasiquote as fn(Box<Sexp>) -> SexpKind),
+                    "unquote" => Some(SexpKind::Unquote as fn(Box<Sexp>) -> SexpKind),
+                    "unquote-splicing" => Some(SexpKind::UnquoteSplicing as fn(Box<Sexp>) -> SexpKind),
+                    _ => None,
+                });
+            if let Some(kind) = wrapper {
+                return make(kind(Box::new(to_sexp(inner, span)?)));
             }
         }
         let items = array.iter().map(|item| to_sexp(item, span)).collect::<Result<_, _>>()?;
         return make(SexpKind::List(items));
+    }
+    if let Some(symbol) = value.read_lock::<Sym>() {
+        return make(SexpKind::Symbol(symbol.0.to_string()));
     }
     if let Ok(value) = value.as_int() {
         return make(SexpKind::Int(value as i128));
@@ -753,8 +767,8 @@ fn fill(form: Dynamic, map: &Map, counter: &Rc<Cell<u64>>) -> Result<Dynamic, Bo
 fn unquote_name(value: &Dynamic, head: &str) -> Option<String> {
     let array = value.as_array_ref().ok()?;
     match array.as_slice() {
-        [first, name] if first.read_lock::<Sym>().is_some_and(|symbol| symbol.0 == head) => {
-            name.read_lock::<Sym>().map(|symbol| symbol.0.clone())
+        [first, name] if first.read_lock::<Sym>().is_some_and(|symbol| &*symbol.0 == head) => {
+            name.read_lock::<Sym>().map(|symbol| symbol.0.to_string())
         }
         _ => None,
     }
@@ -776,9 +790,9 @@ fn fill_level(
 ) -> Result<Dynamic, Box<EvalAltResult>> {
     if let Some(symbol) = form.read_lock::<Sym>().map(|symbol| symbol.clone()) {
         if let Some(stem) = symbol.0.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#')) {
-            let replacement = fresh.entry(symbol.0.clone()).or_insert_with(|| {
+            let replacement = fresh.entry(symbol.0.to_string()).or_insert_with(|| {
                 counter.set(counter.get() + 1);
-                Sym(format!("{stem}#{}", counter.get()))
+                Sym(format!("{stem}#{}", counter.get()).into())
             });
             return Ok(Dynamic::from(replacement.clone()));
         }
@@ -793,7 +807,7 @@ fn fill_level(
         }
     }
     let array = form.into_array().unwrap_or_default();
-    let head = array.first().and_then(|head| head.read_lock::<Sym>().map(|symbol| symbol.0.clone()));
+    let head = array.first().and_then(|head| head.read_lock::<Sym>().map(|symbol| symbol.0.to_string()));
     // A nested quasiquote raises the level of its operand; an unquote lowers it.
     let operand_level = match head.as_deref() {
         Some("quasiquote") if array.len() == 2 => level + 1,
@@ -887,10 +901,10 @@ fn fill_symbol(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, 
             .entry(name.to_string())
             .or_insert_with(|| {
                 counter.set(counter.get() + 1);
-                Sym(format!("{stem}#{}", counter.get()))
+                Sym(format!("{stem}#{}", counter.get()).into())
             })
             .clone(),
-        None => Sym(name.to_string()),
+        None => Sym(name.into()),
     }
 }
 
@@ -924,7 +938,7 @@ fn fill_items<'f>(
         let item_level = if index == 1 { operand_level } else { level };
         let item = match item {
             TemplateItem::Head(head) => {
-                out.push(Dynamic::from(Sym(head.to_string())));
+                out.push(Dynamic::from(Sym(head.into())));
                 continue;
             }
             TemplateItem::Form(item) => item,
@@ -1033,6 +1047,7 @@ impl Expander<'_> {
                 scope.set_or_push(name, value);
             }
         }
+        self.stage.call_programs.clear();
         self.warnings.extend(warnings);
         if declared {
             self.includes.push((summary, names));
@@ -1111,7 +1126,7 @@ impl Expander<'_> {
                 self.take_pending_includes(false);
                 let expanded = to_sexp(&value, span)
                     .map_err(|message| macro_error(span, format!("{message} (from `{}`)", written(&inner, ","))))?;
-                self.record_site(span, &inner, ",", std::slice::from_ref(&expanded));
+                self.record_site(span, &inner, ",", vec![value]);
                 self.reexpand(expanded, depth)
             }
             SexpKind::Unquote(inner) => {
@@ -1154,8 +1169,8 @@ impl Expander<'_> {
         self.form(form, 1, depth + 1)
     }
 
-    fn record_site(&mut self, span: Span, inner: &Sexp, prefix: &str, expanded: &[Sexp]) {
-        let expanded = ExpandedForms(expanded.to_vec());
+    fn record_site(&mut self, span: Span, inner: &Sexp, prefix: &str, values: Vec<Dynamic>) {
+        let expanded = ExpandedForms { values, span };
         self.sites.push(ExpansionSite { span, written: written(inner, prefix), expanded });
     }
 
@@ -1165,18 +1180,16 @@ impl Expander<'_> {
         if value.is_unit() {
             return Ok(Vec::new());
         }
-        let Ok(array) = value.clone().into_array() else {
-            return Err(macro_error(
-                span,
-                format!("`,@{}` must give an array to splice, found {}", inner, rhai_type_name(&value)),
-            ));
+        let type_name = rhai_type_name(&value);
+        let Ok(array) = value.into_array() else {
+            return Err(macro_error(span, format!("`,@{inner}` must give an array to splice, found {type_name}")));
         };
         let forms = array
             .iter()
             .map(|item| to_sexp(item, span))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|message| macro_error(span, message))?;
-        self.record_site(span, inner, ",@", &forms);
+        self.record_site(span, inner, ",@", array);
         Ok(forms)
     }
 
@@ -1270,14 +1283,20 @@ impl Expander<'_> {
             scope.push_dynamic(argument_name.clone(), value);
         }
         script.push_str(&format!("{rhai_name}({})", names.join(", ")));
-        let result = stage
-            .engine
-            .compile_with_scope(scope, &script)
-            .map_err(|error| Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(error.to_string()), Position::NONE)))
-            .and_then(|call| {
-                let program = stage.state.functions.merge(&call);
-                stage.engine.eval_ast_with_scope::<Dynamic>(scope, &program)
-            });
+        if stage.call_programs.len() >= 256 && !stage.call_programs.contains_key(&script) {
+            stage.call_programs.clear();
+        }
+        let program = match stage.call_programs.entry(script) {
+            Entry::Occupied(entry) => Ok(&*entry.into_mut()),
+            Entry::Vacant(entry) => stage
+                .engine
+                .compile_with_scope(scope, entry.key())
+                .map(|call| &*entry.insert(stage.state.functions.merge(&call)))
+                .map_err(|error| {
+                    Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(error.to_string()), Position::NONE))
+                }),
+        };
+        let result = program.and_then(|program| stage.engine.eval_ast_with_scope::<Dynamic>(scope, program));
         scope.rewind(base);
         let script_key = stage.state.function_scripts.get(&format!("{rhai_name}/{arity}")).cloned();
         result.map_err(|error| match *error {
