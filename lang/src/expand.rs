@@ -624,6 +624,7 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
         let sexp = to_sexp(&form, NO_SPAN).map_err(rhai_error)?;
         Ok(pretty(&sexp, 0))
     });
+    engine.register_fn("balanced", balanced);
     let session = view.clone();
     engine.register_fn("signature", move |name: &str| {
         session.borrow().signatures.get(name).map_or(Dynamic::UNIT, to_dynamic)
@@ -645,6 +646,26 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
 }
 
 const NO_SPAN: Span = Span { source: SourceId(u32::MAX), start: 0, end: 0 };
+
+/// `balanced(op, forms)`: the forms joined into nested `(op x y)`, neighbours paired level by
+/// level (an odd one out moves up a level), so the tree is balanced; one form gives itself,
+/// none gives `()`. Done in Rust because in Rhai each pairing step copies or size-checks the
+/// whole work list of forms.
+fn balanced(op: Dynamic, forms: Array) -> Dynamic {
+    let mut level = forms;
+    while level.len() > 1 {
+        let mut next = Array::with_capacity(level.len().div_ceil(2));
+        let mut items = level.into_iter();
+        while let Some(first) = items.next() {
+            match items.next() {
+                Some(second) => next.push(Dynamic::from_array(vec![op.clone(), first, second])),
+                None => next.push(first),
+            }
+        }
+        level = next;
+    }
+    level.pop().unwrap_or(Dynamic::UNIT)
+}
 
 fn parse_text(text: &str) -> Result<Array, Box<EvalAltResult>> {
     Ok(parse_forms(text)?.iter().map(to_dynamic).collect())
@@ -1166,6 +1187,12 @@ impl Expander<'_> {
         if depth + 1 > self.stage.limits.depth {
             return Err(self.stage.limit_failure("depth", self.stage.limits.depth as u64, form.span));
         }
+        // Most results hold no (quasi)quote: expanding them again would rebuild every list
+        // unchanged, so they are only counted, as `form` would count them.
+        if !has_quotes(&form) {
+            self.count(&form);
+            return Ok(vec![form]);
+        }
         self.form(form, 1, depth + 1)
     }
 
@@ -1307,6 +1334,15 @@ impl Expander<'_> {
             }
             _ => stage.runtime_diagnostic(&error, script_key.as_deref(), span),
         })
+    }
+}
+
+/// Whether a form holds a quasiquote, unquote or splice anywhere.
+fn has_quotes(form: &Sexp) -> bool {
+    match &form.kind {
+        SexpKind::List(items) => items.iter().any(has_quotes),
+        SexpKind::Quasiquote(_) | SexpKind::Unquote(_) | SexpKind::UnquoteSplicing(_) => true,
+        _ => false,
     }
 }
 

@@ -351,6 +351,31 @@ fn quote_fills_as_fill_of_parse_does() {
 }
 
 #[test]
+fn balanced_pairs_neighbours_level_by_level() {
+    let script = r#"
+        fn sum(n) { let terms = []; for k in 0..n { terms.push(sym("t" + k)); } balanced(sym("add"), terms) }
+        fn tree(forms) { balanced([sym("f"), 1], forms) }
+    "#;
+    check(
+        script,
+        &[",(sum 1)", ",(sum 2)", ",(sum 3)", ",(sum 6)", ",(tree ((a) b))", ",@(sum 0)"],
+        expect![[r#"
+            > ,(sum 1)
+            t0
+            > ,(sum 2)
+            (add t0 t1)
+            > ,(sum 3)
+            (add (add t0 t1) t2)
+            > ,(sum 6)
+            (add (add (add t0 t1) (add t2 t3)) (add t4 t5))
+            > ,(tree ((a) b))
+            ((f 1) (a) b)
+            > ,@(sum 0)
+        "#]],
+    );
+}
+
+#[test]
 fn generated_nodes_carry_the_unquote_span() {
     // Everything an unquote gives points at the unquote, so a check error in generated code
     // points there. (docs/language.md §6.8 asks that nodes from the arguments keep their own
