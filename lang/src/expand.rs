@@ -7,6 +7,7 @@
 //! error in generated code points at the unquote that generated it.
 
 use std::cell::{Cell, RefCell};
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::rc::Rc;
@@ -91,9 +92,10 @@ impl Limits {
     }
 }
 
-/// A C-Lisp symbol as a Rhai value (`sym("x")`).
+/// A C-Lisp symbol as a Rhai value (`sym("x")`). Its text is shared: Rhai copies values on
+/// every use, and generated code passes the same few symbols around many times.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Sym(pub String);
+pub(crate) struct Sym(pub Rc<str>);
 
 impl fmt::Display for Sym {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -139,8 +141,30 @@ pub(crate) struct ExpansionSite {
     pub span: Span,
     /// The unquote as written, e.g. `,(scale 1.5)`.
     pub written: String,
-    /// The forms it produced, pretty-printed.
-    pub expanded: String,
+    /// The forms it produced, pretty-printed only when a diagnostic shows them.
+    pub expanded: ExpandedForms,
+}
+
+/// What an unquote produced, kept as the Rhai values it returned (already converted once, so
+/// they convert again): most cells never show them, and copying or printing a large generated
+/// function cost as much as generating it.
+#[derive(Clone, Debug)]
+pub(crate) struct ExpandedForms {
+    values: Vec<Dynamic>,
+    span: Span,
+}
+
+impl fmt::Display for ExpandedForms {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let forms = self.values.iter().filter_map(|value| to_sexp(value, self.span).ok());
+        for (index, form) in forms.enumerate() {
+            if index > 0 {
+                f.write_str(" ")?;
+            }
+            f.write_str(&pretty(&form, 0))?;
+        }
+        Ok(())
+    }
 }
 
 /// A cell after expansion.
@@ -168,6 +192,10 @@ pub(crate) struct Stage {
     pub limits: Limits,
     interrupt: Arc<AtomicBool>,
     script_counter: u64,
+    /// The compiled call script of each unquoted call (its text → the session's functions with
+    /// it), reused while the functions and constants it was compiled against stay: compiling
+    /// and merging cost more than a small macro's run.
+    call_programs: HashMap<String, AST>,
 }
 
 /// An error while expanding, before it becomes a diagnostic.
@@ -201,11 +229,13 @@ impl Stage {
             limits,
             interrupt,
             script_counter: 0,
+            call_programs: HashMap::new(),
         }
     }
 
     /// Applies changed limits to the engine.
     pub fn apply_limits(&mut self) {
+        self.call_programs.clear();
         self.engine =
             build_engine(&self.gensym, &self.printed, &self.view, &self.included, &self.interrupt, &self.limits);
     }
@@ -217,6 +247,7 @@ impl Stage {
     pub(crate) fn restore(&mut self, state: StageState) {
         self.gensym.set(state.gensym);
         self.state = state;
+        self.call_programs.clear();
     }
 
     /// Runs a Rhai script in the session scope, keeping its functions and variables.
@@ -239,6 +270,7 @@ impl Stage {
         }
         // A later `fn` replaces the same name and arity.
         self.state.functions = self.state.functions.merge(&ast);
+        self.call_programs.clear();
         Ok(())
     }
 
@@ -508,7 +540,7 @@ fn register_include(
                         value
                             .clone()
                             .try_cast::<Sym>()
-                            .map(|symbol| symbol.0)
+                            .map(|symbol| symbol.0.to_string())
                             .or_else(|| value.clone().into_string().ok())
                             .ok_or_else(|| rhai_error("include: names are symbols or strings"))
                     })
@@ -551,21 +583,21 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
     engine.register_type_with_name::<Sym>("Sym");
     engine.register_fn("sym", |name: &str| -> Result<Sym, Box<EvalAltResult>> {
         if reader::is_symbol(name) {
-            Ok(Sym(name.to_string()))
+            Ok(Sym(name.into()))
         } else {
             Err(rhai_error(format!("`{name}` is not a C-Lisp symbol")))
         }
     });
-    engine.register_get("name", |symbol: &mut Sym| symbol.0.clone());
-    engine.register_fn("to_string", |symbol: &mut Sym| symbol.0.clone());
-    engine.register_fn("to_debug", |symbol: &mut Sym| symbol.0.clone());
+    engine.register_get("name", |symbol: &mut Sym| symbol.0.to_string());
+    engine.register_fn("to_string", |symbol: &mut Sym| symbol.0.to_string());
+    engine.register_fn("to_debug", |symbol: &mut Sym| symbol.0.to_string());
     engine.register_fn("==", |a: Sym, b: Sym| a == b);
     engine.register_fn("!=", |a: Sym, b: Sym| a != b);
     engine.register_fn("is_sym", |value: Dynamic| value.is::<Sym>());
     let counter = gensym.clone();
     engine.register_fn("gensym", move |prefix: &str| {
         counter.set(counter.get() + 1);
-        Sym(format!("{prefix}#{}", counter.get()))
+        Sym(format!("{prefix}#{}", counter.get()).into())
     });
     engine.register_fn("parse", |text: &str| -> Result<Dynamic, Box<EvalAltResult>> {
         let mut forms = parse_text(text)?;
@@ -575,21 +607,16 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
         }
     });
     engine.register_fn("parse_all", |text: &str| -> Result<Array, Box<EvalAltResult>> { parse_text(text) });
-    let counter = gensym.clone();
+    let templates = Rc::new(RefCell::new(Templates::default()));
+    let (counter, cache) = (gensym.clone(), templates.clone());
     engine.register_fn("quote", move |text: &str, map: Map| -> Result<Dynamic, Box<EvalAltResult>> {
-        let mut forms = parse_text(text)?;
-        if forms.len() != 1 {
-            return Err(rhai_error(format!("quote: the template must be one form, found {}", forms.len())));
-        }
-        fill(forms.remove(0), &map, &counter)
+        let template = cache.borrow_mut().get(text)?;
+        fill_template(&template, &map, &counter)
     });
-    let counter = gensym.clone();
+    let (counter, cache) = (gensym.clone(), templates);
     engine.register_fn("quote", move |text: &str| -> Result<Dynamic, Box<EvalAltResult>> {
-        let mut forms = parse_text(text)?;
-        if forms.len() != 1 {
-            return Err(rhai_error(format!("quote: the template must be one form, found {}", forms.len())));
-        }
-        fill(forms.remove(0), &Map::new(), &counter)
+        let template = cache.borrow_mut().get(text)?;
+        fill_template(&template, &Map::new(), &counter)
     });
     let counter = gensym.clone();
     engine.register_fn("fill", move |form: Dynamic, map: Map| fill(form, &map, &counter));
@@ -597,6 +624,7 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
         let sexp = to_sexp(&form, NO_SPAN).map_err(rhai_error)?;
         Ok(pretty(&sexp, 0))
     });
+    engine.register_fn("balanced", balanced);
     let session = view.clone();
     engine.register_fn("signature", move |name: &str| {
         session.borrow().signatures.get(name).map_or(Dynamic::UNIT, to_dynamic)
@@ -606,7 +634,7 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
         session.borrow().struct_fields.get(name).map_or(Dynamic::UNIT, |fields| {
             let array: Array = fields
                 .iter()
-                .map(|(field, ty)| Dynamic::from_array(vec![Dynamic::from(Sym(field.clone())), to_dynamic(ty)]))
+                .map(|(field, ty)| Dynamic::from_array(vec![Dynamic::from(Sym(field.as_str().into())), to_dynamic(ty)]))
                 .collect();
             Dynamic::from_array(array)
         })
@@ -619,28 +647,79 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
 
 const NO_SPAN: Span = Span { source: SourceId(u32::MAX), start: 0, end: 0 };
 
+/// `balanced(op, forms)`: the forms joined into nested `(op x y)`, neighbours paired level by
+/// level (an odd one out moves up a level), so the tree is balanced; one form gives itself,
+/// none gives `()`. Done in Rust because in Rhai each pairing step copies or size-checks the
+/// whole work list of forms.
+fn balanced(op: Dynamic, forms: Array) -> Dynamic {
+    let mut level = forms;
+    while level.len() > 1 {
+        let mut next = Array::with_capacity(level.len().div_ceil(2));
+        let mut items = level.into_iter();
+        while let Some(first) = items.next() {
+            match items.next() {
+                Some(second) => next.push(Dynamic::from_array(vec![op.clone(), first, second])),
+                None => next.push(first),
+            }
+        }
+        level = next;
+    }
+    level.pop().unwrap_or(Dynamic::UNIT)
+}
+
 fn parse_text(text: &str) -> Result<Array, Box<EvalAltResult>> {
-    let forms = reader::read_template(NO_SPAN.source, text).map_err(|diagnostics| {
+    Ok(parse_forms(text)?.iter().map(to_dynamic).collect())
+}
+
+fn parse_forms(text: &str) -> Result<Vec<Sexp>, Box<EvalAltResult>> {
+    reader::read_template(NO_SPAN.source, text).map_err(|diagnostics| {
         rhai_error(format!(
             "parse: {}",
             diagnostics.first().map_or("bad syntax", |diagnostic| diagnostic.message.as_str())
         ))
-    })?;
-    Ok(forms.iter().map(to_dynamic).collect())
+    })
+}
+
+/// `quote`'s templates, read once per text: a generator calls `quote` with the same text in a
+/// loop, and reading it again each time cost as much as filling it.
+#[derive(Default)]
+struct Templates {
+    parsed: HashMap<String, Rc<Sexp>>,
+}
+
+impl Templates {
+    /// Enough for every template of a session's macros; past it the cache starts over, so a
+    /// script quoting computed texts cannot grow it without bound.
+    const CAPACITY: usize = 1024;
+
+    fn get(&mut self, text: &str) -> Result<Rc<Sexp>, Box<EvalAltResult>> {
+        if let Some(template) = self.parsed.get(text) {
+            return Ok(template.clone());
+        }
+        let mut forms = parse_forms(text)?;
+        if forms.len() != 1 {
+            return Err(rhai_error(format!("quote: the template must be one form, found {}", forms.len())));
+        }
+        if self.parsed.len() >= Self::CAPACITY {
+            self.parsed.clear();
+        }
+        let template = Rc::new(forms.remove(0));
+        self.parsed.insert(text.to_string(), template.clone());
+        Ok(template)
+    }
 }
 
 /// A form as Rhai data: lists become arrays, symbols `Sym`, literals themselves.
 pub(crate) fn to_dynamic(form: &Sexp) -> Dynamic {
-    let wrap =
-        |head: &str, inner: &Sexp| Dynamic::from_array(vec![Dynamic::from(Sym(head.to_string())), to_dynamic(inner)]);
+    let wrap = |head: &str, inner: &Sexp| Dynamic::from_array(vec![Dynamic::from(Sym(head.into())), to_dynamic(inner)]);
     match &form.kind {
         SexpKind::List(items) => Dynamic::from_array(items.iter().map(to_dynamic).collect()),
-        SexpKind::Symbol(name) => Dynamic::from(Sym(name.clone())),
+        SexpKind::Symbol(name) => Dynamic::from(Sym(name.as_str().into())),
         SexpKind::Int(value) => Dynamic::from(*value as INT),
         SexpKind::Float(value) => Dynamic::from(*value),
         SexpKind::Bool(value) => Dynamic::from(*value),
         SexpKind::Str(bytes) => Dynamic::from(String::from_utf8_lossy(bytes).into_owned()),
-        SexpKind::Keyword(name) => Dynamic::from(Sym(format!("#:{name}"))),
+        SexpKind::Keyword(name) => Dynamic::from(Sym(format!("#:{name}").into())),
         SexpKind::Quasiquote(inner) => wrap("quasiquote", inner),
         SexpKind::Unquote(inner) => wrap("unquote", inner),
         SexpKind::UnquoteSplicing(inner) => wrap("unquote-splicing", inner),
@@ -662,24 +741,24 @@ fn rhai_type_name(value: &Dynamic) -> String {
 /// converting a deep generated tree quadratic.
 pub(crate) fn to_sexp(value: &Dynamic, span: Span) -> Result<Sexp, String> {
     let make = |kind| Ok(Sexp { kind, span });
-    if let Some(symbol) = value.read_lock::<Sym>() {
-        return make(SexpKind::Symbol(symbol.0.clone()));
-    }
     if let Ok(array) = value.as_array_ref() {
         if let [head, inner] = array.as_slice() {
-            let wrapper = head.read_lock::<Sym>().map(|symbol| symbol.0.clone());
-            let make_wrapped = |kind: fn(Box<Sexp>) -> SexpKind| -> Result<Sexp, String> {
-                Ok(Sexp { kind: kind(Box::new(to_sexp(inner, span)?)), span })
-            };
-            match wrapper.as_deref() {
-                Some("quasiquote") => return make_wrapped(SexpKind::Quasiquote),
-                Some("unquote") => return make_wrapped(SexpKind::Unquote),
-                Some("unquote-splicing") => return make_wrapped(SexpKind::UnquoteSplicing),
-                _ => {}
+            let wrapper: Option<fn(Box<Sexp>) -> SexpKind> =
+                head.read_lock::<Sym>().and_then(|symbol| match &*symbol.0 {
+                    "quasiquote" => Some(SexpKind::Quasiquote as fn(Box<Sexp>) -> SexpKind),
+                    "unquote" => Some(SexpKind::Unquote as fn(Box<Sexp>) -> SexpKind),
+                    "unquote-splicing" => Some(SexpKind::UnquoteSplicing as fn(Box<Sexp>) -> SexpKind),
+                    _ => None,
+                });
+            if let Some(kind) = wrapper {
+                return make(kind(Box::new(to_sexp(inner, span)?)));
             }
         }
         let items = array.iter().map(|item| to_sexp(item, span)).collect::<Result<_, _>>()?;
         return make(SexpKind::List(items));
+    }
+    if let Some(symbol) = value.read_lock::<Sym>() {
+        return make(SexpKind::Symbol(symbol.0.to_string()));
     }
     if let Ok(value) = value.as_int() {
         return make(SexpKind::Int(value as i128));
@@ -709,8 +788,8 @@ fn fill(form: Dynamic, map: &Map, counter: &Rc<Cell<u64>>) -> Result<Dynamic, Bo
 fn unquote_name(value: &Dynamic, head: &str) -> Option<String> {
     let array = value.as_array_ref().ok()?;
     match array.as_slice() {
-        [first, name] if first.read_lock::<Sym>().is_some_and(|symbol| symbol.0 == head) => {
-            name.read_lock::<Sym>().map(|symbol| symbol.0.clone())
+        [first, name] if first.read_lock::<Sym>().is_some_and(|symbol| &*symbol.0 == head) => {
+            name.read_lock::<Sym>().map(|symbol| symbol.0.to_string())
         }
         _ => None,
     }
@@ -732,9 +811,9 @@ fn fill_level(
 ) -> Result<Dynamic, Box<EvalAltResult>> {
     if let Some(symbol) = form.read_lock::<Sym>().map(|symbol| symbol.clone()) {
         if let Some(stem) = symbol.0.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#')) {
-            let replacement = fresh.entry(symbol.0.clone()).or_insert_with(|| {
+            let replacement = fresh.entry(symbol.0.to_string()).or_insert_with(|| {
                 counter.set(counter.get() + 1);
-                Sym(format!("{stem}#{}", counter.get()))
+                Sym(format!("{stem}#{}", counter.get()).into())
             });
             return Ok(Dynamic::from(replacement.clone()));
         }
@@ -749,7 +828,7 @@ fn fill_level(
         }
     }
     let array = form.into_array().unwrap_or_default();
-    let head = array.first().and_then(|head| head.read_lock::<Sym>().map(|symbol| symbol.0.clone()));
+    let head = array.first().and_then(|head| head.read_lock::<Sym>().map(|symbol| symbol.0.to_string()));
     // A nested quasiquote raises the level of its operand; an unquote lowers it.
     let operand_level = match head.as_deref() {
         Some("quasiquote") if array.len() == 2 => level + 1,
@@ -773,6 +852,132 @@ fn fill_level(
             }
         }
         out.push(fill_level(item, map, counter, fresh, item_level)?);
+    }
+    Ok(Dynamic::from_array(out))
+}
+
+/// `quote`'s fill: `fill_level`'s rules read off the parsed template, so the template is never
+/// made Rhai data only to be taken apart again. A wrapper `,x` (`SexpKind::Unquote`) reads as
+/// the array `[unquote, x]` that `to_dynamic` makes of it, and a keyword as its symbol `#:key`.
+fn fill_template(form: &Sexp, map: &Map, counter: &Rc<Cell<u64>>) -> Result<Dynamic, Box<EvalAltResult>> {
+    let mut fresh: HashMap<String, Sym> = HashMap::new();
+    fill_form(form, map, counter, &mut fresh, 1)
+}
+
+/// An element of a template list as `fill_level` sees it: a form, or the head symbol of a
+/// wrapper (`quasiquote`, `unquote`, `unquote-splicing`).
+#[derive(Clone, Copy)]
+enum TemplateItem<'f> {
+    Head(&'static str),
+    Form(&'f Sexp),
+}
+
+/// A form's text as a `Sym`: a symbol's name, or a keyword's `#:key`.
+fn symbol_text(form: &Sexp) -> Option<std::borrow::Cow<'_, str>> {
+    match &form.kind {
+        SexpKind::Symbol(name) => Some(name.as_str().into()),
+        SexpKind::Keyword(name) => Some(format!("#:{name}").into()),
+        _ => None,
+    }
+}
+
+/// `unquote_name` over a template form: NAME if the form is `(head NAME)`.
+fn template_hole<'f>(form: &'f Sexp, head: &str) -> Option<std::borrow::Cow<'f, str>> {
+    match &form.kind {
+        SexpKind::Unquote(inner) if head == "unquote" => symbol_text(inner),
+        SexpKind::UnquoteSplicing(inner) if head == "unquote-splicing" => symbol_text(inner),
+        SexpKind::List(items) => match items.as_slice() {
+            [first, name] if symbol_text(first).is_some_and(|text| text == head) => symbol_text(name),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn fill_form(
+    form: &Sexp,
+    map: &Map,
+    counter: &Rc<Cell<u64>>,
+    fresh: &mut HashMap<String, Sym>,
+    level: usize,
+) -> Result<Dynamic, Box<EvalAltResult>> {
+    let (wrapper, inner) = match &form.kind {
+        SexpKind::Symbol(name) => return Ok(Dynamic::from(fill_symbol(name, counter, fresh))),
+        SexpKind::List(items) => {
+            return fill_items(items.iter().map(TemplateItem::Form), form, map, counter, fresh, level)
+        }
+        SexpKind::Quasiquote(inner) => ("quasiquote", inner),
+        SexpKind::Unquote(inner) => ("unquote", inner),
+        SexpKind::UnquoteSplicing(inner) => ("unquote-splicing", inner),
+        _ => return Ok(to_dynamic(form)),
+    };
+    let items = [TemplateItem::Head(wrapper), TemplateItem::Form(inner)];
+    fill_items(items.into_iter(), form, map, counter, fresh, level)
+}
+
+/// A symbol of a template: `x#` becomes the call's gensym for it, anything else itself.
+fn fill_symbol(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Sym {
+    match name.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#')) {
+        Some(stem) => fresh
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                counter.set(counter.get() + 1);
+                Sym(format!("{stem}#{}", counter.get()).into())
+            })
+            .clone(),
+        None => Sym(name.into()),
+    }
+}
+
+fn fill_items<'f>(
+    items: impl ExactSizeIterator<Item = TemplateItem<'f>> + Clone,
+    form: &Sexp,
+    map: &Map,
+    counter: &Rc<Cell<u64>>,
+    fresh: &mut HashMap<String, Sym>,
+    level: usize,
+) -> Result<Dynamic, Box<EvalAltResult>> {
+    if level == 1 {
+        if let Some(name) = template_hole(form, "unquote") {
+            return lookup_hole(map, &name);
+        }
+    }
+    let length = items.len();
+    let head = match items.clone().next() {
+        Some(TemplateItem::Head(head)) => Some(std::borrow::Cow::Borrowed(head)),
+        Some(TemplateItem::Form(first)) => symbol_text(first),
+        None => None,
+    };
+    // A nested quasiquote raises the level of its operand; an unquote lowers it.
+    let operand_level = match head.as_deref() {
+        Some("quasiquote") if length == 2 => level + 1,
+        Some("unquote" | "unquote-splicing") if length == 2 => level.saturating_sub(1).max(1),
+        _ => level,
+    };
+    let mut out = Array::with_capacity(length);
+    for (index, item) in items.enumerate() {
+        let item_level = if index == 1 { operand_level } else { level };
+        let item = match item {
+            TemplateItem::Head(head) => {
+                out.push(Dynamic::from(Sym(head.into())));
+                continue;
+            }
+            TemplateItem::Form(item) => item,
+        };
+        if item_level == 1 && (index > 0 || head.is_none()) {
+            if let Some(name) = template_hole(item, "unquote-splicing") {
+                let value = lookup_hole(map, &name)?;
+                if value.is_unit() {
+                    continue;
+                }
+                let elements = value
+                    .into_array()
+                    .map_err(|name| rhai_error(format!("fill: `,@` needs an array, found {name}")))?;
+                out.extend(elements);
+                continue;
+            }
+        }
+        out.push(fill_form(item, map, counter, fresh, item_level)?);
     }
     Ok(Dynamic::from_array(out))
 }
@@ -863,6 +1068,7 @@ impl Expander<'_> {
                 scope.set_or_push(name, value);
             }
         }
+        self.stage.call_programs.clear();
         self.warnings.extend(warnings);
         if declared {
             self.includes.push((summary, names));
@@ -941,7 +1147,7 @@ impl Expander<'_> {
                 self.take_pending_includes(false);
                 let expanded = to_sexp(&value, span)
                     .map_err(|message| macro_error(span, format!("{message} (from `{}`)", written(&inner, ","))))?;
-                self.record_site(span, &inner, ",", std::slice::from_ref(&expanded));
+                self.record_site(span, &inner, ",", vec![value]);
                 self.reexpand(expanded, depth)
             }
             SexpKind::Unquote(inner) => {
@@ -981,12 +1187,18 @@ impl Expander<'_> {
         if depth + 1 > self.stage.limits.depth {
             return Err(self.stage.limit_failure("depth", self.stage.limits.depth as u64, form.span));
         }
+        // Most results hold no (quasi)quote: expanding them again would rebuild every list
+        // unchanged, so they are only counted, as `form` would count them.
+        if !has_quotes(&form) {
+            self.count(&form);
+            return Ok(vec![form]);
+        }
         self.form(form, 1, depth + 1)
     }
 
-    fn record_site(&mut self, span: Span, inner: &Sexp, prefix: &str, expanded: &[Sexp]) {
-        let text = expanded.iter().map(|form| pretty(form, 0)).collect::<Vec<_>>().join(" ");
-        self.sites.push(ExpansionSite { span, written: written(inner, prefix), expanded: text });
+    fn record_site(&mut self, span: Span, inner: &Sexp, prefix: &str, values: Vec<Dynamic>) {
+        let expanded = ExpandedForms { values, span };
+        self.sites.push(ExpansionSite { span, written: written(inner, prefix), expanded });
     }
 
     fn splice(&mut self, inner: &Sexp, span: Span, depth: usize) -> Result<Vec<Sexp>, Failure> {
@@ -995,18 +1207,16 @@ impl Expander<'_> {
         if value.is_unit() {
             return Ok(Vec::new());
         }
-        let Ok(array) = value.clone().into_array() else {
-            return Err(macro_error(
-                span,
-                format!("`,@{}` must give an array to splice, found {}", inner, rhai_type_name(&value)),
-            ));
+        let type_name = rhai_type_name(&value);
+        let Ok(array) = value.into_array() else {
+            return Err(macro_error(span, format!("`,@{inner}` must give an array to splice, found {type_name}")));
         };
         let forms = array
             .iter()
             .map(|item| to_sexp(item, span))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|message| macro_error(span, message))?;
-        self.record_site(span, inner, ",@", &forms);
+        self.record_site(span, inner, ",@", array);
         Ok(forms)
     }
 
@@ -1100,14 +1310,20 @@ impl Expander<'_> {
             scope.push_dynamic(argument_name.clone(), value);
         }
         script.push_str(&format!("{rhai_name}({})", names.join(", ")));
-        let result = stage
-            .engine
-            .compile_with_scope(scope, &script)
-            .map_err(|error| Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(error.to_string()), Position::NONE)))
-            .and_then(|call| {
-                let program = stage.state.functions.merge(&call);
-                stage.engine.eval_ast_with_scope::<Dynamic>(scope, &program)
-            });
+        if stage.call_programs.len() >= 256 && !stage.call_programs.contains_key(&script) {
+            stage.call_programs.clear();
+        }
+        let program = match stage.call_programs.entry(script) {
+            Entry::Occupied(entry) => Ok(&*entry.into_mut()),
+            Entry::Vacant(entry) => stage
+                .engine
+                .compile_with_scope(scope, entry.key())
+                .map(|call| &*entry.insert(stage.state.functions.merge(&call)))
+                .map_err(|error| {
+                    Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(error.to_string()), Position::NONE))
+                }),
+        };
+        let result = program.and_then(|program| stage.engine.eval_ast_with_scope::<Dynamic>(scope, program));
         scope.rewind(base);
         let script_key = stage.state.function_scripts.get(&format!("{rhai_name}/{arity}")).cloned();
         result.map_err(|error| match *error {
@@ -1118,6 +1334,15 @@ impl Expander<'_> {
             }
             _ => stage.runtime_diagnostic(&error, script_key.as_deref(), span),
         })
+    }
+}
+
+/// Whether a form holds a quasiquote, unquote or splice anywhere.
+fn has_quotes(form: &Sexp) -> bool {
+    match &form.kind {
+        SexpKind::List(items) => items.iter().any(has_quotes),
+        SexpKind::Quasiquote(_) | SexpKind::Unquote(_) | SexpKind::UnquoteSplicing(_) => true,
+        _ => false,
     }
 }
 

@@ -310,6 +310,72 @@ fn auto_gensyms_in_fill() {
 }
 
 #[test]
+fn quote_fills_as_fill_of_parse_does() {
+    // `quote` fills its cached, parsed template directly; `fill(parse(…))` fills Rhai data. Both
+    // must give the same forms, gensyms included, for holes at every position and level.
+    let templates = [
+        "(f ,a ,@xs (g ,a) ,@none)",
+        "(,@xs ,a)",
+        "(,head ,@xs)",
+        "(unquote a)",
+        "(f (unquote a) (unquote-splicing xs))",
+        "(quasiquote (f ,a ,,a (g ,@xs) ,,@xs))",
+        "(f `(g ,a ,,a) ``(h ,,,a))",
+        "(f (quasiquote (unquote a)) (unquote (unquote a)))",
+        "((declare t# int) (set t# ,a) (g t# u# #:key (k 1.5 \"s\" #t)))",
+        "(f ,(g a) ,@(h xs))",
+        ",a",
+        ",@xs",
+        "`,a",
+        "t#",
+        "7",
+    ];
+    for template in templates {
+        let literal = template.replace('\\', "\\\\").replace('"', "\\\"");
+        let map = r#"#{ a: [sym("x"), 1], xs: [2, sym("y")], none: (), head: sym("h") }"#;
+        // Twice each, in fresh stages: the second `quote` finds its template in the cache, and
+        // both runs count gensyms from the same start.
+        let run = |call: &str| {
+            let script = format!("print(show({call})); print(show({call}));");
+            let mut fixture = Fixture::new("");
+            let source = fixture.add_source("script", &script);
+            if let Err(failure) = fixture.stage.run_script(&script, source, 0, Span::new(source, 0, 0)) {
+                panic!("{template}: {}", failure.message);
+            }
+            fixture.stage.take_printed()
+        };
+        let filled = run(&format!(r#"fill(parse("{literal}"), {map})"#));
+        let quoted = run(&format!(r#"quote("{literal}", {map})"#));
+        assert_eq!(filled, quoted, "{template}");
+    }
+}
+
+#[test]
+fn balanced_pairs_neighbours_level_by_level() {
+    let script = r#"
+        fn sum(n) { let terms = []; for k in 0..n { terms.push(sym("t" + k)); } balanced(sym("add"), terms) }
+        fn tree(forms) { balanced([sym("f"), 1], forms) }
+    "#;
+    check(
+        script,
+        &[",(sum 1)", ",(sum 2)", ",(sum 3)", ",(sum 6)", ",(tree ((a) b))", ",@(sum 0)"],
+        expect![[r#"
+            > ,(sum 1)
+            t0
+            > ,(sum 2)
+            (add t0 t1)
+            > ,(sum 3)
+            (add (add t0 t1) t2)
+            > ,(sum 6)
+            (add (add (add t0 t1) (add t2 t3)) (add t4 t5))
+            > ,(tree ((a) b))
+            ((f 1) (a) b)
+            > ,@(sum 0)
+        "#]],
+    );
+}
+
+#[test]
 fn generated_nodes_carry_the_unquote_span() {
     // Everything an unquote gives points at the unquote, so a check error in generated code
     // points there. (docs/language.md §6.8 asks that nodes from the arguments keep their own
