@@ -802,6 +802,17 @@ fn lookup_hole(map: &Map, name: &str) -> Result<Dynamic, Box<EvalAltResult>> {
         .ok_or_else(|| rhai_error(format!("fill: the template uses `{name}`, which the map does not have")))
 }
 
+/// A `,@NAME` hole: the elements of NAME's array go into `out` (nothing for `()`).
+fn splice_hole(map: &Map, name: &str, out: &mut Array) -> Result<(), Box<EvalAltResult>> {
+    let value = lookup_hole(map, name)?;
+    if value.is_unit() {
+        return Ok(());
+    }
+    let elements = value.into_array().map_err(|name| rhai_error(format!("fill: `,@` needs an array, found {name}")))?;
+    out.extend(elements);
+    Ok(())
+}
+
 fn fill_level(
     form: Dynamic,
     map: &Map,
@@ -840,14 +851,7 @@ fn fill_level(
         let item_level = if index == 1 { operand_level } else { level };
         if item_level == 1 && (index > 0 || head.is_none()) {
             if let Some(name) = unquote_name(&item, "unquote-splicing") {
-                let value = lookup_hole(map, &name)?;
-                if value.is_unit() {
-                    continue;
-                }
-                let elements = value
-                    .into_array()
-                    .map_err(|name| rhai_error(format!("fill: `,@` needs an array, found {name}")))?;
-                out.extend(elements);
+                splice_hole(map, &name, &mut out)?;
                 continue;
             }
         }
@@ -966,14 +970,7 @@ fn fill_items<'f>(
         };
         if item_level == 1 && (index > 0 || head.is_none()) {
             if let Some(name) = template_hole(item, "unquote-splicing") {
-                let value = lookup_hole(map, &name)?;
-                if value.is_unit() {
-                    continue;
-                }
-                let elements = value
-                    .into_array()
-                    .map_err(|name| rhai_error(format!("fill: `,@` needs an array, found {name}")))?;
-                out.extend(elements);
+                splice_hole(map, &name, &mut out)?;
                 continue;
             }
         }
