@@ -34,7 +34,11 @@ RULE = re.compile(r"([─━═=\-+┼┬┴├┤])[─━═=\-+┼┬┴├�
 SPACES = re.compile(r"[ \t]+")
 # Timing rows of functions promoted by tiered compilation: which cell's boundary a background
 # compile ends at depends on timing (text tables and HTML rows).
-PROMOTED = re.compile(r"│ promoted \S+ \(opt \d in the background[^│]*│(\\n)?|<tr><td[^>]*>promoted \S+ \(opt \d in the background.*?</tr>")
+PROMOTED = re.compile(
+    r"│ promoted \S+ \(opt \d in the background[^│]*│(\\n)?"  # a text table's row
+    r"|<tr><td[^>]*>promoted \S+ \(opt \d in the background.*?</tr>"  # an HTML row
+    r"|promoted \S+ \(opt \d in the background[^)]*\)\s*\d+(\.\d+)?\s?(ns|µs|us|ms|s)\s*-"  # a page's text
+)
 # A bench or autotune chart is drawn from the measured times: its shape changes every run.
 SVG = re.compile(r"<svg[\s\S]*?</svg>")
 
