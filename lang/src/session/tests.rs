@@ -261,3 +261,16 @@ fn a_reset_drops_the_promotions_in_flight() {
     assert_eq!(session.compiled_levels.get("work"), Some(&3));
     assert_eq!(value(&mut session, "(call work 1)"), "6");
 }
+
+/// A benchmark measures the code that runs from then on: under tiered compilation it waits for
+/// the background compiler first, so it times the promoted code. Its session does not capture
+/// output: capturing redirects the process's stdout, which the streaming test beside it reads.
+#[test]
+fn a_benchmark_times_promoted_code() {
+    let config = SessionConfig { capture_output: false, load_prelude: false, ..SessionConfig::default() };
+    let mut session = Session::new(config).expect("a session starts");
+    let outcome = session.eval("(define ((work int) (x int)) (ret (mul x 3))) (bench (call work 5))");
+    assert!(!outcome.failed(), "{:?}", outcome.diagnostics);
+    assert_eq!(session.compiled_levels.get("work"), Some(&3));
+    assert!(outcome.timing.promotions.iter().any(|promotion| promotion.function == "work"));
+}
