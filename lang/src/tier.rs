@@ -273,14 +273,14 @@ fn promote(backend: &Backend, job: &Job) -> Result<Vec<u8>, String> {
     let context = &backend.context;
     let module = parse(context, &job.bitcode, "promoted")?;
     let renames: HashMap<&str, &str> = job.bodies.iter().map(|(old, new)| (old.as_str(), new.as_str())).collect();
-    keep_only(&module, &renames)?;
+    keep_only(&module, &renames);
     for (index, callee) in job.callees.iter().enumerate() {
         let body = match &callee.body {
             CalleeBody::Promoted(symbol) => module.get_function(symbol),
             CalleeBody::Module { bitcode, symbol } => {
                 let other = parse(context, bitcode, "callee")?;
                 let copy = format!("{}#inline.{}.{index}", callee.name, job.id);
-                keep_only(&other, &HashMap::from([(symbol.as_str(), copy.as_str())]))?;
+                keep_only(&other, &HashMap::from([(symbol.as_str(), copy.as_str())]));
                 if let Some(function) = other.get_function(&copy) {
                     function.set_linkage(Linkage::Private);
                 }
@@ -312,7 +312,7 @@ fn parse<'ctx>(context: &'ctx Context, bitcode: &[u8], name: &str) -> Result<Mod
 /// removed, or replaced by a declaration of the linked original if code still refers to it
 /// (a `fn-ptr` thunk, kept for the session, must keep its address). Private code stays (string
 /// literals, inline copies; what nothing uses goes with the optimiser's dead code removal).
-fn keep_only(module: &Module<'_>, renames: &HashMap<&str, &str>) -> Result<(), String> {
+fn keep_only(module: &Module<'_>, renames: &HashMap<&str, &str>) {
     let mut function = module.get_first_function();
     let mut exported = Vec::new();
     while let Some(current) = function {
@@ -341,7 +341,6 @@ fn keep_only(module: &Module<'_>, renames: &HashMap<&str, &str>) -> Result<(), S
             unsafe { definition.delete() };
         }
     }
-    Ok(())
 }
 
 /// Replaces loads of the slot `slot` with `body` itself: the slot becomes a private constant

@@ -727,6 +727,8 @@ impl Session {
             }
         }
         items.extend(self.commit_libraries());
+        // Before any code of this cell, or of a bench or autotune variant, runs.
+        self.settle_tiering();
         self.staging.view_stale = true;
         items
     }

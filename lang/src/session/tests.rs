@@ -274,3 +274,24 @@ fn a_benchmark_times_promoted_code() {
     assert_eq!(session.compiled_levels.get("work"), Some(&3));
     assert!(outcome.timing.promotions.iter().any(|promotion| promotion.function == "work"));
 }
+
+/// An autotune variant is defined by a quiet cell (`Pipeline::compile_quietly`), not a cell: a
+/// caller promoted with the variant's function inlined goes back to its quick code in that
+/// commit too, before the variant's run calls it.
+#[test]
+fn a_quiet_redefinition_sends_a_promoted_caller_back_to_quick_code() {
+    use crate::bench::Pipeline;
+    let mut session = session();
+    value(&mut session, "(define ((work int) (x int)) (ret (add x 1)))");
+    value(&mut session, "(define ((caller int) (x int)) (ret (mul (call work x) 10)))");
+    value(&mut session, ":tier wait");
+    assert_eq!(session.compiled_levels.get("caller"), Some(&3));
+    let hold = session.tiering.worker.hold();
+    hold.set(true);
+    let variant = "(define ((work int) (x int)) (ret (add x 2)))";
+    let forms = crate::reader::read(crate::source::SourceId(0), variant).expect("the variant reads");
+    session.compile_quietly(&forms, false).expect("the variant compiles");
+    assert_eq!(session.compiled_levels.get("caller"), Some(&1));
+    assert_eq!(value(&mut session, "(call caller 1)"), "30");
+    hold.set(false);
+}

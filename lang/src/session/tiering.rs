@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Session;
+use super::{Bitcode, Session};
 use crate::check::FunctionKind;
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::tier::{Callee, CalleeBody, Done, Job, Worker, PROMOTED_LEVEL};
@@ -81,7 +81,7 @@ pub(super) struct Tiering {
     pending_by_name: HashMap<String, Vec<u64>>,
     /// The unoptimised modules of the newest live cells that hold bodies, by program cell id,
     /// and their ids oldest first.
-    modules: HashMap<u64, Arc<[u8]>>,
+    modules: HashMap<u64, Bitcode>,
     module_order: VecDeque<u64>,
     bases: HashMap<String, Base>,
     generations: HashMap<String, u64>,
@@ -115,7 +115,7 @@ impl Tiering {
     }
 
     /// Keeps a cell's module, forgetting the oldest beyond `MODULES_KEPT`.
-    fn keep_module(&mut self, cell: u64, bitcode: Arc<[u8]>) {
+    fn keep_module(&mut self, cell: u64, bitcode: Bitcode) {
         self.modules.insert(cell, bitcode);
         self.module_order.push_back(cell);
         while self.module_order.len() > MODULES_KEPT {
@@ -147,9 +147,10 @@ impl Session {
         !self.opt_pinned && self.opt_level < PROMOTED_LEVEL
     }
 
-    /// After a commit: promotions that inlined a callee that changed go back to their quick
-    /// bodies; jobs for functions that all changed are cancelled; the cell's bodies are queued.
-    pub(super) fn queue_promotions(&mut self, cell: &TypedCell, bitcode: Option<Arc<[u8]>>) {
+    /// At the end of every commit (cells, and the quiet cells of benches and autotune variants):
+    /// promotions into which a callee that changed was inlined go back to their quick bodies,
+    /// and jobs whose functions all changed are cancelled.
+    pub(super) fn settle_tiering(&mut self) {
         let removed = self.program.take_removed();
         self.tiering.forget_removed(removed);
         for name in std::mem::take(&mut self.tiering.changed) {
@@ -166,6 +167,10 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// After a cell's commit: its host bodies are queued for promotion.
+    pub(super) fn queue_promotions(&mut self, cell: &TypedCell, bitcode: Option<Bitcode>) {
         let Some(bitcode) = bitcode else { return };
         let cell_id = self.program.last_cell();
         let mut names = Vec::new();
@@ -197,7 +202,7 @@ impl Session {
                 continue;
             };
             let symbol = symbol.to_string();
-            let new = self.program.fresh_symbol(&format!("{name}#opt{PROMOTED_LEVEL}"));
+            let new = self.program.fresh_body_symbol(&format!("{name}#opt{PROMOTED_LEVEL}"));
             bodies.push((symbol, new.clone()));
             functions.push((name.clone(), self.tiering.generation(name), new));
         }
