@@ -821,14 +821,7 @@ fn fill_level(
     level: usize,
 ) -> Result<Dynamic, Box<EvalAltResult>> {
     if let Some(symbol) = form.read_lock::<Sym>().map(|symbol| symbol.clone()) {
-        if let Some(stem) = symbol.0.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#')) {
-            let replacement = fresh.entry(symbol.0.to_string()).or_insert_with(|| {
-                counter.set(counter.get() + 1);
-                Sym(format!("{stem}#{}", counter.get()).into())
-            });
-            return Ok(Dynamic::from(replacement.clone()));
-        }
-        return Ok(form);
+        return Ok(gensym(&symbol.0, counter, fresh).map_or(form, Dynamic::from));
     }
     if !form.is_array() {
         return Ok(form);
@@ -921,16 +914,18 @@ fn fill_form(
 
 /// A symbol of a template: `x#` becomes the call's gensym for it, anything else itself.
 fn fill_symbol(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Sym {
-    match name.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#')) {
-        Some(stem) => fresh
-            .entry(name.to_string())
-            .or_insert_with(|| {
-                counter.set(counter.get() + 1);
-                Sym(format!("{stem}#{}", counter.get()).into())
-            })
-            .clone(),
-        None => Sym(name.into()),
-    }
+    gensym(name, counter, fresh).unwrap_or_else(|| Sym(name.into()))
+}
+
+/// The call's gensym for a template symbol `x#` (the same one for every `x#` of the call), or
+/// `None` for any other symbol.
+fn gensym(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Option<Sym> {
+    let stem = name.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#'))?;
+    let sym = fresh.entry(name.to_string()).or_insert_with(|| {
+        counter.set(counter.get() + 1);
+        Sym(format!("{stem}#{}", counter.get()).into())
+    });
+    Some(sym.clone())
 }
 
 fn fill_items<'f>(
