@@ -572,33 +572,41 @@ impl GlobalEntry {
 
 /// Calls `visit` on every expression of the statements, outer expressions first.
 pub(crate) fn visit_exprs(body: &[Stmt], visit: &mut dyn FnMut(&Expr)) {
+    visit_body(body, &mut |_| {}, visit);
+}
+
+/// Calls `on_stmt` on every statement, nested ones included (a statement before those inside
+/// it), and `on_expr` on every expression of them, outer expressions first.
+pub(crate) fn visit_body(body: &[Stmt], on_stmt: &mut dyn FnMut(&Stmt), on_expr: &mut dyn FnMut(&Expr)) {
     for stmt in body {
+        on_stmt(stmt);
         match stmt {
-            Stmt::Expr(expr) | Stmt::Ret(Some(expr)) | Stmt::Branch(expr, ..) => visit_expr(expr, visit),
+            Stmt::Expr(expr) | Stmt::Ret(Some(expr)) | Stmt::Branch(expr, ..) => visit_expr(expr, on_expr),
             Stmt::If(cond, then, otherwise) => {
-                visit_expr(cond, visit);
-                visit_exprs(std::slice::from_ref(then), visit);
+                visit_expr(cond, on_expr);
+                visit_body(std::slice::from_ref(then), on_stmt, on_expr);
                 if let Some(otherwise) = otherwise {
-                    visit_exprs(std::slice::from_ref(otherwise), visit);
+                    visit_body(std::slice::from_ref(otherwise), on_stmt, on_expr);
                 }
             }
             Stmt::While(cond, body) => {
-                visit_expr(cond, visit);
-                visit_exprs(body, visit);
+                visit_expr(cond, on_expr);
+                visit_body(body, on_stmt, on_expr);
             }
             Stmt::For(init, cond, step, body) => {
                 for expr in [init.as_deref(), Some(cond), step.as_deref()].into_iter().flatten() {
-                    visit_expr(expr, visit);
+                    visit_expr(expr, on_expr);
                 }
-                visit_exprs(body, visit);
+                visit_body(body, on_stmt, on_expr);
             }
-            Stmt::Block(body) => visit_exprs(body, visit),
+            Stmt::Block(body) => visit_body(body, on_stmt, on_expr),
             Stmt::Declare(_) | Stmt::Ret(None) | Stmt::Break | Stmt::Continue | Stmt::Label(_) | Stmt::Jump(_) => {}
         }
     }
 }
 
-fn visit_expr(expr: &Expr, visit: &mut dyn FnMut(&Expr)) {
+/// Calls `visit` on an expression and every expression inside it, outer expressions first.
+pub(crate) fn visit_expr(expr: &Expr, visit: &mut dyn FnMut(&Expr)) {
     visit(expr);
     for child in expr_children(expr) {
         visit_expr(child, visit);

@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::tree::{expr_children, BinOp, Expr, ExprKind, IntCmp, Place, Stmt};
+use crate::tree::{expr_children, visit_body, visit_expr, BinOp, Expr, ExprKind, IntCmp, Place, Stmt};
 use crate::types::Ty;
 
 /// How many intervals one guard may compute: past this the nest runs without a copy.
@@ -176,36 +176,26 @@ fn canonical<'t>(
 
 /// The locals the statements assign or declare (a `declare` zeroes its local).
 fn written_in(body: &[Stmt], written: &mut HashSet<usize>) {
-    for stmt in body {
-        match stmt {
-            Stmt::Declare(local) => {
-                written.insert(*local);
+    let mut declared = Vec::new();
+    visit_body(
+        body,
+        &mut |stmt| {
+            if let Stmt::Declare(local) = stmt {
+                declared.push(*local);
             }
-            Stmt::Expr(expr) | Stmt::Ret(Some(expr)) | Stmt::Branch(expr, ..) => written_in_expr(expr, written),
-            Stmt::If(cond, then, otherwise) => {
-                written_in_expr(cond, written);
-                written_in(std::slice::from_ref(then), written);
-                if let Some(otherwise) = otherwise {
-                    written_in(std::slice::from_ref(otherwise), written);
-                }
-            }
-            Stmt::While(cond, body) => {
-                written_in_expr(cond, written);
-                written_in(body, written);
-            }
-            Stmt::For(init, cond, step, body) => {
-                for expr in [init.as_deref(), Some(cond), step.as_deref()].into_iter().flatten() {
-                    written_in_expr(expr, written);
-                }
-                written_in(body, written);
-            }
-            Stmt::Block(body) => written_in(body, written),
-            Stmt::Ret(None) | Stmt::Break | Stmt::Continue | Stmt::Label(_) | Stmt::Jump(_) => {}
-        }
-    }
+        },
+        &mut |expr| note_write(expr, written),
+    );
+    written.extend(declared);
 }
 
+/// The locals an expression assigns, its operands included.
 fn written_in_expr(expr: &Expr, written: &mut HashSet<usize>) {
+    visit_expr(expr, &mut |expr| note_write(expr, written));
+}
+
+/// The local this one expression (not its operands) assigns.
+fn note_write(expr: &Expr, written: &mut HashSet<usize>) {
     match &expr.kind {
         ExprKind::Set(Place::Local(local), _) => {
             written.insert(*local);
@@ -213,9 +203,6 @@ fn written_in_expr(expr: &Expr, written: &mut HashSet<usize>) {
         // A launch's hidden locals are set by the launch itself.
         ExprKind::Launch(launch) => written.extend(launch.arg_locals.iter().flatten()),
         _ => {}
-    }
-    for child in expr_children(expr) {
-        written_in_expr(child, written);
     }
 }
 
@@ -226,12 +213,11 @@ fn reads(expr: &Expr, local: usize) -> bool {
 }
 
 fn read_in_expr(expr: &Expr, read: &mut HashSet<usize>) {
-    if let ExprKind::Read(Place::Local(local)) = expr.kind {
-        read.insert(local);
-    }
-    for child in expr_children(expr) {
-        read_in_expr(child, read);
-    }
+    visit_expr(expr, &mut |expr| {
+        if let ExprKind::Read(Place::Local(local)) = expr.kind {
+            read.insert(local);
+        }
+    });
 }
 
 /// A value a nest gives a local: an expression (evaluated among these loops) or zero.
