@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 . scripts/env.sh
-cargo build --release --bin quasi
+cargo build --release -p quasi-repl   # `quasi` (the launcher) and `quasi-engine`
 echo "== demo: target/release/quasi < examples/demo.cl"
 ./target/release/quasi < examples/demo.cl

@@ -123,6 +123,37 @@ impl Backend {
         Ok(String::from_utf8_lossy(buffer.as_slice()).into_owned())
     }
 
+    /// Compiles a small loop with an external call at `level`, for nothing but its side effects:
+    /// the machine's subtarget, the pass pipelines and the code paths a first cell would pay
+    /// for are made and touched now (`Session::prepare`).
+    pub(crate) fn warm_up(&self, level: u8) -> Result<(), Diagnostic> {
+        const IR: &str = "declare i32 @printf(ptr, ...)
+define i32 @quasi_warm_up(i32 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i32 [ 0, %entry ], [ %next, %loop ]
+  %s = phi i32 [ 0, %entry ], [ %sum, %loop ]
+  %sum = add i32 %s, %i
+  %next = add i32 %i, 1
+  %done = icmp sge i32 %next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  %printed = call i32 (ptr, ...) @printf(ptr null, i32 %sum)
+  ret i32 %sum
+}
+";
+        let buffer = MemoryBuffer::create_from_memory_range_copy(IR.as_bytes(), "warm-up");
+        let module = self
+            .context
+            .create_module_from_ir(buffer)
+            .map_err(|error| Diagnostic::internal(format!("the warm-up module does not parse: {error}")))?;
+        module.set_triple(&self.triple);
+        module.set_data_layout(&self.target_data(level)?.get_data_layout());
+        self.optimise(&module, level)?;
+        self.emit_object(&module, level).map(drop)
+    }
+
     /// Errors LLVM reported about the context's code since the last call (inline assembly the
     /// assembler rejected).
     pub(crate) fn take_llvm_errors(&self) -> Vec<String> {

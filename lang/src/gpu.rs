@@ -248,6 +248,12 @@ impl Gpu {
         ]
     }
 
+    /// Waits until the driver's start-up, begun by `new`, has ended (whether a device came
+    /// up or not).
+    pub fn wait_for_start(&self) {
+        let _ = self.lock().device();
+    }
+
     pub fn mode(&self) -> Mode {
         self.lock().mode
     }

@@ -3,6 +3,7 @@
 //! It reads cells and renders outcomes; every language decision, including "is this cell
 //! complete?", is `quasi_lang`'s.
 
+mod server;
 mod test_command;
 
 use std::borrow::Cow;
@@ -41,6 +42,11 @@ usage: quasi                         the interactive REPL (cells from stdin when
                                      ```repl blocks (.md) and notebooks (.ipynb) against a fresh
                                      session each; --bless rewrites what differs; a file
                                      running past --timeout (300 s) fails
+       quasi server start [--idle MINUTES]
+                                     keep a prepared worker for `quasi run`, which then
+                                     starts in about a millisecond (QUASI_SERVER=0: not
+                                     used); the server ends after MINUTES without a run (30)
+       quasi server stop | status    end it; say whether it runs and what it served
        quasi --version               print the version
        quasi --help                  print this help";
 
@@ -63,6 +69,11 @@ enum Invocation {
 }
 
 fn main() {
+    // Before any thread starts: the server forks.
+    let mut arguments = std::env::args().skip(1);
+    if arguments.next().as_deref() == Some("server") {
+        std::process::exit(server::main(&arguments.collect::<Vec<_>>()));
+    }
     // The session runs on a thread with the stack it needs; the main thread only waits.
     let quasi = std::thread::Builder::new().name("quasi".into()).stack_size(quasi_lang::SESSION_STACK).spawn(quasi);
     let code = match quasi.map(std::thread::JoinHandle::join) {
@@ -239,7 +250,34 @@ fn terminal_style(stream_is_terminal: bool) -> Style {
     }
 }
 
+/// The configuration of `quasi run`'s session.
+fn run_config(opt: Option<u8>) -> SessionConfig {
+    // Not captured: a script's output goes straight to stdout, as a compiled program's would.
+    // Full speed unless asked otherwise: nobody waits for a prompt (a tiny program compiles as
+    // fast at O3; a loop-heavy one runs many times faster).
+    SessionConfig { opt_level: opt.unwrap_or(quasi_lang::BATCH_OPT_LEVEL), ..session_config(false) }
+}
+
 fn run_file(path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32 {
+    run_with(None, path, args, warnings, opt)
+}
+
+/// `quasi run`'s arguments (those after `run`) in a `quasi server` worker, with the session it
+/// prepared (made by `run_config(None)`).
+fn run_prepared(session: Session, arguments: Vec<OsString>) -> i32 {
+    match parse_arguments(std::iter::once(OsString::from("run")).chain(arguments).collect()) {
+        Ok(Invocation::Run { warnings, opt, file, args }) => run_with(Some(session), &file, &args, warnings, opt),
+        Ok(_) => unreachable!("`run` parses as a run or not at all"),
+        Err(message) => {
+            eprintln!("quasi: {message}\n{USAGE}");
+            2
+        }
+    }
+}
+
+/// Runs a file. `prepared`: a session made ahead at the batch level, used unless `--opt` asks
+/// for another; it is never dropped (the process ends with the run, and sooner without it).
+fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32 {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
@@ -247,11 +285,16 @@ fn run_file(path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32
             return 1;
         }
     };
-    // Not captured: a script's output goes straight to stdout, as a compiled program's would.
-    // Full speed unless asked otherwise: nobody waits for a prompt (a tiny program compiles as
-    // fast at O3; a loop-heavy one runs many times faster).
-    let config = SessionConfig { opt_level: opt.unwrap_or(quasi_lang::BATCH_OPT_LEVEL), ..session_config(false) };
-    let mut session = match Session::new(config) {
+    let from_server = prepared.is_some();
+    let prepared = match prepared {
+        Some(session) if opt.is_none_or(|level| level == session.opt_level()) => Some(session),
+        Some(session) => {
+            std::mem::forget(session);
+            None
+        }
+        None => None,
+    };
+    let mut session = match prepared.map_or_else(|| Session::new(run_config(opt)), Ok) {
         Ok(session) => session,
         Err(error) => {
             eprintln!("quasi: cannot start a session: {error}");
@@ -263,6 +306,9 @@ fn run_file(path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32
     let style = terminal_style(std::io::stderr().is_terminal());
     for diagnostic in outcome.diagnostics.iter().filter(|diagnostic| warnings || diagnostic.is_error()) {
         eprint!("{}", quasi_repl::render_diagnostic(diagnostic, &outcome, style));
+    }
+    if from_server {
+        std::mem::forget(session);
     }
     status
 }

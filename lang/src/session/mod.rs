@@ -230,6 +230,17 @@ impl Session {
         Ok(())
     }
 
+    /// Makes now what the first cell would otherwise make: the target machine of the session's
+    /// level (a throwaway function is compiled with it, which also readies its pass pipelines),
+    /// and the GPU driver's start-up, waited for. For a front end that prepares sessions
+    /// before their work arrives (`quasi server`): afterwards none of the session's threads runs
+    /// until a cell does.
+    pub fn prepare(&mut self) -> Result<(), SessionError> {
+        self.backend.warm_up(self.opt_level).map_err(|diagnostic| SessionError::Llvm(diagnostic.message))?;
+        self.gpu.runtime.wait_for_start();
+        Ok(())
+    }
+
     /// Bytes of code memory in use, for tests that code is given back.
     #[cfg(test)]
     pub(crate) fn code_in_use(&self) -> usize {

@@ -1,0 +1,100 @@
+//! `quasi`: a small launcher in front of `quasi-engine`, the front end that links LLVM.
+//!
+//! Starting the engine costs milliseconds (mapping and initialising LLVM); this binary links
+//! only std, libc and nix and starts in well under one. `quasi run` with a `quasi server`
+//! running hands the run to the server's prepared worker and relays its status; everything
+//! else becomes the engine (`exec`, same process, same arguments).
+
+// The server's half of the protocol is unused here.
+#[allow(dead_code)]
+#[path = "server/wire.rs"]
+mod wire;
+
+use std::ffi::OsString;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use wire::Answer;
+
+fn main() {
+    let mut arguments = std::env::args_os();
+    let name = arguments.next().unwrap_or_else(|| "quasi".into());
+    let arguments: Vec<OsString> = arguments.collect();
+    let engine = match std::env::current_exe() {
+        Ok(path) => path.with_file_name(wire::ENGINE),
+        Err(error) => {
+            eprintln!("quasi: cannot find this executable's path: {error}");
+            std::process::exit(1);
+        }
+    };
+    if arguments.first().is_some_and(|first| first == "run") && wire::may_use_server(&arguments[1..]) {
+        if let Some(stream) = connect(&engine) {
+            // A server that took the run decides its status; one that could not, leaves the
+            // run to the engine here, as if no server were running.
+            if let Some(status) = served(&stream, arguments[1..].to_vec()) {
+                std::process::exit(status);
+            }
+        }
+    }
+    let error = std::process::Command::new(&engine).arg0(name).args(arguments).exec();
+    eprintln!("quasi: cannot start {}: {error}", engine.display());
+    std::process::exit(1);
+}
+
+/// The server of this engine, when one is running in this user's private socket folder.
+fn connect(engine: &std::path::Path) -> Option<UnixStream> {
+    let socket: PathBuf = wire::socket_path(engine).ok()?;
+    if !wire::directory_is_private(socket.parent()?) {
+        return None;
+    }
+    UnixStream::connect(socket).ok()
+}
+
+/// The worker running this launcher's request, for the signal handler.
+static WORKER: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(signal: libc::c_int) {
+    let worker = WORKER.load(Ordering::SeqCst);
+    if worker > 0 {
+        // SAFETY: kill is async-signal-safe; the worker is ours (same user), and the server
+        // kills it, not another process, should it end while this runs.
+        unsafe { libc::kill(worker, signal) };
+    }
+}
+
+/// Runs the request on the server: `None` if it was not taken (nothing ran), else the status
+/// to exit with.
+fn served(stream: &UnixStream, run_arguments: Vec<OsString>) -> Option<i32> {
+    let request = wire::Request::here(run_arguments).ok()?;
+    wire::send_request(stream, &request).ok()?;
+    let Ok(Some(Answer::Worker(pid))) = Answer::read(stream) else { return None };
+    WORKER.store(pid, Ordering::SeqCst);
+    // Ctrl-C and the like reach this process (the terminal's foreground); the worker gets them.
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: `forward` only loads an atomic and calls kill, both async-signal-safe.
+        unsafe { libc::signal(signal, forward as *const () as libc::sighandler_t) };
+    }
+    // read_exact goes on through signals that interrupt it.
+    Some(match Answer::read(stream) {
+        Ok(Some(Answer::Exited(status))) => status,
+        Ok(Some(Answer::Signalled(signal))) => {
+            // Ended as the worker ended, so a shell sees the same.
+            // SAFETY: restoring the default action and raising a signal in this process.
+            unsafe {
+                libc::signal(signal, libc::SIG_DFL);
+                libc::raise(signal);
+            }
+            128 + signal
+        }
+        Ok(other) => {
+            eprintln!("quasi: the server ended the run without its status ({other:?})");
+            1
+        }
+        Err(error) => {
+            eprintln!("quasi: lost the server while it ran the program: {error}");
+            1
+        }
+    })
+}

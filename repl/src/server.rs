@@ -1,0 +1,548 @@
+//! `quasi server start|stop|status`: a resident process that keeps a worker ready for the
+//! next `quasi run`, so that a run costs what its program costs to compile and run, not what
+//! starting LLVM costs.
+//!
+//! The server itself never makes a session and never starts a thread, so that forking it is
+//! sound. It forks one spare worker at a time. The spare warms up (a throwaway session compiles
+//! and runs a small program: pages, allocator, LLVM's lazily made tables), makes the session a
+//! run will use, prepares it, and waits in `accept` on the server's socket. The worker that
+//! takes a connection reports its pid to the launcher, hands the connection to the server (over
+//! a socket pair, with SCM_RIGHTS) and becomes the run: the launcher's streams, directory and
+//! environment, then `run_prepared`. The server forks the next spare, and reports the worker's
+//! end (exit status or signal, from a pidfd) on the connection; a launcher that goes away takes
+//! its worker with it (SIGKILL). Every way a run can end, an `exit` in its code included, thus
+//! reaches the launcher the same way.
+//!
+//! Files, in the private folder `wire::socket_directory`: `server-ID.sock`, `server-ID.state`
+//! (what `status` prints) and `server-ID.log` (what went wrong outside runs), where ID names
+//! the engine binary's build.
+
+// The launcher's half of the protocol is unused here.
+#[allow(dead_code)]
+pub mod wire;
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quasi_lang::Session;
+
+use self::wire::Answer;
+
+pub const USAGE: &str = "\
+       quasi server start [--idle MINUTES]
+                                     keep a worker ready for `quasi run` (which then starts
+                                     in about a millisecond); the server ends after MINUTES
+                                     without a run (30)
+       quasi server stop | status    end it; say whether it runs and what it served";
+
+const DEFAULT_IDLE_MINUTES: u64 = 30;
+
+/// A spare that ends before taking a run this many times in a row ends the server: something
+/// is wrong with every session, and forking more would only spin.
+const SPARE_FAILURES: u32 = 3;
+
+/// `quasi server …`: the arguments after `server`. Runs on the process's main thread, before
+/// any other thread exists.
+pub fn main(arguments: &[String]) -> i32 {
+    let paths = match Paths::of_this_engine() {
+        Ok(paths) => paths,
+        Err(message) => {
+            eprintln!("quasi server: {message}");
+            return 1;
+        }
+    };
+    match arguments {
+        [start] if start == "start" => start_server(&paths, Duration::from_secs(DEFAULT_IDLE_MINUTES * 60)),
+        [start, flag, minutes] if start == "start" && flag == "--idle" => match minutes.parse::<u64>() {
+            Ok(minutes) if minutes > 0 => start_server(&paths, Duration::from_secs(minutes * 60)),
+            _ => usage(&format!("`--idle` takes a number of minutes, not `{minutes}`")),
+        },
+        [stop] if stop == "stop" => stop_server(&paths),
+        [status] if status == "status" => server_status(&paths),
+        _ => usage("`server` takes start [--idle MINUTES], stop or status"),
+    }
+}
+
+fn usage(message: &str) -> i32 {
+    eprintln!("quasi: {message}\nusage: quasi server start [--idle MINUTES]\n{USAGE}");
+    2
+}
+
+/// Where the server of this engine keeps its files.
+struct Paths {
+    socket: PathBuf,
+    state: PathBuf,
+    log: PathBuf,
+}
+
+impl Paths {
+    fn of_this_engine() -> Result<Paths, String> {
+        let engine = std::env::current_exe().map_err(|error| format!("cannot find this executable's path: {error}"))?;
+        let socket =
+            wire::socket_path(&engine).map_err(|error| format!("cannot read {}: {error}", engine.display()))?;
+        Ok(Paths { state: socket.with_extension("state"), log: socket.with_extension("log"), socket })
+    }
+
+    /// The server's pid, when `state` names one that is alive.
+    fn running(&self) -> Option<i32> {
+        let text = std::fs::read_to_string(&self.state).ok()?;
+        let pid: i32 = text.lines().find_map(|line| line.strip_prefix("pid "))?.trim().parse().ok()?;
+        // SAFETY: signal 0 only asks whether the process exists.
+        (pid > 0 && unsafe { libc::kill(pid, 0) } == 0).then_some(pid)
+    }
+}
+
+fn start_server(paths: &Paths, idle: Duration) -> i32 {
+    if let Some(pid) = paths.running() {
+        println!("quasi server: already running (pid {pid}), socket {}", paths.socket.display());
+        return 0;
+    }
+    let directory = wire::socket_directory();
+    let made = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&directory);
+    if let Err(error) = made {
+        eprintln!("quasi server: cannot make {}: {error}", directory.display());
+        return 1;
+    }
+    if !wire::directory_is_private(&directory) {
+        eprintln!(
+            "quasi server: {} must be a folder only you can use (mode 0700, yours); not starting",
+            directory.display()
+        );
+        return 1;
+    }
+    let (ready_read, ready_write) = match pipe() {
+        Ok(pipe) => pipe,
+        Err(error) => {
+            eprintln!("quasi server: cannot make a pipe: {error}");
+            return 1;
+        }
+    };
+    // SAFETY: this process has one thread (server commands run before any other starts).
+    match unsafe { libc::fork() } {
+        -1 => {
+            eprintln!("quasi server: cannot fork: {}", std::io::Error::last_os_error());
+            1
+        }
+        0 => {
+            drop(ready_read);
+            // SAFETY: still one thread; a new session leaves the terminal's, and the second
+            // fork's child can never get a controlling terminal back.
+            unsafe {
+                libc::setsid();
+                match libc::fork() {
+                    0 => {}
+                    -1 => libc::_exit(1),
+                    _ => libc::_exit(0),
+                }
+            }
+            let code = serve(paths, idle, ready_write);
+            std::process::exit(code);
+        }
+        child => {
+            drop(ready_write);
+            // SAFETY: reaping the intermediate child, which exits at once.
+            unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+            let mut answer = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::fs::File::from(ready_read), &mut answer);
+            if answer == b"ready" {
+                let pid = paths.running().map_or_else(|| "?".to_string(), |pid| pid.to_string());
+                println!("quasi server: running (pid {pid}), socket {}", paths.socket.display());
+                0
+            } else {
+                let log = std::fs::read_to_string(&paths.log).unwrap_or_default();
+                eprintln!(
+                    "quasi server: did not start{}",
+                    if log.is_empty() { String::new() } else { format!(":\n{log}") }
+                );
+                1
+            }
+        }
+    }
+}
+
+fn stop_server(paths: &Paths) -> i32 {
+    let Some(pid) = paths.running() else {
+        println!("quasi server: not running");
+        return 0;
+    };
+    // SAFETY: asking our own server to end.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while paths.running() == Some(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if paths.running() == Some(pid) {
+        eprintln!("quasi server: pid {pid} did not end within 10 s");
+        return 1;
+    }
+    println!("quasi server: stopped (pid {pid})");
+    0
+}
+
+fn server_status(paths: &Paths) -> i32 {
+    match paths.running() {
+        Some(_) => {
+            print!("{}", std::fs::read_to_string(&paths.state).unwrap_or_default());
+            0
+        }
+        None => {
+            println!("quasi server: not running");
+            1
+        }
+    }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just opened both; nothing else owns them.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Closes every descriptor of this process above 2 except `keep`.
+fn close_other_descriptors(keep: &[RawFd]) {
+    let mut keep = keep.to_vec();
+    keep.sort_unstable();
+    let mut from = 3;
+    for fd in keep.into_iter().filter(|&fd| fd >= 3) {
+        if fd > from {
+            // SAFETY: closes descriptors nothing in this freshly forked process uses.
+            unsafe { libc::close_range(from as libc::c_uint, (fd - 1) as libc::c_uint, 0) };
+        }
+        from = fd + 1;
+    }
+    // SAFETY: as above.
+    unsafe { libc::close_range(from as libc::c_uint, libc::c_uint::MAX, 0) };
+}
+
+/// A worker process: the spare, or one running a request.
+struct Worker {
+    pid: i32,
+    /// Readable when the process has ended.
+    pidfd: OwnedFd,
+    /// The launcher's connection, once the worker took one.
+    connection: Option<UnixStream>,
+}
+
+/// What `status` shows.
+struct Counts {
+    served: u64,
+    failed_spares: u32,
+}
+
+/// The daemon: binds the socket, tells `ready` it listens, keeps a spare, reports ends.
+fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
+    // Nothing of the caller's stays: not its streams (a test harness reading them would wait
+    // for this process), not its other descriptors, not its folder.
+    close_other_descriptors(&[ready.as_raw_fd()]);
+    let _ = std::env::set_current_dir("/");
+    let log = std::fs::File::create(&paths.log);
+    // SAFETY: plain descriptor juggling on standard streams in a single-threaded process.
+    unsafe {
+        libc::umask(0o077);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        libc::dup2(null, 0);
+        libc::dup2(null, 1);
+        match &log {
+            Ok(log) => libc::dup2(log.as_raw_fd(), 2),
+            Err(_) => libc::dup2(null, 2),
+        };
+        if null > 2 {
+            libc::close(null);
+        }
+    }
+    drop(log);
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
+        if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
+            eprintln!("quasi server: cannot handle signal {signal}: {error}");
+            return 1;
+        }
+    }
+    // Bound under a temporary name and renamed: a stale socket of a server that died is
+    // replaced in one step.
+    let bound = paths.socket.with_extension(format!("{}.new", std::process::id()));
+    let listener = match UnixListener::bind(&bound).and_then(|listener| {
+        std::fs::rename(&bound, &paths.socket)?;
+        Ok(listener)
+    }) {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("quasi server: cannot listen on {}: {error}", paths.socket.display());
+            let _ = std::fs::remove_file(&bound);
+            return 1;
+        }
+    };
+    let (notify_server, notify_worker) = match UnixStream::pair() {
+        Ok(pair) => pair,
+        Err(error) => {
+            eprintln!("quasi server: cannot make a socket pair: {error}");
+            return 1;
+        }
+    };
+    let mut counts = Counts { served: 0, failed_spares: 0 };
+    write_state(paths, idle, &counts, 0);
+    let _ = std::fs::File::from(ready).write_all(b"ready");
+    let mut spare: Option<Worker> = None;
+    let mut runs: Vec<Worker> = Vec::new();
+    let mut last_run = Instant::now();
+    // What the state file says: runs served and running.
+    let mut shown = (0, 0);
+    while !stop.load(Ordering::SeqCst) {
+        // The next spare prepares while the last run runs: back-to-back runs find it ready.
+        if spare.is_none() {
+            if counts.failed_spares >= SPARE_FAILURES {
+                eprintln!("quasi server: {SPARE_FAILURES} prepared workers in a row ended before a run; stopping");
+                break;
+            }
+            match fork_spare(&listener, &notify_worker) {
+                Ok(worker) => spare = Some(worker),
+                Err(error) => {
+                    eprintln!("quasi server: cannot fork a worker: {error}");
+                    break;
+                }
+            }
+        }
+        if runs.is_empty() && last_run.elapsed() >= idle {
+            break;
+        }
+        // Polled: the hand-over socket, every worker's pidfd, every launcher's connection.
+        let mut polled = vec![libc::pollfd { fd: notify_server.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        for worker in spare.iter().chain(&runs) {
+            polled.push(libc::pollfd { fd: worker.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            if let Some(connection) = &worker.connection {
+                polled.push(libc::pollfd { fd: connection.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            }
+        }
+        let wait = idle.saturating_sub(last_run.elapsed()).min(Duration::from_secs(10));
+        // SAFETY: `polled` is a live array of its length.
+        let count =
+            unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
+        if count <= 0 {
+            // Quiet: a server whose engine was rebuilt or removed serves nobody any more.
+            if runs.is_empty() && !engine_unchanged(paths) {
+                break;
+            }
+            continue;
+        }
+        let ready_fds: Vec<RawFd> = polled.iter().filter(|poll| poll.revents != 0).map(|poll| poll.fd).collect();
+        // A hand-over first: the worker that took a run may also have ended already.
+        if ready_fds.contains(&notify_server.as_raw_fd()) {
+            match wire::receive_fd(&notify_server) {
+                Ok((connection, pid)) if spare.as_ref().is_some_and(|worker| worker.pid == pid) => {
+                    let mut worker = spare.take().expect("just matched");
+                    worker.connection = Some(UnixStream::from(connection));
+                    runs.push(worker);
+                    counts.served += 1;
+                    counts.failed_spares = 0;
+                    last_run = Instant::now();
+                }
+                Ok((_, pid)) => eprintln!("quasi server: a hand-over from pid {pid}, which is not the spare"),
+                Err(error) => eprintln!("quasi server: a hand-over failed: {error}"),
+            }
+        }
+        if let Some(worker) = spare.take_if(|worker| ready_fds.contains(&worker.pidfd.as_raw_fd())) {
+            let status = reap(worker.pid);
+            eprintln!("quasi server: the prepared worker (pid {}) ended before a run: {status:?}", worker.pid);
+            counts.failed_spares += 1;
+        }
+        runs.retain_mut(|worker| {
+            if ready_fds.contains(&worker.pidfd.as_raw_fd()) {
+                let answer = reap(worker.pid);
+                if let Some(connection) = &worker.connection {
+                    // A launcher that went away is told nothing.
+                    let _ = answer.write(connection);
+                }
+                return false;
+            }
+            if worker.connection.as_ref().is_some_and(|connection| ready_fds.contains(&connection.as_raw_fd())) {
+                // The launcher sends nothing after its request: readable means it is gone.
+                // SAFETY: the worker is our child, not yet reaped, so the pid is still its.
+                unsafe { libc::kill(worker.pid, libc::SIGKILL) };
+                worker.connection = None;
+            }
+            true
+        });
+        if (counts.served, runs.len()) != shown {
+            shown = (counts.served, runs.len());
+            write_state(paths, idle, &counts, runs.len());
+        }
+    }
+    for worker in spare.iter().chain(&runs) {
+        // SAFETY: our children, not yet reaped.
+        unsafe { libc::kill(worker.pid, libc::SIGKILL) };
+        reap(worker.pid);
+    }
+    let _ = std::fs::remove_file(&paths.socket);
+    let _ = std::fs::remove_file(&paths.state);
+    0
+}
+
+/// Whether the engine file this server runs is still the one its socket is named after (a
+/// launcher beside a rebuilt engine looks for another socket).
+fn engine_unchanged(paths: &Paths) -> bool {
+    Paths::of_this_engine().is_ok_and(|now| now.socket == paths.socket)
+}
+
+/// Waits for the child `pid` and says how it ended.
+fn reap(pid: i32) -> Answer {
+    let mut status = 0;
+    // SAFETY: `pid` is a child of this process; `status` is written by waitpid.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFSIGNALED(status) {
+        Answer::Signalled(libc::WTERMSIG(status))
+    } else {
+        Answer::Exited(libc::WEXITSTATUS(status))
+    }
+}
+
+fn write_state(paths: &Paths, idle: Duration, counts: &Counts, running: usize) {
+    let engine = std::env::current_exe().map(|path| path.display().to_string()).unwrap_or_default();
+    let text = format!(
+        "pid {}\nsocket {}\nengine {engine}\nruns served {}\nruns running {running}\nidle minutes {}\n",
+        std::process::id(),
+        paths.socket.display(),
+        counts.served,
+        idle.as_secs() / 60
+    );
+    let temporary = paths.state.with_extension("state.new");
+    if std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, &paths.state)).is_err() {
+        eprintln!("quasi server: cannot write {}", paths.state.display());
+    }
+}
+
+/// Forks the spare worker.
+fn fork_spare(listener: &UnixListener, notify: &UnixStream) -> std::io::Result<Worker> {
+    // SAFETY: the server process has one thread.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            close_other_descriptors(&[listener.as_raw_fd(), notify.as_raw_fd()]);
+            let code = spare(listener, notify);
+            // SAFETY: ends the worker without unwinding into the server's loop.
+            unsafe { libc::_exit(code) }
+        }
+        pid => {
+            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+            if fd < 0 {
+                let error = std::io::Error::last_os_error();
+                // SAFETY: our child, never to be used.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                reap(pid);
+                return Err(error);
+            }
+            // SAFETY: pidfd_open just opened it.
+            Ok(Worker { pid, pidfd: unsafe { OwnedFd::from_raw_fd(fd) }, connection: None })
+        }
+    }
+}
+
+/// The spare: prepares, takes one run, runs it. Returns only on failure before the run.
+fn spare(listener: &UnixListener, notify: &UnixStream) -> i32 {
+    let (listener, notify) = match (listener.try_clone(), notify.try_clone()) {
+        (Ok(listener), Ok(notify)) => (listener, notify),
+        _ => return 71,
+    };
+    let session = std::thread::Builder::new()
+        .name("quasi".into())
+        .stack_size(quasi_lang::SESSION_STACK)
+        .spawn(move || take_one_run(&listener, &notify));
+    match session.map(std::thread::JoinHandle::join) {
+        Ok(Ok(code)) => code,
+        _ => 70,
+    }
+}
+
+/// A throwaway program for the spare's warm-up: it touches the paths a run takes.
+const WARM_UP: &str = "(define ((quasi-warm-up int) (n int))
+  (declare sum int)
+  (set sum 0)
+  (for ((declare i int) (set i 0) (lt i n) (set i (add i 1))) (set sum (add sum i)))
+  (ret sum))
+(define ((main int)) (ret (call quasi-warm-up 10)))";
+
+fn take_one_run(listener: &UnixListener, notify: &UnixStream) -> i32 {
+    let config = crate::run_config(None);
+    match Session::new(config.clone()) {
+        Ok(mut scratch) => {
+            let _ = scratch.run_file("<warm-up>", WARM_UP.to_string(), &[]);
+        }
+        Err(error) => {
+            eprintln!("quasi server: cannot start a session: {error}");
+            return 1;
+        }
+    }
+    let session = match Session::new(config).and_then(|mut session| session.prepare().map(|()| session)) {
+        Ok(session) => session,
+        Err(error) => {
+            eprintln!("quasi server: cannot start a session: {error}");
+            return 1;
+        }
+    };
+    let (connection, request, streams) = loop {
+        let connection = match listener.accept() {
+            Ok((connection, _)) => connection,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                eprintln!("quasi server: accept failed: {error}");
+                return 1;
+            }
+        };
+        // The folder is private; the peer's user is checked all the same.
+        let same_user = nix::sys::socket::getsockopt(&connection, nix::sys::socket::sockopt::PeerCredentials)
+            .is_ok_and(|credentials| credentials.uid() == wire::uid());
+        if !same_user {
+            continue;
+        }
+        match wire::receive_request(&connection) {
+            Ok((request, streams)) => break (connection, request, streams),
+            // Not a launcher, or one that went away: the next may be.
+            Err(_) => continue,
+        }
+    };
+    let pid = std::process::id() as i32;
+    if Answer::Worker(pid).write(&connection).is_err() || wire::send_fd(notify, connection.as_raw_fd(), pid).is_err() {
+        // The server does not know this worker took the run; ending lets it fork another.
+        return 1;
+    }
+    drop(connection);
+    adopt(&request, streams);
+    // The launcher's environment replaces the server's. Sound here: none of this process's
+    // other threads runs (the session is prepared and idle: its executor and interrupt threads
+    // wait on their channels, the GPU start-up has ended), so nothing reads the environment
+    // while it changes.
+    for (name, _) in std::env::vars_os() {
+        std::env::remove_var(name);
+    }
+    for (name, value) in &request.environment {
+        if !name.is_empty() && !name.as_encoded_bytes().contains(&b'=') {
+            std::env::set_var(name, value);
+        }
+    }
+    let code = crate::run_prepared(session, request.arguments);
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    code
+}
+
+/// Takes the launcher's streams and folder.
+fn adopt(request: &wire::Request, streams: [OwnedFd; 3]) {
+    for (target, stream) in streams.iter().enumerate() {
+        // SAFETY: replaces standard streams with the launcher's; the originals are closed after.
+        unsafe { libc::dup2(stream.as_raw_fd(), target as RawFd) };
+    }
+    drop(streams);
+    if let Err(error) = std::env::set_current_dir(&request.directory) {
+        eprintln!("quasi: cannot enter {}: {error}", request.directory.display());
+    }
+}

@@ -1,0 +1,275 @@
+//! What the `quasi` launcher and `quasi server` share: where the server's socket is, and the
+//! messages of one run. Included by both binaries (`#[path]`), so it uses only std, libc and nix:
+//! the launcher must not link LLVM, or it would start as slowly as the engine.
+//!
+//! A run, on one Unix stream connection:
+//! 1. the launcher sends its standard input, output and error (SCM_RIGHTS) with a request: the
+//!    current directory, the arguments after `run`, the environment;
+//! 2. the worker that takes it answers `P` and its process id (where to forward signals);
+//! 3. the server answers `X` and the worker's exit status, or `S` and the signal that ended it.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+/// The engine binary, beside the launcher.
+pub const ENGINE: &str = "quasi-engine";
+
+/// Set to `0`, `quasi run` never asks a server.
+pub const SERVER_VARIABLE: &str = "QUASI_SERVER";
+
+/// The largest request: arguments and environment (Linux's own limit on both is 2 MiB).
+const MAX_REQUEST: usize = 4 << 20;
+
+/// This process's real user id.
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// The folder of this user's server sockets: `$XDG_RUNTIME_DIR/quasi`, else `/tmp/quasi-UID`.
+pub fn socket_directory() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|value| !value.is_empty()).map(PathBuf::from) {
+        Some(runtime) if runtime.is_absolute() => runtime.join("quasi"),
+        _ => std::env::temp_dir().join(format!("quasi-{}", uid())),
+    }
+}
+
+/// Whether `directory` can be trusted with this user's files: a real folder (not a link) that
+/// the user owns and nobody else may write to or enter.
+pub fn directory_is_private(directory: &Path) -> bool {
+    std::fs::symlink_metadata(directory).is_ok_and(|metadata| {
+        metadata.is_dir() && metadata.uid() == uid() && metadata.permissions().mode() & 0o077 == 0
+    })
+}
+
+/// The socket of the server running `engine`: named after the engine file itself (device,
+/// inode, size, modification time), so a rebuilt engine is never served by an older server.
+pub fn socket_path(engine: &Path) -> io::Result<PathBuf> {
+    let metadata = std::fs::metadata(engine)?;
+    // FNV-1a: stable across builds, unlike std's hasher, and enough to tell builds apart.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for value in
+        [metadata.dev(), metadata.ino(), metadata.size(), metadata.mtime() as u64, metadata.mtime_nsec() as u64]
+    {
+        for byte in value.to_le_bytes() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    Ok(socket_directory().join(format!("server-{hash:016x}.sock")))
+}
+
+/// What a launcher asks a server to run: `quasi run`'s arguments in the launcher's directory
+/// and environment.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    pub directory: PathBuf,
+    /// The arguments after `run`.
+    pub arguments: Vec<OsString>,
+    pub environment: Vec<(OsString, OsString)>,
+}
+
+impl Request {
+    /// This process's request for `arguments`.
+    pub fn here(arguments: Vec<OsString>) -> io::Result<Request> {
+        Ok(Request { directory: std::env::current_dir()?, arguments, environment: std::env::vars_os().collect() })
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut put = |item: &[u8]| {
+            bytes.extend_from_slice(&(item.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(item);
+        };
+        put(self.directory.as_os_str().as_bytes());
+        put(&(self.arguments.len() as u32).to_le_bytes());
+        for argument in &self.arguments {
+            put(argument.as_bytes());
+        }
+        for (name, value) in &self.environment {
+            put(name.as_bytes());
+            put(value.as_bytes());
+        }
+        bytes
+    }
+
+    fn decode(mut bytes: &[u8]) -> Option<Request> {
+        let mut take = || -> Option<Vec<u8>> {
+            let length = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+            let item = bytes.get(4..4 + length)?.to_vec();
+            bytes = &bytes[4 + length..];
+            Some(item)
+        };
+        let directory = PathBuf::from(OsString::from_vec(take()?));
+        let count = u32::from_le_bytes(take()?.try_into().ok()?);
+        let arguments = (0..count).map(|_| take().map(OsString::from_vec)).collect::<Option<Vec<_>>>()?;
+        let mut environment = Vec::new();
+        while let Some(name) = take() {
+            environment.push((OsString::from_vec(name), OsString::from_vec(take()?)));
+        }
+        Some(Request { directory, arguments, environment })
+    }
+}
+
+/// Sends `request` with this process's standard streams.
+pub fn send_request(stream: &UnixStream, request: &Request) -> io::Result<()> {
+    let body = request.encode();
+    let length = (body.len() as u32).to_le_bytes();
+    let streams = [0, 1, 2];
+    // The streams travel with the first bytes; the rest follows as plain data.
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(&length)],
+        &[ControlMessage::ScmRights(&streams)],
+        MsgFlags::empty(),
+        None,
+    )?;
+    (&*stream).write_all(&body)
+}
+
+/// Receives a request and the three streams that came with it.
+pub fn receive_request(stream: &UnixStream) -> io::Result<(Request, [OwnedFd; 3])> {
+    let streams = receive_fds::<3>(stream, 4)?;
+    let mut length = [0; 4];
+    length.copy_from_slice(&streams.1);
+    let length = u32::from_le_bytes(length) as usize;
+    if length > MAX_REQUEST {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "a request larger than 4 MiB"));
+    }
+    let mut body = vec![0; length];
+    (&*stream).read_exact(&mut body)?;
+    let request = Request::decode(&body)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a request that is not one"))?;
+    Ok((request, streams.0))
+}
+
+/// Sends `fd` and a process id (the worker hands its connection to the server this way).
+pub fn send_fd(stream: &UnixStream, fd: RawFd, pid: i32) -> io::Result<()> {
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(&pid.to_le_bytes())],
+        &[ControlMessage::ScmRights(&[fd])],
+        MsgFlags::empty(),
+        None,
+    )?;
+    Ok(())
+}
+
+/// Receives what `send_fd` sent.
+pub fn receive_fd(stream: &UnixStream) -> io::Result<(OwnedFd, i32)> {
+    let ([fd], bytes) = receive_fds::<1>(stream, 4)?;
+    let mut pid = [0; 4];
+    pid.copy_from_slice(&bytes);
+    Ok((fd, i32::from_le_bytes(pid)))
+}
+
+/// Receives `N` descriptors with the `length` bytes they came with.
+fn receive_fds<const N: usize>(stream: &UnixStream, length: usize) -> io::Result<([OwnedFd; N], Vec<u8>)> {
+    let mut bytes = vec![0; length];
+    let mut space = nix::cmsg_space!([RawFd; 3]);
+    let mut received = Vec::new();
+    let read = {
+        let mut iov = [IoSliceMut::new(&mut bytes)];
+        let message = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        for control in message.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(fds) = control {
+                // SAFETY: the kernel just installed these descriptors in this process; nothing
+                // else owns them.
+                received.extend(fds.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+        }
+        message.bytes
+    };
+    if read == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    (&*stream).read_exact(&mut bytes[read..])?;
+    let fds: [OwnedFd; N] = received
+        .try_into()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("a message without its {N} descriptors")))?;
+    Ok((fds, bytes))
+}
+
+/// One of the three answers: the worker's pid, an exit status, a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Worker(i32),
+    Exited(i32),
+    Signalled(i32),
+}
+
+impl Answer {
+    pub fn write(self, mut stream: &UnixStream) -> io::Result<()> {
+        let (tag, value) = match self {
+            Answer::Worker(pid) => (b'P', pid),
+            Answer::Exited(status) => (b'X', status),
+            Answer::Signalled(signal) => (b'S', signal),
+        };
+        let mut bytes = [tag, 0, 0, 0, 0];
+        bytes[1..].copy_from_slice(&value.to_le_bytes());
+        stream.write_all(&bytes)
+    }
+
+    /// The next answer, or `None` at the end of the connection.
+    pub fn read(mut stream: &UnixStream) -> io::Result<Option<Answer>> {
+        let mut bytes = [0; 5];
+        match stream.read_exact(&mut bytes) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(error) => return Err(error),
+        }
+        let value = i32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+        match bytes[0] {
+            b'P' => Ok(Some(Answer::Worker(value))),
+            b'X' => Ok(Some(Answer::Exited(value))),
+            b'S' => Ok(Some(Answer::Signalled(value))),
+            other => Err(io::Error::new(io::ErrorKind::InvalidData, format!("an answer tagged {other}"))),
+        }
+    }
+}
+
+/// Whether `quasi run ARGUMENTS…` may go to a server: not when the user said no, and not for
+/// GPU modes (a server's sessions start in the default one).
+pub fn may_use_server(run_arguments: &[OsString]) -> bool {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+    let refused = std::env::var_os(SERVER_VARIABLE).is_some_and(|value| value == "0");
+    !refused && !set("QUASI_GPU") && run_arguments.first().map(OsString::as_os_str) != Some(OsStr::new("--gpu"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip() {
+        let request = Request {
+            directory: PathBuf::from("/tmp/x y"),
+            arguments: vec!["--opt".into(), "1".into(), "f.cl".into(), "".into(), OsString::from_vec(vec![0xff, b'a'])],
+            environment: vec![("A".into(), "1".into()), ("EMPTY".into(), "".into()), ("B".into(), "x=y".into())],
+        };
+        assert_eq!(Request::decode(&request.encode()), Some(request));
+        assert_eq!(Request::decode(&[1, 0]), None);
+    }
+
+    #[test]
+    fn streams_and_answers_cross_a_socket() {
+        let (left, right) = UnixStream::pair().expect("a socket pair");
+        let request = Request { directory: "/".into(), arguments: vec!["f.cl".into()], environment: Vec::new() };
+        send_request(&left, &request).expect("sent");
+        let (received, streams) = receive_request(&right).expect("received");
+        assert_eq!(received, request);
+        assert_eq!(streams.len(), 3);
+        for answer in [Answer::Worker(42), Answer::Exited(3), Answer::Signalled(9)] {
+            answer.write(&right).expect("written");
+            assert_eq!(Answer::read(&left).expect("read"), Some(answer));
+        }
+        drop(right);
+        assert_eq!(Answer::read(&left).expect("read"), None);
+    }
+}

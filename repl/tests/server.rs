@@ -1,0 +1,235 @@
+//! `quasi server`: the real launcher and engine, a real server in a private runtime folder of
+//! the test's own. Every run below is made twice, by the server and in process
+//! (`QUASI_SERVER=0`), and must come out the same; the server's count of runs served proves the
+//! first went through it.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server of its own: `XDG_RUNTIME_DIR` is a fresh folder, so no other server is reached and
+/// this one is stopped (and its folder removed) when the test ends, pass or fail.
+struct Server {
+    runtime: tempfile::TempDir,
+    work: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        let server = Server {
+            runtime: tempfile::tempdir().expect("a runtime folder"),
+            work: tempfile::tempdir().expect("a work folder"),
+        };
+        let started = server.quasi(&["server", "start", "--idle", "5"]).output().expect("quasi server start runs");
+        assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+        assert!(String::from_utf8_lossy(&started.stdout).starts_with("quasi server: running (pid "));
+        server
+    }
+
+    /// `quasi ARGUMENTS…` in the work folder, with this server's runtime folder.
+    fn quasi(&self, arguments: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quasi"));
+        command
+            .args(arguments)
+            .current_dir(self.work.path())
+            .env("XDG_RUNTIME_DIR", self.runtime.path())
+            .env("NO_COLOR", "1")
+            .env_remove("QUASI_SERVER")
+            .env_remove("QUASI_GPU");
+        command
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.work.path().join(name);
+        std::fs::write(&path, text).expect("a program written");
+        path
+    }
+
+    /// The state lines `quasi server status` prints, as `name value` pairs.
+    fn status(&self) -> String {
+        let output = self.quasi(&["server", "status"]).output().expect("quasi server status runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    fn count(&self, what: &str) -> u64 {
+        let status = self.status();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(what))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no `{what}` in the status:\n{status}"))
+    }
+
+    /// Runs `quasi run ARGUMENTS…` with `input` on stdin through the server, then in process;
+    /// both must give the same status and output. Returns the server's.
+    fn run_both_ways(&self, arguments: &[&str], input: &str) -> Output {
+        let served_before = self.count("runs served");
+        let mut run = vec!["run"];
+        run.extend_from_slice(arguments);
+        let served = finish(self.quasi(&run), input);
+        assert_eq!(self.count("runs served"), served_before + 1, "the server did not take the run");
+        let mut in_process = self.quasi(&run);
+        in_process.env("QUASI_SERVER", "0");
+        let alone = finish(in_process, input);
+        assert_eq!(self.count("runs served"), served_before + 1, "QUASI_SERVER=0 went to the server");
+        assert_eq!(served.status.code(), alone.status.code(), "{served:?}\n{alone:?}");
+        assert_eq!(String::from_utf8_lossy(&served.stdout), String::from_utf8_lossy(&alone.stdout));
+        assert_eq!(String::from_utf8_lossy(&served.stderr), String::from_utf8_lossy(&alone.stderr));
+        served
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.quasi(&["server", "stop"]).output();
+    }
+}
+
+/// Runs `command` with `input` on stdin; fails the test past 30 s.
+fn finish(mut command: Command, input: &str) -> Output {
+    let mut child =
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("quasi starts");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin is piped"), input.as_bytes()).expect("input");
+    let started = Instant::now();
+    while child.try_wait().expect("waiting for quasi").is_none() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("quasi did not finish within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.wait_with_output().expect("quasi's output")
+}
+
+/// Waits until `quasi server status` shows `what` at `value`.
+fn wait_for(server: &Server, what: &str, value: u64) {
+    let started = Instant::now();
+    while server.count(what) != value {
+        assert!(started.elapsed() < Duration::from_secs(30), "`{what}` never became {value}:\n{}", server.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const ECHO: &str = r#"(define ((printf int) (format (ptr int8)) ...))
+(define ((getenv (ptr int8)) (name (ptr int8))))
+(define ((getchar int)))
+(define ((write int64) (fd int) (buffer (ptr int8)) (count int64)))
+(define ((main int) (argc int) (argv (ptr (ptr int8))))
+  (declare i int)
+  (for ((set i 0) (lt i argc) (set i (add i 1)))
+    (call printf "arg %s\n" (load (ptradd argv i))))
+  (call printf "env %s\n" (call getenv "QUASI_TEST_VALUE"))
+  (call printf "stdin %c\n" (call getchar))
+  (call write 2 "to stderr\n" (int64 10))
+  (ret 3))
+"#;
+
+/// The launcher's folder, arguments, environment and three streams reach the program, and its
+/// status comes back; `--opt` and `--warnings` are honoured; errors read as in process.
+#[test]
+fn a_served_run_is_the_run_in_process() {
+    let server = Server::start();
+    server.write("echo.cl", ECHO);
+    // A relative path: the worker runs in the launcher's folder.
+    let mut run = server.quasi(&["run", "echo.cl", "one", "two words", ""]);
+    run.env("QUASI_TEST_VALUE", "from the launcher");
+    let served = finish(run, "xyz");
+    assert_eq!(served.status.code(), Some(3));
+    assert_eq!(
+        String::from_utf8_lossy(&served.stdout),
+        "arg echo.cl\narg one\narg two words\narg \nenv from the launcher\nstdin x\n"
+    );
+    assert_eq!(String::from_utf8_lossy(&served.stderr), "to stderr\n");
+    assert_eq!(server.count("runs served"), 1);
+    server.run_both_ways(&["--opt", "1", "echo.cl", "a"], "q");
+    server.run_both_ways(&["--warnings", "echo.cl"], "");
+    // What fails fails alike: a missing file, a type error, a fault, `exit`, a bad flag.
+    server.run_both_ways(&["missing.cl"], "");
+    server.write("wrong.cl", "(define ((main int)) (ret 1.5))\n");
+    let wrong = server.run_both_ways(&["wrong.cl"], "");
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("error[type]"), "{wrong:?}");
+    server.write("fault.cl", "(define ((main int)) (ret (load (inttoptr 0 (ptr int)))))\n");
+    let fault = server.run_both_ways(&["fault.cl"], "");
+    assert!(String::from_utf8_lossy(&fault.stderr).contains("error[runtime-fault]"), "{fault:?}");
+    server.write(
+        "leave.cl",
+        "(define ((printf int) (f (ptr int8)) ...))\n(define ((exit void) (status int)))\n\
+         (define ((main int)) (call printf \"bye\\n\") (call exit 7) (ret 0))\n",
+    );
+    let leave = server.run_both_ways(&["leave.cl"], "");
+    assert_eq!(leave.status.code(), Some(7));
+    let usage = finish(server.quasi(&["run", "--opt", "9", "echo.cl"]), "");
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("`--opt` takes a level 0, 1, 2 or 3, not `9`"));
+    // The server still serves after all of that.
+    server.run_both_ways(&["echo.cl"], "z");
+    assert_eq!(server.count("runs running"), 0);
+}
+
+const SPIN: &str = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((fflush int) (stream (ptr int8))))\n\
+                    (define ((main int)) (call printf \"running\\n\") (call fflush (inttoptr 0 (ptr int8))) (while #t) (ret 0))\n";
+
+/// Starts `quasi run spin.cl` and returns once its code runs.
+fn spinning(server: &Server) -> std::process::Child {
+    let mut child = server
+        .quasi(&["run", "spin.cl"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the quasi binary starts");
+    let mut running = [0u8; 8];
+    child.stdout.as_mut().expect("stdout is piped").read_exact(&mut running).expect("the program runs");
+    assert_eq!(&running, b"running\n");
+    child
+}
+
+/// Ctrl-C reaches the worker (the cell is interrupted, status 130, as in process); a launcher
+/// killed outright takes its worker with it.
+#[test]
+fn signals_reach_the_worker_and_a_lost_launcher_ends_it() {
+    let server = Server::start();
+    server.write("spin.cl", SPIN);
+    let child = spinning(&server);
+    assert_eq!(server.count("runs running"), 1);
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+    assert!(killed.success());
+    let output = child.wait_with_output().expect("quasi ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("error[interrupted]: interrupted in function `main`"), "{stderr}");
+    let mut child = spinning(&server);
+    child.kill().expect("the launcher is killed");
+    let _ = child.wait();
+    wait_for(&server, "runs running", 0);
+    assert_eq!(server.count("runs served"), 2);
+}
+
+/// `start` twice is one server; `stop` ends it and runs go back to the process; a runtime
+/// folder others may enter is refused.
+#[test]
+fn start_stop_and_a_folder_that_is_not_private() {
+    let server = Server::start();
+    let again = server.quasi(&["server", "start"]).output().expect("quasi server start runs");
+    assert!(String::from_utf8_lossy(&again.stdout).starts_with("quasi server: already running"), "{again:?}");
+    let stopped = server.quasi(&["server", "stop"]).output().expect("quasi server stop runs");
+    assert!(String::from_utf8_lossy(&stopped.stdout).starts_with("quasi server: stopped"), "{stopped:?}");
+    let status = server.quasi(&["server", "status"]).output().expect("quasi server status runs");
+    assert_eq!(status.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "quasi server: not running\n");
+    server.write("echo.cl", ECHO);
+    let alone = finish(server.quasi(&["run", "echo.cl"]), "a");
+    assert_eq!(alone.status.code(), Some(3), "{alone:?}");
+
+    let open = tempfile::tempdir().expect("a runtime folder");
+    let folder: &Path = &open.path().join("quasi");
+    std::fs::create_dir(folder).expect("the socket folder");
+    std::fs::set_permissions(folder, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("mode 0755");
+    let refused = server
+        .quasi(&["server", "start"])
+        .env("XDG_RUNTIME_DIR", open.path())
+        .output()
+        .expect("quasi server start runs");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("must be a folder only you can use"), "{refused:?}");
+}
