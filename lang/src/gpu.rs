@@ -90,6 +90,8 @@ struct Device {
 unsafe impl Send for Device {}
 
 enum DeviceState {
+    /// Not started: it starts, on the thread that first needs it, when a GPU form first runs.
+    Deferred,
     /// Driver initialisation and context creation, running in the background (~80 ms).
     Starting(JoinHandle<Result<Device, String>>),
     Ready(Device),
@@ -205,11 +207,18 @@ fn drop_device(device: Device) {
 impl Gpu {
     /// A runtime whose device starts in the background now, so that the first GPU cell waits
     /// only if it comes before the driver is ready.
-    pub fn new() -> Box<Gpu> {
-        let starting = std::thread::Builder::new().name("quasi-gpu-start".into()).spawn(start_device);
-        let device = match starting {
-            Ok(handle) => DeviceState::Starting(handle),
-            Err(error) => DeviceState::Absent(format!("no CUDA device: could not start the driver's thread: {error}")),
+    /// `defer`: the driver starts when a GPU form first needs it instead, on that thread (for a
+    /// session that a process forks before it runs anything: CUDA does not survive a fork).
+    pub fn new(defer: bool) -> Box<Gpu> {
+        let device = if defer {
+            DeviceState::Deferred
+        } else {
+            match std::thread::Builder::new().name("quasi-gpu-start".into()).spawn(start_device) {
+                Ok(handle) => DeviceState::Starting(handle),
+                Err(error) => {
+                    DeviceState::Absent(format!("no CUDA device: could not start the driver's thread: {error}"))
+                }
+            }
         };
         let state = State {
             device: Some(device),
@@ -249,9 +258,12 @@ impl Gpu {
     }
 
     /// Waits until the driver's start-up, begun by `new`, has ended (whether a device came
-    /// up or not).
+    /// up or not); a deferred start stays deferred.
     pub fn wait_for_start(&self) {
-        let _ = self.lock().device();
+        let mut state = self.lock();
+        if let Some(DeviceState::Starting(_)) = &state.device {
+            let _ = state.device();
+        }
     }
 
     pub fn mode(&self) -> Mode {
@@ -502,6 +514,12 @@ fn gb_per_second(bytes: u64, duration: Duration) -> String {
 impl State {
     /// The device, made current on this thread; waits for the start-up if it is still running.
     fn device(&mut self) -> Result<&Device, String> {
+        if let Some(DeviceState::Deferred) = &self.device {
+            self.device = Some(match start_device() {
+                Ok(device) => DeviceState::Ready(device),
+                Err(message) => DeviceState::Absent(message),
+            });
+        }
         if let Some(DeviceState::Starting(_)) = &self.device {
             let Some(DeviceState::Starting(handle)) = self.device.take() else { unreachable!("just matched") };
             let started = handle.join().unwrap_or_else(|_| Err("no CUDA device: the driver's start-up failed".into()));

@@ -170,6 +170,14 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// The executor thread for compiled code.
 pub(crate) struct Runner {
+    interrupt: Arc<AtomicBool>,
+    /// Started by the first call: a session that has run no code has no threads of its own,
+    /// so a process may fork it (`quasi server`).
+    threads: std::cell::OnceCell<Threads>,
+}
+
+/// The executor thread and its interrupter.
+struct Threads {
     jobs: Option<mpsc::Sender<Job>>,
     worker: Option<thread::JoinHandle<()>>,
     /// Watches the session's interrupt flag while a call runs.
@@ -307,11 +315,25 @@ pub(crate) fn process_symbol(name: &str) -> Option<usize> {
 static INSTALL_HANDLERS: Once = Once::new();
 
 impl Runner {
-    /// The executor thread, which stops the running call when `interrupt` is set.
-    pub fn new(interrupt: Arc<AtomicBool>) -> std::io::Result<Runner> {
+    /// The executor, which stops the running call when `interrupt` is set. Its threads start
+    /// with the first call.
+    pub fn new(interrupt: Arc<AtomicBool>) -> Runner {
         // SAFETY: installs process-wide handlers once; they chain to the previous handlers
         // for faults outside guarded calls.
         INSTALL_HANDLERS.call_once(|| unsafe { quasi_install_fault_handlers() });
+        Runner { interrupt, threads: std::cell::OnceCell::new() }
+    }
+
+    /// Whether the executor's threads have started (tests).
+    #[cfg(test)]
+    pub fn started(&self) -> Option<()> {
+        self.threads.get().map(|_| ())
+    }
+
+    fn threads(&self) -> std::io::Result<&Threads> {
+        if let Some(threads) = self.threads.get() {
+            return Ok(threads);
+        }
         let (sender, receiver) = mpsc::channel::<Job>();
         let worker = thread::Builder::new().name("quasi-run".into()).stack_size(STACK_SIZE).spawn(move || {
             // SAFETY: gives this thread an alternate signal stack, so stack overflows in
@@ -323,8 +345,8 @@ impl Runner {
                 job();
             }
         })?;
-        let interrupter = Interrupter::new(worker.as_pthread_t(), interrupt)?;
-        Ok(Runner { jobs: Some(sender), worker: Some(worker), interrupter })
+        let interrupter = Interrupter::new(worker.as_pthread_t(), self.interrupt.clone())?;
+        Ok(self.threads.get_or_init(|| Threads { jobs: Some(sender), worker: Some(worker), interrupter }))
     }
 
     /// Calls entries `void (ptr out)` in order, until one faults, with one output buffer of
@@ -364,7 +386,8 @@ impl Runner {
             }
             let _ = messages.send(Message::Finished(report));
         });
-        if !matches!(self.jobs.as_ref().map(|jobs| jobs.send(job)), Some(Ok(()))) {
+        let Ok(threads) = self.threads() else { return lost() };
+        if !matches!(threads.jobs.as_ref().map(|jobs| jobs.send(job)), Some(Ok(()))) {
             return lost();
         }
         // Items first, then output: an item's output was written before it was noted.
@@ -393,7 +416,7 @@ impl Runner {
                 spun => spun,
             };
             if !watched && started.elapsed() >= STREAM_INTERVAL {
-                self.interrupter.set(|state| state.calling = true);
+                threads.interrupter.set(|state| state.calling = true);
                 watched = true;
             }
             match message {
@@ -412,13 +435,13 @@ impl Runner {
             }
         };
         if watched {
-            self.interrupter.set(|state| state.calling = false);
+            threads.interrupter.set(|state| state.calling = false);
         }
         report
     }
 }
 
-impl Drop for Runner {
+impl Drop for Threads {
     fn drop(&mut self) {
         self.jobs.take();
         if let Some(worker) = self.worker.take() {

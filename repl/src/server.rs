@@ -2,16 +2,19 @@
 //! next `quasi run`, so that a run costs what its program costs to compile and run, not what
 //! starting LLVM costs.
 //!
-//! The server itself never makes a session and never starts a thread, so that forking it is
-//! sound. It forks one spare worker at a time. The spare warms up (a throwaway session compiles
-//! and runs a small program: pages, allocator, LLVM's lazily made tables), makes the session a
-//! run will use, prepares it, and waits in `accept` on the server's socket. The worker that
-//! takes a connection reports its pid to the launcher, hands the connection to the server (over
-//! a socket pair, with SCM_RIGHTS) and becomes the run: the launcher's streams, directory and
-//! environment, then `run_prepared`. The server forks the next spare, and reports the worker's
-//! end (exit status or signal, from a pidfd) on the connection; a launcher that goes away takes
-//! its worker with it (SIGKILL). Every way a run can end, an `exit` in its code included, thus
-//! reaches the launcher the same way.
+//! The server makes one session at start-up and prepares it (`Session::prepare`: target
+//! machine, pass pipelines, `main`'s call trampolines), after a throwaway session has compiled
+//! and run a small program (pages, allocator, LLVM's lazily made tables). That session is never
+//! run, so it has no threads (`SessionConfig::defer_device`, the executor starts with the first
+//! call), and the server stays single-threaded, which makes forking it sound (checked before
+//! every fork). Each spare worker is a fork: it prepares its copy once more (the pages a run
+//! writes are copied now, not while the user waits) and waits in `accept` on the server's
+//! socket. The worker that takes a connection reports its pid to the launcher, hands the
+//! connection to the server (over a socket pair, SCM_RIGHTS), becomes the run (the launcher's
+//! streams, folder and environment, then `run_prepared`) and reports its exit status itself
+//! before its slow teardown. The server forks the next spare at once, and reports any other
+//! end (a signal, a crash) from the worker's pidfd; a launcher that goes away takes its worker
+//! with it (SIGKILL).
 //!
 //! Files, in the private folder `wire::socket_directory`: `server-ID.sock`, `server-ID.state`
 //! (what `status` prints) and `server-ID.log` (what went wrong outside runs), where ID names
@@ -27,10 +30,9 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quasi_lang::Session;
+use quasi_lang::{Session, SessionConfig};
 
 use self::wire::Answer;
 
@@ -261,13 +263,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
         }
     }
     drop(log);
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
-        if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
-            eprintln!("quasi server: cannot handle signal {signal}: {error}");
-            return 1;
-        }
-    }
+    set_stop_signals(stop_requested as *const () as libc::sighandler_t);
     // Bound under a temporary name and renamed: a stale socket of a server that died is
     // replaced in one step.
     let bound = paths.socket.with_extension(format!("{}.new", std::process::id()));
@@ -289,6 +285,14 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
             return 1;
         }
     };
+    let mut prepared = match prepare() {
+        Ok(session) => Some(session),
+        Err(message) => {
+            eprintln!("quasi server: {message}");
+            let _ = std::fs::remove_file(&paths.socket);
+            return 1;
+        }
+    };
     let mut counts = Counts { served: 0, failed_spares: 0 };
     write_state(paths, idle, &counts, 0);
     let _ = std::fs::File::from(ready).write_all(b"ready");
@@ -297,14 +301,20 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     let mut last_run = Instant::now();
     // What the state file says: runs served and running.
     let mut shown = (0, 0);
-    while !stop.load(Ordering::SeqCst) {
+    while !STOP.load(Ordering::SeqCst) {
         // The next spare prepares while the last run runs: back-to-back runs find it ready.
         if spare.is_none() {
             if counts.failed_spares >= SPARE_FAILURES {
                 eprintln!("quasi server: {SPARE_FAILURES} prepared workers in a row ended before a run; stopping");
                 break;
             }
-            match fork_spare(&listener, &notify_worker) {
+            // The server's own descriptors, which a worker must not keep.
+            let server_owned: Vec<RawFd> = std::iter::once(notify_server.as_raw_fd())
+                .chain(runs.iter().flat_map(|worker| {
+                    std::iter::once(worker.pidfd.as_raw_fd()).chain(worker.connection.as_ref().map(AsRawFd::as_raw_fd))
+                }))
+                .collect();
+            match fork_spare(&listener, &notify_worker, &mut prepared, &server_owned) {
                 Ok(worker) => spare = Some(worker),
                 Err(error) => {
                     eprintln!("quasi server: cannot fork a worker: {error}");
@@ -323,11 +333,20 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
                 polled.push(libc::pollfd { fd: connection.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             }
         }
-        let wait = idle.saturating_sub(last_run.elapsed()).min(Duration::from_secs(10));
+        // The state file is rewritten once things are quiet for a moment, not while a run starts.
+        let stale = (counts.served, runs.len()) != shown;
+        let wait = match stale {
+            true => Duration::from_millis(20),
+            false => idle.saturating_sub(last_run.elapsed()).min(Duration::from_secs(10)),
+        };
         // SAFETY: `polled` is a live array of its length.
         let count =
             unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
         if count <= 0 {
+            if stale {
+                shown = (counts.served, runs.len());
+                write_state(paths, idle, &counts, runs.len());
+            }
             // Quiet: a server whose engine was rebuilt or removed serves nobody any more.
             if runs.is_empty() && !engine_unchanged(paths) {
                 break;
@@ -365,17 +384,14 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
                 return false;
             }
             if worker.connection.as_ref().is_some_and(|connection| ready_fds.contains(&connection.as_raw_fd())) {
-                // The launcher sends nothing after its request: readable means it is gone.
+                // The launcher sends nothing after its request: readable means it is gone (after
+                // the worker reported its status, this only cuts its teardown short).
                 // SAFETY: the worker is our child, not yet reaped, so the pid is still its.
                 unsafe { libc::kill(worker.pid, libc::SIGKILL) };
                 worker.connection = None;
             }
             true
         });
-        if (counts.served, runs.len()) != shown {
-            shown = (counts.served, runs.len());
-            write_state(paths, idle, &counts, runs.len());
-        }
     }
     for worker in spare.iter().chain(&runs) {
         // SAFETY: our children, not yet reaped.
@@ -420,16 +436,85 @@ fn write_state(paths: &Paths, idle: Duration, counts: &Counts, running: usize) {
     }
 }
 
-/// Forks the spare worker.
-fn fork_spare(listener: &UnixListener, notify: &UnixStream) -> std::io::Result<Worker> {
-    // SAFETY: the server process has one thread.
+/// Set by SIGTERM, SIGINT and SIGHUP: the server ends.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn stop_requested(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// The action of the signals that end the server: `stop_requested` in the server, the default
+/// in its workers (a worker ends as a program would).
+fn set_stop_signals(action: libc::sighandler_t) {
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: `stop_requested` only stores to an atomic; SIG_DFL is always valid.
+        unsafe { libc::signal(signal, action) };
+    }
+}
+
+/// A throwaway program: compiled and run once in the server, it touches the paths a run takes
+/// (pages, allocator, LLVM's lazily made tables) before the prepared session is made.
+const WARM_UP: &str = "(define ((quasi-warm-up int) (n int))
+  (declare sum int)
+  (set sum 0)
+  (for ((declare i int) (set i 0) (lt i n) (set i (add i 1))) (set sum (add sum i)))
+  (ret sum))
+(define ((main int)) (ret (call quasi-warm-up 10)))";
+
+/// The session every worker starts from: made once, prepared, never run, so that it has no
+/// threads and the server stays forkable. Also raises the stack limit, since sessions run on
+/// this process's main thread here (its stack grows on demand up to the limit).
+fn prepare() -> Result<Session, String> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_STACK, &mut limit) == 0 && limit.rlim_cur != libc::RLIM_INFINITY {
+            limit.rlim_cur = (quasi_lang::SESSION_STACK as libc::rlim_t).min(limit.rlim_max).max(limit.rlim_cur);
+            libc::setrlimit(libc::RLIMIT_STACK, &limit);
+        }
+    }
+    let config = SessionConfig { defer_device: true, ..crate::run_config(None) };
+    let mut scratch = Session::new(config.clone()).map_err(|error| format!("cannot start a session: {error}"))?;
+    let _ = scratch.run_file("<warm-up>", WARM_UP.to_string(), &[]);
+    drop(scratch);
+    let mut session = Session::new(config).map_err(|error| format!("cannot start a session: {error}"))?;
+    session.prepare().map_err(|error| format!("cannot prepare a session: {error}"))?;
+    match threads() {
+        1 => Ok(session),
+        count => Err(format!("a prepared session left {count} threads; forking it would not be sound")),
+    }
+}
+
+/// The threads of this process.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
+}
+
+/// Forks the spare worker, which gets `prepared` (the server keeps its own copy, untouched).
+fn fork_spare(
+    listener: &UnixListener,
+    notify: &UnixStream,
+    prepared: &mut Option<Session>,
+    server_owned: &[RawFd],
+) -> std::io::Result<Worker> {
+    if threads() != 1 {
+        return Err(std::io::Error::other("the server has more than one thread; it cannot fork"));
+    }
+    // SAFETY: the process has one thread (checked above).
     match unsafe { libc::fork() } {
         -1 => Err(std::io::Error::last_os_error()),
         0 => {
-            close_other_descriptors(&[listener.as_raw_fd(), notify.as_raw_fd()]);
-            let code = spare(listener, notify);
-            // SAFETY: ends the worker without unwinding into the server's loop.
-            unsafe { libc::_exit(code) }
+            for &fd in server_owned {
+                // SAFETY: the server's descriptors, copied by fork; the worker never uses them.
+                unsafe { libc::close(fd) };
+            }
+            set_stop_signals(libc::SIG_DFL);
+            let code = match prepared.take() {
+                Some(session) => take_one_run(listener, notify, session),
+                None => 70,
+            };
+            // As a `quasi run` process ends: C's streams flushed, `atexit` handlers run.
+            std::process::exit(code)
         }
         pid => {
             // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
@@ -447,48 +532,11 @@ fn fork_spare(listener: &UnixListener, notify: &UnixStream) -> std::io::Result<W
     }
 }
 
-/// The spare: prepares, takes one run, runs it. Returns only on failure before the run.
-fn spare(listener: &UnixListener, notify: &UnixStream) -> i32 {
-    let (listener, notify) = match (listener.try_clone(), notify.try_clone()) {
-        (Ok(listener), Ok(notify)) => (listener, notify),
-        _ => return 71,
-    };
-    let session = std::thread::Builder::new()
-        .name("quasi".into())
-        .stack_size(quasi_lang::SESSION_STACK)
-        .spawn(move || take_one_run(&listener, &notify));
-    match session.map(std::thread::JoinHandle::join) {
-        Ok(Ok(code)) => code,
-        _ => 70,
-    }
-}
-
-/// A throwaway program for the spare's warm-up: it touches the paths a run takes.
-const WARM_UP: &str = "(define ((quasi-warm-up int) (n int))
-  (declare sum int)
-  (set sum 0)
-  (for ((declare i int) (set i 0) (lt i n) (set i (add i 1))) (set sum (add sum i)))
-  (ret sum))
-(define ((main int)) (ret (call quasi-warm-up 10)))";
-
-fn take_one_run(listener: &UnixListener, notify: &UnixStream) -> i32 {
-    let config = crate::run_config(None);
-    match Session::new(config.clone()) {
-        Ok(mut scratch) => {
-            let _ = scratch.run_file("<warm-up>", WARM_UP.to_string(), &[]);
-        }
-        Err(error) => {
-            eprintln!("quasi server: cannot start a session: {error}");
-            return 1;
-        }
-    }
-    let session = match Session::new(config).and_then(|mut session| session.prepare().map(|()| session)) {
-        Ok(session) => session,
-        Err(error) => {
-            eprintln!("quasi server: cannot start a session: {error}");
-            return 1;
-        }
-    };
+/// The spare: waits for a run, takes it, runs it, returns its status.
+fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Session) -> i32 {
+    // Once more in this process: what the run will write of the shared pages is copied now,
+    // and the code it runs is mapped, while nobody waits.
+    let _ = session.prepare();
     let (connection, request, streams) = loop {
         let connection = match listener.accept() {
             Ok((connection, _)) => connection,
@@ -515,12 +563,12 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream) -> i32 {
         // The server does not know this worker took the run; ending lets it fork another.
         return 1;
     }
-    drop(connection);
+    // Kept: the worker reports its own status (below); the server reports any other end.
+    // SAFETY: the listening socket is the server's; this process no longer accepts.
+    unsafe { libc::close(listener.as_raw_fd()) };
     adopt(&request, streams);
-    // The launcher's environment replaces the server's. Sound here: none of this process's
-    // other threads runs (the session is prepared and idle: its executor and interrupt threads
-    // wait on their channels, the GPU start-up has ended), so nothing reads the environment
-    // while it changes.
+    // The launcher's environment replaces the server's: sound, as this process has one thread
+    // (the prepared session starts its threads when it runs code).
     for (name, _) in std::env::vars_os() {
         std::env::remove_var(name);
     }
@@ -532,6 +580,11 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream) -> i32 {
     let code = crate::run_prepared(session, request.arguments);
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
+    // Everything the program wrote is out (its C streams too): the launcher may end now,
+    // before this process's teardown (static destructors, unmapping), which takes milliseconds.
+    // SAFETY: fflush(NULL) flushes every open C stream.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    let _ = Answer::Exited(code).write(&connection);
     code
 }
 

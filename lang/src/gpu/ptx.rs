@@ -94,9 +94,9 @@ pub(crate) struct PtxListing {
 }
 
 impl SessionGpu {
-    pub fn new() -> SessionGpu {
+    pub fn new(defer_device: bool) -> SessionGpu {
         SessionGpu {
-            runtime: Gpu::new(),
+            runtime: Gpu::new(defer_device),
             arch: DEFAULT_ARCH.to_string(),
             built: HashMap::new(),
             sim_built: HashMap::new(),

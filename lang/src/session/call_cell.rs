@@ -14,7 +14,7 @@ use crate::codegen::{self, block_words, is_trampoline_scalar};
 use crate::diagnostics::Diagnostic;
 use crate::link::Program;
 use crate::timing::{Phase, PhaseTimes};
-use crate::tree::{Callee, ExprKind, Place, Stmt, TypedCell};
+use crate::tree::{Callee, CastOp, ExprKind, Place, Stmt, TypedCell};
 use crate::types::{Signature, Ty};
 
 /// A call cell, resolved against the program: what its trampoline's block is filled with.
@@ -47,7 +47,8 @@ struct Trampoline {
 
 /// The call cell `cell` is, if it is one: its only item is `(call f ARG…)` with `f` called
 /// through its slot, not variadic, every parameter and the result a scalar (or no result), and
-/// every argument a literal of its parameter's type or a read of a global of that type. The
+/// every argument a literal of its parameter's type (for a pointer, `(inttoptr N T)` of an
+/// integer literal) or a read of a global of that type. The
 /// cell defines and declares nothing. Anything else takes the compiling path.
 pub(super) fn call_cell(cell: &TypedCell, program: &Program) -> Option<CallCell> {
     let defines_nothing = cell.structs.is_empty()
@@ -79,6 +80,12 @@ pub(super) fn call_cell(cell: &TypedCell, program: &Program) -> Option<CallCell>
             (ExprKind::Float(value), Ty::Double) => Argument::Constant(value.to_bits()),
             (ExprKind::Bool(value), Ty::Bool) => Argument::Constant(u64::from(*value)),
             (ExprKind::Read(Place::Global(global)), _) => Argument::Storage(program.global_address(global)?),
+            // An address: `(inttoptr N T)` of an integer literal (zero-extended, as LLVM does).
+            (ExprKind::Cast(CastOp::IntToPtr, inner), Ty::Ptr(..)) => match (&inner.kind, &inner.ty) {
+                (ExprKind::Int(value), Ty::Int(64)) => Argument::Constant(*value as u64),
+                (ExprKind::Int(value), Ty::Int(bits)) => Argument::Constant(*value as u64 & ((1u64 << bits) - 1)),
+                _ => return None,
+            },
             _ => return None,
         };
         arguments.push(argument);
@@ -94,11 +101,7 @@ impl Session {
         call: &CallCell,
         timing: &mut PhaseTimes,
     ) -> Result<usize, Vec<Diagnostic>> {
-        let key = call.signature.to_string();
-        if !self.trampolines.by_signature.contains_key(&key) {
-            let trampoline = self.make_trampoline(&call.signature, timing)?;
-            self.trampolines.by_signature.insert(key.clone(), trampoline);
-        }
+        let key = self.ensure_trampoline(&call.signature, timing)?;
         let trampoline =
             self.trampolines.by_signature.get(&key).ok_or_else(|| vec![Diagnostic::internal("no trampoline")])?;
         let block = &trampoline.block;
@@ -117,6 +120,20 @@ impl Session {
             word(1 + index)?.store(place, Ordering::Relaxed);
         }
         Ok(trampoline.entry)
+    }
+
+    /// The key of `signature`'s trampoline, made and linked now if the session has none yet.
+    pub(super) fn ensure_trampoline(
+        &mut self,
+        signature: &Signature,
+        timing: &mut PhaseTimes,
+    ) -> Result<String, Vec<Diagnostic>> {
+        let key = signature.to_string();
+        if !self.trampolines.by_signature.contains_key(&key) {
+            let trampoline = self.make_trampoline(signature, timing)?;
+            self.trampolines.by_signature.insert(key.clone(), trampoline);
+        }
+        Ok(key)
     }
 
     fn make_trampoline(

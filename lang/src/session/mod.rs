@@ -71,11 +71,21 @@ pub struct SessionConfig {
     /// Where launches run; `None`: as `QUASI_GPU` says (`sim`, `sim-unchecked`, `device`), else
     /// on the device.
     pub gpu: Option<GpuMode>,
+    /// Start the CUDA driver when a GPU form first needs it, not in the background at once.
+    /// With it, a new session has no thread of its own until a cell runs code, so a process may
+    /// fork it (`quasi server` does; CUDA does not survive a fork).
+    pub defer_device: bool,
 }
 
 impl Default for SessionConfig {
     fn default() -> Self {
-        SessionConfig { capture_output: false, opt_level: DEFAULT_OPT_LEVEL, load_prelude: true, gpu: None }
+        SessionConfig {
+            capture_output: false,
+            opt_level: DEFAULT_OPT_LEVEL,
+            load_prelude: true,
+            gpu: None,
+            defer_device: false,
+        }
     }
 }
 
@@ -173,6 +183,8 @@ pub struct Session {
     interrupt: Arc<AtomicBool>,
     /// The status a script's code passed to `exit` (or its kin), which ends `quasi run`.
     script_exit: Option<i32>,
+    /// `quasi run`'s argv, alive as long as the session.
+    script_argv: Option<ScriptArgv>,
     /// The GPU runtime, the target and the PTX built.
     gpu: SessionGpu,
 }
@@ -183,8 +195,9 @@ impl Session {
         let backend = Backend::new().map_err(SessionError::Llvm)?;
         let mut jit = Jit::new().map_err(|error| SessionError::Llvm(error.to_string()))?;
         jit.define_absolute(&run::runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
-        // The CUDA driver starts in the background now, so the first GPU cell rarely waits.
-        let gpu = SessionGpu::new();
+        // The CUDA driver starts in the background now (unless deferred), so the first GPU cell
+        // rarely waits.
+        let gpu = SessionGpu::new(config.defer_device);
         let mode = match config.gpu {
             Some(mode) => Some(mode),
             None => crate::gpu::mode_from_environment().map_err(SessionError::Setting)?,
@@ -199,7 +212,7 @@ impl Session {
             opt_pinned: false,
             compiled_levels: HashMap::new(),
             tiering: Tiering::default(),
-            runner: Runner::new(interrupt.clone())?,
+            runner: Runner::new(interrupt.clone()),
             program: Program::new(jit),
             trampolines: Trampolines::default(),
             libraries: Libraries::default(),
@@ -209,6 +222,7 @@ impl Session {
             history: History::default(),
             interrupt,
             script_exit: None,
+            script_argv: None,
             gpu,
             config,
         };
@@ -232,11 +246,20 @@ impl Session {
 
     /// Makes now what the first cell would otherwise make: the target machine of the session's
     /// level (a throwaway function is compiled with it, which also readies its pass pipelines),
-    /// and the GPU driver's start-up, waited for. For a front end that prepares sessions
+    /// the call trampolines `run_file` calls `main` through, and the GPU driver's start-up,
+    /// waited for. For a front end that prepares sessions
     /// before their work arrives (`quasi server`): afterwards none of the session's threads runs
     /// until a cell does.
     pub fn prepare(&mut self) -> Result<(), SessionError> {
         self.backend.warm_up(self.opt_level).map_err(|diagnostic| SessionError::Llvm(diagnostic.message))?;
+        // The trampolines `run_file` calls `main` through, in its three shapes.
+        let int = crate::types::Ty::Int(32);
+        let argv = crate::types::Ty::Ptr(Rc::new(crate::types::Ty::Ptr(Rc::new(crate::types::Ty::Int(8)), 0)), 0);
+        for params in [vec![], vec![int.clone()], vec![int.clone(), argv]] {
+            let signature = crate::types::Signature { params, ret: int.clone(), variadic: false };
+            self.ensure_trampoline(&signature, &mut PhaseTimes::default())
+                .map_err(|diagnostics| SessionError::Llvm(diagnostics.into_iter().map(|d| d.message).collect()))?;
+        }
         self.gpu.runtime.wait_for_start();
         Ok(())
     }
@@ -323,22 +346,17 @@ impl Session {
             0 => "(call main)".to_string(),
             1 => format!("(call main {})", args.len() + 1),
             _ => {
-                // argv: a session array of C strings, built in compiled code from literals, by
-                // top-level statements; the call of `main` is the cell's one value, the status.
-                let mut program = format!(
-                    "(declare quasi-argv (ptr (ptr int8))) (set quasi-argv (alloc (ptr int8) {}))",
-                    args.len() + 2
-                );
-                for (index, arg) in std::iter::once(&path.to_string()).chain(args).enumerate() {
-                    program.push_str(&format!(" (store (ptradd quasi-argv {index}) {:?})", arg));
-                }
-                program.push_str(&format!(
-                    " (store (ptradd quasi-argv {}) (inttoptr 0 (ptr int8))) (call main {} (bitcast quasi-argv {}))",
+                // argv: C strings in memory the session keeps, passed as an address, so the call
+                // is a call cell (its trampoline, nothing compiled).
+                let argv = ScriptArgv::new(std::iter::once(path).chain(args.iter().map(String::as_str)));
+                let call = format!(
+                    "(call main {} (inttoptr {} {}))",
                     args.len() + 1,
-                    args.len() + 1,
+                    argv.address(),
                     main.signature.params[1]
-                ));
-                program
+                );
+                self.script_argv = Some(argv);
+                call
             }
         };
         // The call of `main` is a cell of its own (its entry must not reuse the file's names).
@@ -987,4 +1005,33 @@ fn fold_included(defined: Vec<Item>, includes: &[(String, HashSet<String>)]) -> 
         defined.into_iter().filter(|item| !matches!(item, Item::Defined { name, .. } if included(name))).collect();
     items.splice(0..0, includes.iter().map(|(summary, _)| Item::Message(summary.clone())));
     items
+}
+
+/// `quasi run`'s argv as C wants it: NUL-terminated strings and a null-terminated array of
+/// pointers to them. An argument holding a NUL ends there, as it would through `execve`.
+struct ScriptArgv {
+    _strings: Vec<std::ffi::CString>,
+    pointers: Vec<*const std::ffi::c_char>,
+}
+
+// SAFETY: the pointers point into `_strings`, which the value owns and moves with it.
+unsafe impl Send for ScriptArgv {}
+
+impl ScriptArgv {
+    fn new<'a>(arguments: impl Iterator<Item = &'a str>) -> ScriptArgv {
+        let strings: Vec<std::ffi::CString> = arguments
+            .map(|argument| {
+                let bytes = argument.as_bytes();
+                let end = bytes.iter().position(|&byte| byte == 0).unwrap_or(bytes.len());
+                std::ffi::CString::new(&bytes[..end]).unwrap_or_default()
+            })
+            .collect();
+        let pointers = strings.iter().map(|string| string.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        ScriptArgv { _strings: strings, pointers }
+    }
+
+    /// The array's address (the strings' heap buffers do not move when the vector does).
+    fn address(&self) -> usize {
+        self.pointers.as_ptr() as usize
+    }
 }

@@ -163,6 +163,33 @@ fn call_cells_compile_nothing_once_their_signature_has_a_trampoline() {
     let computed = session.eval("(call sq (add 3 4))");
     assert_eq!(values_of(&computed), ["49"]);
     assert!(phases(&computed).contains(&"codegen"), "{:?}", phases(&computed));
+    // An address given as `(inttoptr N T)` of a literal is a constant: `quasi run` passes argv
+    // that way. A 32-bit literal is zero-extended, as the compiled cast does.
+    value(&mut session, "(define ((address int64) (p (ptr int))) (ret (ptrtoint p int64)))");
+    value(&mut session, "(call address (inttoptr 1 (ptr int)))");
+    for (literal, expected) in [("140000000000000", "140000000000000"), ("-1", "4294967295"), ("(int64 -1)", "-1")] {
+        let cell = format!("(call address (inttoptr {literal} (ptr int)))");
+        let outcome = session.eval(&cell);
+        assert_eq!(values_of(&outcome), [expected], "{cell}");
+        assert_eq!(phases(&outcome), ["parse", "expand", "check", "run"], "{cell}");
+        // The compiled cast agrees.
+        let compiled = session.eval(&format!("(add (int64 0) (ptrtoint (inttoptr {literal} (ptr int)) int64))"));
+        assert_eq!(values_of(&compiled), [expected], "{literal}: {:?}", compiled.diagnostics);
+    }
+}
+
+/// A prepared session (`quasi server`'s) has made `main`'s trampolines and started no thread;
+/// calling `main` then compiles nothing.
+#[test]
+fn a_prepared_session_calls_main_without_compiling() {
+    let config = SessionConfig { load_prelude: false, defer_device: true, ..SessionConfig::default() };
+    let mut session = Session::new(config).expect("a session starts");
+    session.prepare().expect("prepared");
+    assert!(session.runner.started().is_none(), "a prepared session started its executor");
+    value(&mut session, "(define ((main int) (argc int) (argv (ptr (ptr int8)))) (ret argc))");
+    let outcome = session.eval("(call main 2 (inttoptr 0 (ptr (ptr int8))))");
+    assert_eq!(values_of(&outcome), ["2"]);
+    assert_eq!(phases(&outcome), ["parse", "expand", "check", "run"]);
 }
 
 /// An interrupt stops a call cell inside its callee, as it stops any cell.
