@@ -1,6 +1,7 @@
 //! Start-up: spawning the release `quasi` until its first value comes back, and
 //! `Session::new` in this process.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -174,48 +175,90 @@ int main(void) { int sum = 0; for (int i = 0; i < 100; i++) sum += i; printf(\"s
 ";
 const TINY_OUTPUT: &str = "sum 4950\n";
 
-/// Wall time of `quasi run` of a tiny program, side by side with its C twin run by `tcc -run`
-/// and built by `clang -O0` then run, interleaved run by run; each output is checked.
+/// Wall time of `quasi run` of a tiny program, in process and handed to a `quasi server`, side
+/// by side with its C twin run by `tcc -run` and built by `clang -O0` then run, interleaved run
+/// by run; each output is checked. The server is the bench's own, in a runtime folder of its
+/// own, stopped at the end.
 fn tiny_programs(options: &Options, quasi: &std::path::Path, table: &mut Table) -> Result<()> {
     let directory = std::env::temp_dir().join(format!("quasi-bench-startup-{}", std::process::id()));
     std::fs::create_dir_all(&directory).context("cannot make a scratch directory")?;
+    let runtime = directory.join("runtime");
+    std::fs::create_dir_all(&runtime).context("cannot make a runtime directory")?;
+    std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .context("cannot make the runtime directory private")?;
     let (clisp, c, binary) = (directory.join("tiny.cl"), directory.join("tiny.c"), directory.join("tiny"));
     std::fs::write(&clisp, TINY_CLISP).context("cannot write tiny.cl")?;
     std::fs::write(&c, TINY_C).context("cannot write tiny.c")?;
-    let timed = |program: &str, arguments: &[&std::ffi::OsStr]| -> Result<Option<Duration>> {
+    let quasi_command = |arguments: &[&std::ffi::OsStr], server: bool| {
+        let mut command = Command::new(quasi);
+        command.args(arguments).env("XDG_RUNTIME_DIR", &runtime).env("QUASI_SERVER", if server { "1" } else { "0" });
+        command
+    };
+    let started = quasi_command(&["server".as_ref(), "start".as_ref(), "--idle".as_ref(), "5".as_ref()], true)
+        .output()
+        .context("cannot run `quasi server start`")?;
+    if !started.status.success() {
+        bail!("`quasi server start` failed: {}", String::from_utf8_lossy(&started.stderr));
+    }
+    let result = tiny_rows(options, &quasi_command, &clisp, &c, &binary, table);
+    let _ = quasi_command(&["server".as_ref(), "stop".as_ref()], true).output();
+    let _ = std::fs::remove_dir_all(&directory);
+    result
+}
+
+fn tiny_rows(
+    options: &Options,
+    quasi: &dyn Fn(&[&std::ffi::OsStr], bool) -> Command,
+    clisp: &std::path::Path,
+    c: &std::path::Path,
+    binary: &std::path::Path,
+    table: &mut Table,
+) -> Result<()> {
+    let timed = |mut command: Command, checked: bool| -> Result<Option<Duration>> {
         let start = Instant::now();
-        let output = match Command::new(program).args(arguments).stdin(Stdio::null()).output() {
+        let output = match command.stdin(Stdio::null()).output() {
             Ok(output) => output,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(error).with_context(|| format!("cannot run {program}")),
+            Err(error) => return Err(error).with_context(|| format!("cannot run {command:?}")),
         };
         let elapsed = start.elapsed();
         if !output.status.success() {
-            bail!("{program} failed: {}", String::from_utf8_lossy(&output.stderr));
+            bail!("{command:?} failed: {}", String::from_utf8_lossy(&output.stderr));
         }
-        Ok(Some(elapsed).filter(|_| program.ends_with("clang-19") || output.stdout == TINY_OUTPUT.as_bytes()))
+        Ok(Some(elapsed).filter(|_| !checked || output.stdout == TINY_OUTPUT.as_bytes()))
     };
-    let quasi_path = quasi.as_os_str();
-    let (mut ours, mut tcc, mut clang) = (Vec::new(), Vec::new(), Vec::new());
+    let command = |program: &std::ffi::OsStr, arguments: &[&std::ffi::OsStr]| {
+        let mut command = Command::new(program);
+        command.args(arguments);
+        command
+    };
+    let run = ["run".as_ref(), clisp.as_os_str()];
+    let (mut alone, mut served, mut tcc, mut clang) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..options.runs {
-        ours.push(timed(quasi_path.to_str().unwrap_or("quasi"), &["run".as_ref(), clisp.as_os_str()])?);
-        tcc.push(timed("tcc", &["-run".as_ref(), c.as_os_str()])?);
+        alone.push(timed(quasi(&run, false), true)?);
+        served.push(timed(quasi(&run, true), true)?);
+        tcc.push(timed(command("tcc".as_ref(), &["-run".as_ref(), c.as_os_str()]), true)?);
         let start = Instant::now();
-        let built = timed(&options.clang, &["-O0".as_ref(), c.as_os_str(), "-o".as_ref(), binary.as_os_str()])?;
-        let ran = built.and_then(|_| timed(binary.to_str().unwrap_or(""), &[]).ok().flatten());
+        let build = [OsStr::new("-O0"), c.as_os_str(), OsStr::new("-o"), binary.as_os_str()];
+        let built = timed(command(options.clang.as_ref(), &build), false)?;
+        let ran = built.and_then(|_| timed(command(binary.as_os_str(), &[]), true).ok().flatten());
         clang.push(ran.map(|_| start.elapsed()));
     }
-    let _ = std::fs::remove_dir_all(&directory);
     let collect = |runs: Vec<Option<Duration>>| runs.into_iter().collect::<Option<Vec<Duration>>>().map(Samples::new);
-    let ours = collect(ours).context("`quasi run` of the tiny program did not print `sum 4950`")?;
-    add_row(table, "`quasi run tiny.cl` (a loop and a printf; exits after main)", &ours);
+    let alone = collect(alone).context("`quasi run` of the tiny program did not print `sum 4950`")?;
+    let served = collect(served).context("`quasi run` through the server did not print `sum 4950`")?;
+    add_row(table, "`quasi run tiny.cl` (a loop and a printf; exits after main)", &alone);
+    add_row(table, "`quasi run tiny.cl` with `quasi server` running", &served);
     match collect(tcc) {
         Some(tcc) => {
             add_row(table, "`tcc -run tiny.c`, its C twin", &tcc);
+            let ratio = |ours: &Samples| ours.median().as_secs_f64() / tcc.median().as_secs_f64().max(1e-12);
             println!(
-                "`quasi run` / `tcc -run` of the tiny program, medians of {} interleaved runs: {:.2} (goal <= 1.00)",
+                "`quasi run` / `tcc -run` of the tiny program, medians of {} interleaved runs: {:.2} in process, \
+                 {:.2} with `quasi server` (goal <= 1.00)",
                 options.runs,
-                ours.median().as_secs_f64() / tcc.median().as_secs_f64().max(1e-12)
+                ratio(&alone),
+                ratio(&served)
             );
         }
         None => println!("(no `tcc` on PATH: `apt-get install tcc` for the `tcc -run` row)"),

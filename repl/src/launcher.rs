@@ -1,7 +1,7 @@
 //! `quasi`: a small launcher in front of `quasi-engine`, the front end that links LLVM.
 //!
 //! Starting the engine costs milliseconds (mapping and initialising LLVM); this binary links
-//! only std, libc and nix and starts in well under one. `quasi run` with a `quasi server`
+//! only std, libc and nix and starts in under one. `quasi run` with a `quasi server`
 //! running hands the run to the server's prepared worker and relays its status; everything
 //! else becomes the engine (`exec`, same process, same arguments).
 
@@ -64,6 +64,30 @@ extern "C" fn forward(signal: libc::c_int) {
     }
 }
 
+/// Ctrl-Z: the worker stops with this process, and goes on when it does (job control, which
+/// the shell applies to this process only).
+extern "C" fn suspend(_: libc::c_int) {
+    let worker = WORKER.load(Ordering::SeqCst);
+    // SAFETY: kill, signal, sigprocmask and raise are async-signal-safe. The default action
+    // stops this process inside `raise` (SIGTSTP is unblocked first: it is blocked while its
+    // handler runs); SIGCONT resumes it there.
+    unsafe {
+        if worker > 0 {
+            libc::kill(worker, libc::SIGSTOP);
+        }
+        libc::signal(libc::SIGTSTP, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTSTP);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(libc::SIGTSTP);
+        libc::signal(libc::SIGTSTP, suspend as *const () as libc::sighandler_t);
+        if worker > 0 {
+            libc::kill(worker, libc::SIGCONT);
+        }
+    }
+}
+
 /// Runs the request on the server: `None` if it was not taken (nothing ran), else the status
 /// to exit with.
 fn served(stream: &UnixStream, run_arguments: Vec<OsString>) -> Option<i32> {
@@ -76,6 +100,8 @@ fn served(stream: &UnixStream, run_arguments: Vec<OsString>) -> Option<i32> {
         // SAFETY: `forward` only loads an atomic and calls kill, both async-signal-safe.
         unsafe { libc::signal(signal, forward as *const () as libc::sighandler_t) };
     }
+    // SAFETY: as above, for `suspend`.
+    unsafe { libc::signal(libc::SIGTSTP, suspend as *const () as libc::sighandler_t) };
     // read_exact goes on through signals that interrupt it.
     Some(match Answer::read(stream) {
         Ok(Some(Answer::Exited(status))) => status,

@@ -44,8 +44,8 @@ usage: quasi                         the interactive REPL (cells from stdin when
                                      running past --timeout (300 s) fails
        quasi server start [--idle MINUTES]
                                      keep a prepared worker for `quasi run`, which then
-                                     starts in about a millisecond (QUASI_SERVER=0: not
-                                     used); the server ends after MINUTES without a run (30)
+                                     skips starting LLVM (QUASI_SERVER=0: not used); the
+                                     server ends after MINUTES without a run (30)
        quasi server stop | status    end it; say whether it runs and what it served
        quasi --version               print the version
        quasi --help                  print this help";

@@ -36,13 +36,6 @@ use quasi_lang::{Session, SessionConfig};
 
 use self::wire::Answer;
 
-pub const USAGE: &str = "\
-       quasi server start [--idle MINUTES]
-                                     keep a worker ready for `quasi run` (which then starts
-                                     in about a millisecond); the server ends after MINUTES
-                                     without a run (30)
-       quasi server stop | status    end it; say whether it runs and what it served";
-
 const DEFAULT_IDLE_MINUTES: u64 = 30;
 
 /// A spare that ends before taking a run this many times in a row ends the server: something
@@ -72,7 +65,7 @@ pub fn main(arguments: &[String]) -> i32 {
 }
 
 fn usage(message: &str) -> i32 {
-    eprintln!("quasi: {message}\nusage: quasi server start [--idle MINUTES]\n{USAGE}");
+    eprintln!("quasi: {message}\n{}", crate::USAGE);
     2
 }
 
@@ -567,6 +560,7 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     // SAFETY: the listening socket is the server's; this process no longer accepts.
     unsafe { libc::close(listener.as_raw_fd()) };
     adopt(&request, streams);
+    request.apply_limits();
     // The launcher's environment replaces the server's: sound, as this process has one thread
     // (the prepared session starts its threads when it runs code).
     for (name, _) in std::env::vars_os() {

@@ -43,6 +43,24 @@ impl Server {
         command
     }
 
+    /// `quasi run ARGUMENTS…` as `quasi` (above), started with umask 027 and at most 200 open
+    /// files, which the server was not: the worker must take both from the launcher.
+    fn run(&self, arguments: &[&str]) -> Command {
+        let mut run = vec!["run"];
+        run.extend_from_slice(arguments);
+        let mut command = self.quasi(&run);
+        // SAFETY: umask and setrlimit are async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                libc::umask(0o027);
+                let limit = libc::rlimit { rlim_cur: 200, rlim_max: 200 };
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                Ok(())
+            });
+        }
+        command
+    }
+
     fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.work.path().join(name);
         std::fs::write(&path, text).expect("a program written");
@@ -67,12 +85,10 @@ impl Server {
     /// Runs `quasi run ARGUMENTS…` with `input` on stdin through the server, then in process;
     /// both must give the same status and output. Returns the server's.
     fn run_both_ways(&self, arguments: &[&str], input: &str) -> Output {
-        let mut run = vec!["run"];
-        run.extend_from_slice(arguments);
-        let served = finish(self.quasi(&run), input);
+        let served = finish(self.run(arguments), input);
         self.served.set(self.served.get() + 1);
         wait_for(self, "runs served", self.served.get());
-        let mut in_process = self.quasi(&run);
+        let mut in_process = self.run(arguments);
         in_process.env("QUASI_SERVER", "0");
         let alone = finish(in_process, input);
         // The state file is rewritten 20 ms after a change: a run it missed would show by then.
@@ -121,7 +137,10 @@ const ECHO: &str = r#"(define ((printf int) (format (ptr int8)) ...))
 (define ((getenv (ptr int8)) (name (ptr int8))))
 (define ((getchar int)))
 (define ((write int64) (fd int) (buffer (ptr int8)) (count int64)))
+(define ((umask int) (mask int)))
+(define ((sysconf int64) (name int)))
 (define ((main int) (argc int) (argv (ptr (ptr int8))))
+  (call printf "umask %o open files %ld\n" (call umask 0) (call sysconf 4))
   (declare i int)
   (for ((set i 0) (lt i argc) (set i (add i 1)))
     (call printf "arg %s\n" (load (ptradd argv i))))
@@ -138,13 +157,13 @@ fn a_served_run_is_the_run_in_process() {
     let server = Server::start();
     server.write("echo.cl", ECHO);
     // A relative path: the worker runs in the launcher's folder.
-    let mut run = server.quasi(&["run", "echo.cl", "one", "two words", ""]);
+    let mut run = server.run(&["echo.cl", "one", "two words", ""]);
     run.env("QUASI_TEST_VALUE", "from the launcher");
     let served = finish(run, "xyz");
     assert_eq!(served.status.code(), Some(3));
     assert_eq!(
         String::from_utf8_lossy(&served.stdout),
-        "arg echo.cl\narg one\narg two words\narg \nenv from the launcher\nstdin x\n"
+        "umask 27 open files 200\narg echo.cl\narg one\narg two words\narg \nenv from the launcher\nstdin x\n"
     );
     assert_eq!(String::from_utf8_lossy(&served.stderr), "to stderr\n");
     server.served.set(1);
@@ -166,7 +185,7 @@ fn a_served_run_is_the_run_in_process() {
     );
     let leave = server.run_both_ways(&["leave.cl"], "");
     assert_eq!(leave.status.code(), Some(7));
-    let usage = finish(server.quasi(&["run", "--opt", "9", "echo.cl"]), "");
+    let usage = finish(server.run(&["--opt", "9", "echo.cl"]), "");
     server.served.set(server.served.get() + 1);
     assert_eq!(usage.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&usage.stderr).contains("`--opt` takes a level 0, 1, 2 or 3, not `9`"));
@@ -193,8 +212,8 @@ fn spinning(server: &Server) -> std::process::Child {
 }
 
 /// Ctrl-C reaches the worker (the cell is interrupted, status 130, as in process); SIGTERM ends
-/// it as it ends a process, and the launcher ends the same way; a launcher killed outright
-/// takes its worker with it.
+/// it as it ends a process, and the launcher ends the same way; Ctrl-Z stops both; a launcher
+/// killed outright takes its worker with it.
 #[test]
 fn signals_reach_the_worker_and_a_lost_launcher_ends_it() {
     use std::os::unix::process::ExitStatusExt;
@@ -215,11 +234,56 @@ fn signals_reach_the_worker_and_a_lost_launcher_ends_it() {
     signal(&child, "-TERM");
     let output = child.wait_with_output().expect("quasi ends");
     assert_eq!(output.status.signal(), Some(libc_sigterm()), "{output:?}");
+    // Ctrl-Z stops the worker with the launcher; `fg` (SIGCONT) resumes both.
+    let child = spinning(&server);
+    let worker = worker_of(&server);
+    signal(&child, "-TSTP");
+    wait_for_state(child.id() as i32, 'T');
+    wait_for_state(worker, 'T');
+    signal(&child, "-CONT");
+    wait_for_state(worker, 'R');
+    signal(&child, "-INT");
+    assert_eq!(child.wait_with_output().expect("quasi ends").status.code(), Some(130));
     let mut child = spinning(&server);
     child.kill().expect("the launcher is killed");
     let _ = child.wait();
     wait_for(&server, "runs running", 0);
-    wait_for(&server, "runs served", 3);
+    wait_for(&server, "runs served", 4);
+}
+
+/// The worker running in the server's work folder: the server's child whose folder it is.
+fn worker_of(server: &Server) -> i32 {
+    let pid: i32 =
+        server.status().lines().find_map(|line| line.strip_prefix("pid ")).expect("a pid").parse().expect("a number");
+    let folder = std::fs::canonicalize(server.work.path()).expect("the work folder");
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+        if parent == Some(pid) && std::fs::read_link(entry.path().join("cwd")).ok().as_deref() == Some(folder.as_path())
+        {
+            return child;
+        }
+    }
+    panic!("no worker of server {pid} runs in {}", folder.display());
+}
+
+/// Waits until process `pid` is in `state` (`R` running or sleeping, `T` stopped).
+fn wait_for_state(pid: i32, state: char) {
+    let started = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let now = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).unwrap_or("?");
+        let matches = match state {
+            'R' => now == "R" || now == "S",
+            _ => now.starts_with(state),
+        };
+        if matches {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "pid {pid} stayed `{now}`, not `{state}`");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// SIGTERM's number on Linux.

@@ -70,15 +70,72 @@ pub fn socket_path(engine: &Path) -> io::Result<PathBuf> {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Request {
     pub directory: PathBuf,
+    /// The file mode creation mask.
+    pub umask: u32,
+    /// Resource limits (`LIMITS`): resource, soft, hard.
+    pub limits: Vec<(u32, u64, u64)>,
     /// The arguments after `run`.
     pub arguments: Vec<OsString>,
     pub environment: Vec<(OsString, OsString)>,
 }
 
+/// The resource limits a launcher passes on. Not the stack's: a worker runs its session on its
+/// main thread, under the larger limit the server set.
+pub const LIMITS: [u32; 7] = [
+    libc::RLIMIT_AS,
+    libc::RLIMIT_CORE,
+    libc::RLIMIT_CPU,
+    libc::RLIMIT_DATA,
+    libc::RLIMIT_FSIZE,
+    libc::RLIMIT_NOFILE,
+    libc::RLIMIT_MEMLOCK,
+];
+
 impl Request {
     /// This process's request for `arguments`.
     pub fn here(arguments: Vec<OsString>) -> io::Result<Request> {
-        Ok(Request { directory: std::env::current_dir()?, arguments, environment: std::env::vars_os().collect() })
+        // SAFETY: umask only swaps the mask; it is put back at once (one thread).
+        let umask = unsafe {
+            let mask = libc::umask(0o022);
+            libc::umask(mask);
+            mask
+        };
+        let limits = LIMITS
+            .iter()
+            .filter_map(|&resource| {
+                let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                // SAFETY: getrlimit writes the struct given.
+                (unsafe { libc::getrlimit(resource, &mut limit) } == 0).then_some((
+                    resource,
+                    limit.rlim_cur,
+                    limit.rlim_max,
+                ))
+            })
+            .collect();
+        Ok(Request {
+            directory: std::env::current_dir()?,
+            umask,
+            limits,
+            arguments,
+            environment: std::env::vars_os().collect(),
+        })
+    }
+
+    /// Takes this request's mask and limits (as far as this process may: a limit above its own
+    /// hard limit stays at that).
+    pub fn apply_limits(&self) {
+        // SAFETY: umask and setrlimit take plain values.
+        unsafe {
+            libc::umask(self.umask as libc::mode_t);
+            for &(resource, soft, hard) in self.limits.iter().filter(|(resource, ..)| LIMITS.contains(resource)) {
+                let mut own = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                if libc::getrlimit(resource, &mut own) == 0 {
+                    let hard = hard.min(own.rlim_max);
+                    let limit = libc::rlimit { rlim_cur: soft.min(hard), rlim_max: hard };
+                    libc::setrlimit(resource, &limit);
+                }
+            }
+        }
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -88,6 +145,14 @@ impl Request {
             bytes.extend_from_slice(item);
         };
         put(self.directory.as_os_str().as_bytes());
+        put(&self.umask.to_le_bytes());
+        put(&(self.limits.len() as u32).to_le_bytes());
+        for (resource, soft, hard) in &self.limits {
+            let mut limit = resource.to_le_bytes().to_vec();
+            limit.extend_from_slice(&soft.to_le_bytes());
+            limit.extend_from_slice(&hard.to_le_bytes());
+            put(&limit);
+        }
         put(&(self.arguments.len() as u32).to_le_bytes());
         for argument in &self.arguments {
             put(argument.as_bytes());
@@ -107,13 +172,23 @@ impl Request {
             Some(item)
         };
         let directory = PathBuf::from(OsString::from_vec(take()?));
+        let umask = u32::from_le_bytes(take()?.try_into().ok()?);
+        let limits = (0..u32::from_le_bytes(take()?.try_into().ok()?))
+            .map(|_| {
+                let limit = take()?;
+                let resource = u32::from_le_bytes(limit.get(..4)?.try_into().ok()?);
+                let soft = u64::from_le_bytes(limit.get(4..12)?.try_into().ok()?);
+                let hard = u64::from_le_bytes(limit.get(12..20)?.try_into().ok()?);
+                Some((resource, soft, hard))
+            })
+            .collect::<Option<Vec<_>>>()?;
         let count = u32::from_le_bytes(take()?.try_into().ok()?);
         let arguments = (0..count).map(|_| take().map(OsString::from_vec)).collect::<Option<Vec<_>>>()?;
         let mut environment = Vec::new();
         while let Some(name) = take() {
             environment.push((OsString::from_vec(name), OsString::from_vec(take()?)));
         }
-        Some(Request { directory, arguments, environment })
+        Some(Request { directory, umask, limits, arguments, environment })
     }
 }
 
@@ -250,6 +325,8 @@ mod tests {
     fn requests_round_trip() {
         let request = Request {
             directory: PathBuf::from("/tmp/x y"),
+            umask: 0o027,
+            limits: vec![(libc::RLIMIT_NOFILE, 1024, u64::MAX)],
             arguments: vec!["--opt".into(), "1".into(), "f.cl".into(), "".into(), OsString::from_vec(vec![0xff, b'a'])],
             environment: vec![("A".into(), "1".into()), ("EMPTY".into(), "".into()), ("B".into(), "x=y".into())],
         };
@@ -260,7 +337,7 @@ mod tests {
     #[test]
     fn streams_and_answers_cross_a_socket() {
         let (left, right) = UnixStream::pair().expect("a socket pair");
-        let request = Request { directory: "/".into(), arguments: vec!["f.cl".into()], environment: Vec::new() };
+        let request = Request { directory: "/".into(), arguments: vec!["f.cl".into()], ..Request::default() };
         send_request(&left, &request).expect("sent");
         let (received, streams) = receive_request(&right).expect("received");
         assert_eq!(received, request);
