@@ -74,6 +74,9 @@ struct Paths {
     socket: PathBuf,
     state: PathBuf,
     log: PathBuf,
+    /// Locked by the server for as long as it runs: whether a server runs does not depend on a
+    /// pid, which the system may have given to another process since.
+    lock: PathBuf,
 }
 
 impl Paths {
@@ -81,15 +84,29 @@ impl Paths {
         let engine = std::env::current_exe().map_err(|error| format!("cannot find this executable's path: {error}"))?;
         let socket =
             wire::socket_path(&engine).map_err(|error| format!("cannot read {}: {error}", engine.display()))?;
-        Ok(Paths { state: socket.with_extension("state"), log: socket.with_extension("log"), socket })
+        Ok(Paths {
+            state: socket.with_extension("state"),
+            log: socket.with_extension("log"),
+            lock: socket.with_extension("lock"),
+            socket,
+        })
     }
 
-    /// The server's pid, when `state` names one that is alive.
+    /// The lock file, locked (exclusively) if nobody else holds it.
+    fn try_lock(&self) -> Option<std::fs::File> {
+        let file =
+            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&self.lock).ok()?;
+        // SAFETY: flock on a descriptor this function owns.
+        (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0).then_some(file)
+    }
+
+    /// The server's pid, when one runs (holds the lock).
     fn running(&self) -> Option<i32> {
+        if !self.lock.exists() || self.try_lock().is_some() {
+            return None;
+        }
         let text = std::fs::read_to_string(&self.state).ok()?;
-        let pid: i32 = text.lines().find_map(|line| line.strip_prefix("pid "))?.trim().parse().ok()?;
-        // SAFETY: signal 0 only asks whether the process exists.
-        (pid > 0 && unsafe { libc::kill(pid, 0) } == 0).then_some(pid)
+        text.lines().find_map(|line| line.strip_prefix("pid "))?.trim().parse().ok()
     }
 }
 
@@ -257,6 +274,10 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     }
     drop(log);
     set_stop_signals(stop_requested as *const () as libc::sighandler_t);
+    let Some(lock) = paths.try_lock() else {
+        eprintln!("quasi server: another server of this engine holds {}", paths.lock.display());
+        return 1;
+    };
     // Bound under a temporary name and renamed: a stale socket of a server that died is
     // replaced in one step.
     let bound = paths.socket.with_extension(format!("{}.new", std::process::id()));
@@ -302,7 +323,8 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
                 break;
             }
             // The server's own descriptors, which a worker must not keep.
-            let server_owned: Vec<RawFd> = std::iter::once(notify_server.as_raw_fd())
+            let server_owned: Vec<RawFd> = [notify_server.as_raw_fd(), lock.as_raw_fd()]
+                .into_iter()
                 .chain(runs.iter().flat_map(|worker| {
                     std::iter::once(worker.pidfd.as_raw_fd()).chain(worker.connection.as_ref().map(AsRawFd::as_raw_fd))
                 }))
@@ -497,6 +519,14 @@ fn fork_spare(
     match unsafe { libc::fork() } {
         -1 => Err(std::io::Error::last_os_error()),
         0 => {
+            // A spare dies with the server (nobody else could reach it); see also `take_one_run`.
+            // SAFETY: prctl with plain values; getppid cannot fail.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                if libc::getppid() == 1 {
+                    libc::_exit(0);
+                }
+            }
             for &fd in server_owned {
                 // SAFETY: the server's descriptors, copied by fork; the worker never uses them.
                 unsafe { libc::close(fd) };
@@ -556,7 +586,10 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
         // The server does not know this worker took the run; ending lets it fork another.
         return 1;
     }
-    // Kept: the worker reports its own status (below); the server reports any other end.
+    // Kept: the worker reports its own status (below); the server reports any other end. A run
+    // goes on should the server end now.
+    // SAFETY: prctl with plain values.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0 as libc::c_ulong) };
     // SAFETY: the listening socket is the server's; this process no longer accepts.
     unsafe { libc::close(listener.as_raw_fd()) };
     adopt(&request, streams);

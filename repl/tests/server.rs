@@ -198,9 +198,11 @@ const SPIN: &str = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((fflu
                     (define ((main int)) (call printf \"running\\n\") (call fflush (inttoptr 0 (ptr int8))) (while #t) (ret 0))\n";
 
 /// Starts `quasi run spin.cl` and returns once its code runs.
+/// The launcher is the leader of a process group of its own, as a shell's job is: a stop signal
+/// is discarded in a group without a parent in another group of its session (an orphaned one,
+/// as the test harness's may be).
 fn spinning(server: &Server) -> std::process::Child {
-    let mut child = server
-        .quasi(&["run", "spin.cl"])
+    let mut child = std::os::unix::process::CommandExt::process_group(&mut server.quasi(&["run", "spin.cl"]), 0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
