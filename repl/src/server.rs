@@ -38,6 +38,9 @@ use self::wire::Answer;
 
 const DEFAULT_IDLE_MINUTES: u64 = 30;
 
+/// How long a new spare leaves the cores to the run it replaces before preparing its copy.
+const SETTLE_MS: i32 = 15;
+
 /// A spare that ends before taking a run this many times in a row ends the server: something
 /// is wrong with every session, and forking more would only spin.
 const SPARE_FAILURES: u32 = 3;
@@ -558,8 +561,14 @@ fn fork_spare(
 /// The spare: waits for a run, takes it, runs it, returns its status.
 fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Session) -> i32 {
     // Once more in this process: what the run will write of the shared pages is copied now,
-    // and the code it runs is mapped, while nobody waits.
-    let _ = session.prepare();
+    // and the code it runs is mapped, while nobody waits. Not at once: the run this spare
+    // replaces is likely still compiling, and two cores are few; a run that comes meanwhile is
+    // taken as the spare stands.
+    let mut waiting = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll on one live descriptor.
+    if unsafe { libc::poll(&mut waiting, 1, SETTLE_MS) } == 0 {
+        let _ = session.prepare();
+    }
     let (connection, request, streams) = loop {
         let connection = match listener.accept() {
             Ok((connection, _)) => connection,
