@@ -330,6 +330,11 @@ impl Runner {
         self.threads.get().map(|_| ())
     }
 
+    /// Starts the threads now, if they have not started.
+    pub fn start(&self) -> std::io::Result<()> {
+        self.threads().map(drop)
+    }
+
     fn threads(&self) -> std::io::Result<&Threads> {
         if let Some(threads) = self.threads.get() {
             return Ok(threads);

@@ -275,8 +275,8 @@ fn run_prepared(session: Session, arguments: Vec<OsString>) -> i32 {
     }
 }
 
-/// Runs a file. `prepared`: a session made ahead at the batch level, used unless `--opt` asks
-/// for another; it is never dropped (the process ends with the run, and sooner without it).
+/// Runs a file. `prepared`: a session made ahead at the batch level (`--opt` sets another); it
+/// is never dropped (the process ends with the run, and sooner without it).
 fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32 {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -286,14 +286,12 @@ fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bo
         }
     };
     let from_server = prepared.is_some();
-    let prepared = match prepared {
-        Some(session) if opt.is_none_or(|level| level == session.opt_level()) => Some(session),
-        Some(session) => {
-            std::mem::forget(session);
-            None
+    let prepared = prepared.map(|mut session| {
+        if let Some(level) = opt {
+            session.set_opt_level(level);
         }
-        None => None,
-    };
+        session
+    });
     let mut session = match prepared.map_or_else(|| Session::new(run_config(opt)), Ok) {
         Ok(session) => session,
         Err(error) => {

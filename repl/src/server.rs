@@ -568,6 +568,8 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     // SAFETY: poll on one live descriptor.
     if unsafe { libc::poll(&mut waiting, 1, SETTLE_MS) } == 0 {
         let _ = session.prepare();
+        // This process forks no more: the executor's threads may start before the run.
+        let _ = session.start_executor();
     }
     let (connection, request, streams) = loop {
         let connection = match listener.accept() {
@@ -603,8 +605,9 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     unsafe { libc::close(listener.as_raw_fd()) };
     adopt(&request, streams);
     request.apply_limits();
-    // The launcher's environment replaces the server's: sound, as this process has one thread
-    // (the prepared session starts its threads when it runs code).
+    // The launcher's environment replaces the server's. Sound: the only other threads are the
+    // session's executor and its interrupter, if started, waiting idle for the run; nothing
+    // reads the environment while it changes.
     for (name, _) in std::env::vars_os() {
         std::env::remove_var(name);
     }

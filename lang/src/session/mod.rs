@@ -264,6 +264,12 @@ impl Session {
         Ok(())
     }
 
+    /// Starts the executor's threads now instead of with the first call: for a prepared session
+    /// that will run soon, in a process that will not fork it again (a `quasi server` spare).
+    pub fn start_executor(&self) -> Result<(), SessionError> {
+        self.runner.start().map_err(SessionError::Thread)
+    }
+
     /// Bytes of code memory in use, for tests that code is given back.
     #[cfg(test)]
     pub(crate) fn code_in_use(&self) -> usize {
@@ -278,6 +284,13 @@ impl Session {
     /// The current optimisation level.
     pub fn opt_level(&self) -> u8 {
         self.opt_level
+    }
+
+    /// Makes the session compile at `level` from now on, as if it had been made with it
+    /// (`SessionConfig::opt_level`): what `quasi run --opt N` does to a prepared session.
+    pub fn set_opt_level(&mut self, level: u8) {
+        self.opt_level = level.min(3);
+        self.config.opt_level = self.opt_level;
     }
 
     /// The number of cells evaluated so far (failed ones included).
