@@ -8,17 +8,18 @@
 //! run, so it has no threads (`SessionConfig::defer_device`, the executor starts with the first
 //! call), and the server stays single-threaded, which makes forking it sound (checked before
 //! every fork). Each spare worker is a fork: it prepares its copy once more (the pages a run
-//! writes are copied now, not while the user waits) and waits in `accept` on the server's
-//! socket. The worker that takes a connection reports its pid to the launcher, hands the
-//! connection to the server (over a socket pair, SCM_RIGHTS), becomes the run (the launcher's
-//! streams, folder and environment, then `run_prepared`) and reports its exit status itself
-//! before its slow teardown. The server forks the next spare at once, and reports any other
-//! end (a signal, a crash) from the worker's pidfd; a launcher that goes away takes its worker
-//! with it (SIGKILL).
+//! writes are copied now, not while the user waits; after the run it replaces has had the two
+//! cores for a moment), starts its executor and waits in `accept` on the server's socket. The
+//! worker that takes a connection reports its pid to the launcher, hands the connection to the
+//! server (over a socket pair, SCM_RIGHTS), becomes the run (the launcher's streams, folder,
+//! environment, umask and limits, then `run_prepared`) and reports its exit status itself before
+//! its slow teardown. The server forks the next spare at once, and reports any other end (a
+//! signal, a crash) from the worker's pidfd; a launcher that goes away takes its worker with it
+//! (SIGKILL).
 //!
 //! Files, in the private folder `wire::socket_directory`: `server-ID.sock`, `server-ID.state`
-//! (what `status` prints) and `server-ID.log` (what went wrong outside runs), where ID names
-//! the engine binary's build.
+//! (what `status` prints), `server-ID.lock` (held while the server runs) and `server-ID.log`
+//! (what went wrong outside runs), where ID names the engine binary's build.
 
 // The launcher's half of the protocol is unused here.
 #[allow(dead_code)]
