@@ -326,8 +326,8 @@ impl Runner {
 
     /// Whether the executor's threads have started (tests).
     #[cfg(test)]
-    pub fn started(&self) -> Option<()> {
-        self.threads.get().map(|_| ())
+    pub fn started(&self) -> bool {
+        self.threads.get().is_some()
     }
 
     /// Starts the threads now, if they have not started.

@@ -70,9 +70,10 @@ enum Invocation {
 
 fn main() {
     // Before any thread starts: the server forks.
-    let mut arguments = std::env::args().skip(1);
-    if arguments.next().as_deref() == Some("server") {
-        std::process::exit(server::main(&arguments.collect::<Vec<_>>()));
+    let mut arguments = std::env::args_os().skip(1);
+    if arguments.next().is_some_and(|first| first == "server") {
+        let arguments: Vec<String> = arguments.map(|argument| argument.to_string_lossy().into_owned()).collect();
+        std::process::exit(server::main(&arguments));
     }
     // The session runs on a thread with the stack it needs; the main thread only waits.
     let quasi = std::thread::Builder::new().name("quasi".into()).stack_size(quasi_lang::SESSION_STACK).spawn(quasi);

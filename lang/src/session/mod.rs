@@ -247,9 +247,8 @@ impl Session {
     /// Makes now what the first cell would otherwise make: the target machine of the session's
     /// level (a throwaway function is compiled with it, which also readies its pass pipelines),
     /// the call trampolines `run_file` calls `main` through, and the GPU driver's start-up,
-    /// waited for. For a front end that prepares sessions
-    /// before their work arrives (`quasi server`): afterwards none of the session's threads runs
-    /// until a cell does.
+    /// waited for. For a front end that prepares sessions before their work arrives (`quasi
+    /// server`): afterwards none of the session's threads runs until a cell does.
     pub fn prepare(&mut self) -> Result<(), SessionError> {
         self.backend.warm_up(self.opt_level).map_err(|diagnostic| SessionError::Llvm(diagnostic.message))?;
         // The trampolines `run_file` calls `main` through, in its three shapes.
@@ -257,8 +256,10 @@ impl Session {
         let argv = crate::types::Ty::Ptr(Rc::new(crate::types::Ty::Ptr(Rc::new(crate::types::Ty::Int(8)), 0)), 0);
         for params in [vec![], vec![int.clone()], vec![int.clone(), argv]] {
             let signature = crate::types::Signature { params, ret: int.clone(), variadic: false };
-            self.ensure_trampoline(&signature, &mut PhaseTimes::default())
-                .map_err(|diagnostics| SessionError::Llvm(diagnostics.into_iter().map(|d| d.message).collect()))?;
+            self.ensure_trampoline(&signature, &mut PhaseTimes::default()).map_err(|diagnostics| {
+                let messages: Vec<String> = diagnostics.into_iter().map(|diagnostic| diagnostic.message).collect();
+                SessionError::Llvm(messages.join("; "))
+            })?;
         }
         self.gpu.runtime.wait_for_start();
         Ok(())

@@ -185,7 +185,7 @@ fn a_prepared_session_calls_main_without_compiling() {
     let config = SessionConfig { load_prelude: false, defer_device: true, ..SessionConfig::default() };
     let mut session = Session::new(config).expect("a session starts");
     session.prepare().expect("prepared");
-    assert!(session.runner.started().is_none(), "a prepared session started its executor");
+    assert!(!session.runner.started(), "a prepared session started its executor");
     value(&mut session, "(define ((main int) (argc int) (argv (ptr (ptr int8)))) (ret argc))");
     let outcome = session.eval("(call main 2 (inttoptr 0 (ptr (ptr int8))))");
     assert_eq!(values_of(&outcome), ["2"]);

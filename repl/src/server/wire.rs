@@ -4,9 +4,11 @@
 //!
 //! A run, on one Unix stream connection:
 //! 1. the launcher sends its standard input, output and error (SCM_RIGHTS) with a request: the
-//!    current directory, the arguments after `run`, the environment;
+//!    current directory, umask, resource limits, the arguments after `run`, the environment;
 //! 2. the worker that takes it answers `P` and its process id (where to forward signals);
-//! 3. the server answers `X` and the worker's exit status, or `S` and the signal that ended it.
+//! 3. the worker answers `X` and its exit status once the program's output is out; a worker that
+//!    ends otherwise is reported by the server: `X` and its status, or `S` and the signal.
+//!    The launcher reads the first of these.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
