@@ -412,8 +412,9 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
             true
         });
     }
-    for worker in spare.iter().chain(&runs) {
-        // SAFETY: our children, not yet reaped.
+    // Runs in flight go on (they report their own status); the spare would serve nobody.
+    if let Some(worker) = spare {
+        // SAFETY: our child, not yet reaped.
         unsafe { libc::kill(worker.pid, libc::SIGKILL) };
         reap(worker.pid);
     }

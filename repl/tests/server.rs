@@ -215,7 +215,7 @@ fn spinning(server: &Server) -> std::process::Child {
 
 /// Ctrl-C reaches the worker (the cell is interrupted, status 130, as in process); SIGTERM ends
 /// it as it ends a process, and the launcher ends the same way; Ctrl-Z stops both; a launcher
-/// killed outright takes its worker with it.
+/// killed outright takes its worker with it; stopping the server leaves a run in flight alone.
 #[test]
 fn signals_reach_the_worker_and_a_lost_launcher_ends_it() {
     use std::os::unix::process::ExitStatusExt;
@@ -251,6 +251,13 @@ fn signals_reach_the_worker_and_a_lost_launcher_ends_it() {
     let _ = child.wait();
     wait_for(&server, "runs running", 0);
     wait_for(&server, "runs served", 4);
+    // A run in flight outlives `quasi server stop`.
+    let child = spinning(&server);
+    let stopped = server.quasi(&["server", "stop"]).output().expect("quasi server stop runs");
+    assert!(String::from_utf8_lossy(&stopped.stdout).starts_with("quasi server: stopped"), "{stopped:?}");
+    signal(&child, "-INT");
+    let output = child.wait_with_output().expect("quasi ends");
+    assert_eq!(output.status.code(), Some(130), "{output:?}");
 }
 
 /// The worker running in the server's work folder: the server's child whose folder it is.
