@@ -39,7 +39,7 @@ fn main() {
         }
     }
     let error = std::process::Command::new(&engine).arg0(name).args(arguments).exec();
-    eprintln!("quasi: cannot start {}: {error}", engine.display());
+    eprintln!("quasi: cannot start {}: {error} (`quasi` runs the `quasi-engine` beside it)", engine.display());
     std::process::exit(1);
 }
 
