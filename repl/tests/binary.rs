@@ -1,5 +1,7 @@
 //! The real `quasi` binary driven through pipes: the pipe mode, `quasi run`, and the flags.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
@@ -324,19 +326,8 @@ fn run_exits_with_the_status_the_program_passed_to_exit() {
 #[test]
 fn sigint_interrupts_run_with_status_130() {
     let directory = tempfile::tempdir().expect("a temporary directory");
-    // It says when it runs, so the signal is sent to running code.
-    let program = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((fflush int) (stream (ptr int8))))\n\
-                   (define ((main int)) (call printf \"running\\n\") (call fflush (inttoptr 0 (ptr int8))) (while #t) (ret 0))\n";
-    let file = write_file(directory.path(), "spin.cl", program);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
-        .args(["run", &file])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the quasi binary starts");
-    let mut running = [0u8; 8];
-    child.stdout.as_mut().expect("stdout is piped").read_exact(&mut running).expect("the program runs");
-    assert_eq!(&running, b"running\n");
+    let file = write_file(directory.path(), "spin.cl", common::SPIN);
+    let child = common::spinning(Command::new(env!("CARGO_BIN_EXE_quasi")).args(["run", &file]));
     let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
     assert!(killed.success());
     let output = child.wait_with_output().expect("quasi ends");

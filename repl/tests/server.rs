@@ -3,7 +3,8 @@
 //! (`QUASI_SERVER=0`), and must come out the same; the server's count of runs served proves the
 //! first went through it.
 
-use std::io::Read;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -194,23 +195,11 @@ fn a_served_run_is_the_run_in_process() {
     wait_for(&server, "runs running", 0);
 }
 
-const SPIN: &str = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((fflush int) (stream (ptr int8))))\n\
-                    (define ((main int)) (call printf \"running\\n\") (call fflush (inttoptr 0 (ptr int8))) (while #t) (ret 0))\n";
-
-/// Starts `quasi run spin.cl` and returns once its code runs.
-/// The launcher is the leader of a process group of its own, as a shell's job is: a stop signal
-/// is discarded in a group without a parent in another group of its session (an orphaned one,
-/// as the test harness's may be).
+/// `quasi run spin.cl`, its code running. The launcher is the leader of a process group of its
+/// own, as a shell's job is: a stop signal is discarded in a group without a parent in another
+/// group of its session (an orphaned one, as the test harness's may be).
 fn spinning(server: &Server) -> std::process::Child {
-    let mut child = std::os::unix::process::CommandExt::process_group(&mut server.quasi(&["run", "spin.cl"]), 0)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the quasi binary starts");
-    let mut running = [0u8; 8];
-    child.stdout.as_mut().expect("stdout is piped").read_exact(&mut running).expect("the program runs");
-    assert_eq!(&running, b"running\n");
-    child
+    common::spinning(std::os::unix::process::CommandExt::process_group(&mut server.quasi(&["run", "spin.cl"]), 0))
 }
 
 /// Ctrl-C reaches the worker (the cell is interrupted, status 130, as in process); SIGTERM ends
@@ -220,7 +209,7 @@ fn spinning(server: &Server) -> std::process::Child {
 fn signals_reach_the_worker_and_a_lost_launcher_ends_it() {
     use std::os::unix::process::ExitStatusExt;
     let server = Server::start();
-    server.write("spin.cl", SPIN);
+    server.write("spin.cl", common::SPIN);
     let signal = |child: &std::process::Child, name: &str| {
         let sent = Command::new("kill").args([name, &child.id().to_string()]).status().expect("kill runs");
         assert!(sent.success());
