@@ -372,17 +372,28 @@ impl<'t> Planner<'t, '_> {
         self.temporary(local)
     }
 
-    /// The interval of a canonical loop's variable inside its body.
-    fn induction(&mut self, index: usize) -> Option<usize> {
-        match self.inductions.get(&index) {
+    /// `compute(key)`, memoised in `table`; a key met again while its own computation runs
+    /// has no bound (a cycle).
+    fn memoised(
+        &mut self,
+        table: fn(&mut Self) -> &mut HashMap<usize, Memo>,
+        key: usize,
+        compute: fn(&mut Self, usize) -> Option<usize>,
+    ) -> Option<usize> {
+        match table(self).get(&key) {
             Some(Memo::Done(known)) => return *known,
             Some(Memo::Running) => return None,
             None => {}
         }
-        self.inductions.insert(index, Memo::Running);
-        let result = self.induction_bound(index);
-        self.inductions.insert(index, Memo::Done(result));
+        table(self).insert(key, Memo::Running);
+        let result = compute(self, key);
+        table(self).insert(key, Memo::Done(result));
         result
+    }
+
+    /// The interval of a canonical loop's variable inside its body.
+    fn induction(&mut self, index: usize) -> Option<usize> {
+        self.memoised(|planner| &mut planner.inductions, index, Self::induction_bound)
     }
 
     fn induction_bound(&mut self, index: usize) -> Option<usize> {
@@ -405,15 +416,7 @@ impl<'t> Planner<'t, '_> {
     /// The interval of a local the nest assigns: any value it gives it, or its value where the
     /// guard runs when the nest does not declare it.
     fn temporary(&mut self, local: usize) -> Option<usize> {
-        match self.temporaries.get(&local) {
-            Some(Memo::Done(known)) => return *known,
-            Some(Memo::Running) => return None,
-            None => {}
-        }
-        self.temporaries.insert(local, Memo::Running);
-        let result = self.temporary_bound(local);
-        self.temporaries.insert(local, Memo::Done(result));
-        result
+        self.memoised(|planner| &mut planner.temporaries, local, Self::temporary_bound)
     }
 
     fn temporary_bound(&mut self, local: usize) -> Option<usize> {
