@@ -248,10 +248,9 @@ fn a_promotion_of_a_redefined_function_is_dropped() {
     assert_eq!(value(&mut session, "(call work 1)"), "3");
 }
 
-/// A caller promoted with its callee inlined goes back to its quick code in the cell that
-/// redefines the callee, so that cell's own code already sees the new callee.
-#[test]
-fn a_promoted_caller_goes_back_to_quick_code_when_an_inlined_callee_changes() {
+/// A session where `caller` is promoted with `work` (`x + 1`) inlined, and the background
+/// compiler held: later promotions wait until the hold is released.
+fn promoted_caller() -> (Session, crate::tier::Hold) {
     let mut session = session();
     value(&mut session, "(define ((work int) (x int)) (ret (add x 1)))");
     value(&mut session, "(define ((caller int) (x int)) (ret (mul (call work x) 10)))");
@@ -259,6 +258,14 @@ fn a_promoted_caller_goes_back_to_quick_code_when_an_inlined_callee_changes() {
     assert_eq!(session.compiled_levels.get("caller"), Some(&3));
     let hold = session.tiering.worker.hold();
     hold.set(true);
+    (session, hold)
+}
+
+/// A caller promoted with its callee inlined goes back to its quick code in the cell that
+/// redefines the callee, so that cell's own code already sees the new callee.
+#[test]
+fn a_promoted_caller_goes_back_to_quick_code_when_an_inlined_callee_changes() {
+    let (mut session, hold) = promoted_caller();
     assert_eq!(value(&mut session, "(define ((work int) (x int)) (ret (add x 2))) (call caller 1)"), "30");
     assert_eq!(session.compiled_levels.get("caller"), Some(&1));
     hold.set(false);
@@ -308,13 +315,7 @@ fn a_benchmark_times_promoted_code() {
 #[test]
 fn a_quiet_redefinition_sends_a_promoted_caller_back_to_quick_code() {
     use crate::bench::Pipeline;
-    let mut session = session();
-    value(&mut session, "(define ((work int) (x int)) (ret (add x 1)))");
-    value(&mut session, "(define ((caller int) (x int)) (ret (mul (call work x) 10)))");
-    value(&mut session, ":tier wait");
-    assert_eq!(session.compiled_levels.get("caller"), Some(&3));
-    let hold = session.tiering.worker.hold();
-    hold.set(true);
+    let (mut session, hold) = promoted_caller();
     let variant = "(define ((work int) (x int)) (ret (add x 2)))";
     let forms = crate::reader::read(crate::source::SourceId(0), variant).expect("the variant reads");
     session.compile_quietly(&forms, false).expect("the variant compiles");
