@@ -42,6 +42,11 @@ const DEFAULT_IDLE_MINUTES: u64 = 30;
 /// How long a new spare leaves the cores to the run it replaces before preparing its copy.
 const SETTLE_MS: i32 = 15;
 
+/// How long the next spare waits for a run that just started: forking copies the server's page
+/// tables (half a millisecond of a core), which a short run on two cores would wait for. Once
+/// every run has ended or run this long, the spare is forked.
+const SPARE_DELAY: Duration = Duration::from_millis(5);
+
 /// A spare that ends before taking a run this many times in a row ends the server: something
 /// is wrong with every session, and forking more would only spin.
 const SPARE_FAILURES: u32 = 3;
@@ -247,6 +252,8 @@ struct Worker {
     pidfd: OwnedFd,
     /// The launcher's connection, once the worker took one.
     connection: Option<UnixStream>,
+    /// When it was forked, then when it took its run.
+    since: Instant,
 }
 
 /// What `status` shows.
@@ -320,8 +327,11 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     // What the state file says: runs served and running.
     let mut shown = (0, 0);
     while !STOP.load(Ordering::SeqCst) {
-        // The next spare prepares while the last run runs: back-to-back runs find it ready.
-        if spare.is_none() {
+        // The next spare prepares while the last run runs, once that run is past its start:
+        // back-to-back runs find it ready.
+        let runs_settled =
+            runs.iter().all(|worker| worker.connection.is_none() || worker.since.elapsed() >= SPARE_DELAY);
+        if spare.is_none() && runs_settled {
             if counts.failed_spares >= SPARE_FAILURES {
                 eprintln!("quasi server: {SPARE_FAILURES} prepared workers in a row ended before a run; stopping");
                 break;
@@ -354,10 +364,14 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
         }
         // The state file is rewritten once things are quiet for a moment, not while a run starts.
         let stale = (counts.served, runs.len()) != shown;
-        let wait = match stale {
+        let mut wait = match stale {
             true => Duration::from_millis(20),
             false => idle.saturating_sub(last_run.elapsed()).min(Duration::from_secs(10)),
         };
+        if spare.is_none() {
+            wait =
+                runs.iter().map(|worker| SPARE_DELAY.saturating_sub(worker.since.elapsed())).fold(wait, Duration::min);
+        }
         // SAFETY: `polled` is a live array of its length.
         let count =
             unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
@@ -379,6 +393,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
                 Ok((connection, pid)) if spare.as_ref().is_some_and(|worker| worker.pid == pid) => {
                     let mut worker = spare.take().expect("just matched");
                     worker.connection = Some(UnixStream::from(connection));
+                    worker.since = Instant::now();
                     runs.push(worker);
                     counts.served += 1;
                     counts.failed_spares = 0;
@@ -555,7 +570,7 @@ fn fork_spare(
                 return Err(error);
             }
             // SAFETY: pidfd_open just opened it.
-            Ok(Worker { pid, pidfd: unsafe { OwnedFd::from_raw_fd(fd) }, connection: None })
+            Ok(Worker { pid, pidfd: unsafe { OwnedFd::from_raw_fd(fd) }, connection: None, since: Instant::now() })
         }
     }
 }
@@ -625,8 +640,25 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     // before this process's teardown (static destructors, unmapping), which takes milliseconds.
     // SAFETY: fflush(NULL) flushes every open C stream.
     unsafe { libc::fflush(std::ptr::null_mut()) };
+    // And the launcher's streams are let go: whoever reads the launcher's output (a pipe, `$(…)`)
+    // sees its end when the launcher ends, not after this process's teardown.
+    release_streams();
     let _ = Answer::Exited(code).write(&connection);
     code
+}
+
+/// Points the standard streams at /dev/null, closing the launcher's.
+fn release_streams() {
+    // SAFETY: plain descriptor calls; /dev/null replaces each standard stream in one step.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null >= 0 {
+            for target in 0..3 {
+                libc::dup2(null, target);
+            }
+            libc::close(null);
+        }
+    }
 }
 
 /// Takes the launcher's streams and folder.
