@@ -15,6 +15,11 @@ use inkwell::targets::{
 };
 use inkwell::OptimizationLevel;
 
+mod cache;
+
+pub(crate) use cache::ObjectKey;
+pub use cache::{ObjectCache, BUDGET as CACHE_BUDGET, CACHE_VARIABLE};
+
 use crate::diagnostics::Diagnostic;
 use crate::jit::LlvmDiagnostics;
 
@@ -46,6 +51,8 @@ pub(crate) struct Backend {
     /// LLVM's errors about the context's code (after `context`, so it is dropped after it).
     pub(crate) llvm_diagnostics: Box<LlvmDiagnostics>,
     triple: TargetTriple,
+    /// The host CPU's name and features, which the machines compile for.
+    host: OnceCell<(String, String)>,
     /// One machine per level, made when a level is first used (a machine costs ~1 ms).
     machines: [OnceCell<TargetMachine>; 4],
 }
@@ -60,6 +67,7 @@ impl Backend {
             context,
             llvm_diagnostics,
             triple: TargetMachine::get_default_triple(),
+            host: OnceCell::new(),
             machines: Default::default(),
         })
     }
@@ -77,19 +85,34 @@ impl Backend {
         }
         let target = Target::from_triple(&self.triple)
             .map_err(|error| Diagnostic::internal(format!("no LLVM target: {error}")))?;
-        let cpu = TargetMachine::get_host_cpu_name();
-        let features = TargetMachine::get_host_cpu_features();
+        let (cpu, features) = self.host();
         let machine = target
             .create_target_machine(
                 &self.triple,
-                &cpu.to_string_lossy(),
-                &features.to_string_lossy(),
+                cpu,
+                features,
                 MACHINE_LEVELS[index],
                 RelocMode::PIC,
                 CodeModel::Default,
             )
             .ok_or_else(|| Diagnostic::internal("LLVM could not create a target machine for this CPU"))?;
         Ok(self.machines[index].get_or_init(|| machine))
+    }
+
+    /// The host CPU's name and features.
+    fn host(&self) -> &(String, String) {
+        self.host.get_or_init(|| {
+            let cpu = TargetMachine::get_host_cpu_name().to_string_lossy().into_owned();
+            (cpu, TargetMachine::get_host_cpu_features().to_string_lossy().into_owned())
+        })
+    }
+
+    /// The object cache's key for `module` compiled at `level`: its IR, and what of the back
+    /// end the engine binary does not fix (the CPU and features, the level).
+    pub(crate) fn object_key(&self, module: &Module<'_>, level: u8) -> ObjectKey {
+        let (cpu, features) = self.host();
+        let ir = module.print_to_string();
+        ObjectKey::new(&format!("cpu {cpu}\nfeatures {features}\nlevel {level}"), ir.to_bytes())
     }
 
     /// The data layout code is lowered for at `level`.

@@ -15,7 +15,9 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use quasi_lang::{completeness, Completeness, Diagnostic, Kind, Outcome, Session, SessionConfig, Severity, Stream};
+use quasi_lang::{
+    completeness, Completeness, Diagnostic, Kind, ObjectCache, Outcome, Session, SessionConfig, Severity, Stream,
+};
 use quasi_repl::transcript::{record_or_save, Recording};
 use quasi_repl::{Masking, Rendering, Style};
 use rustyline::completion::Completer;
@@ -47,6 +49,9 @@ usage: quasi                         the interactive REPL (cells from stdin when
                                      skips starting LLVM (QUASI_SERVER=0: not used); the
                                      server ends after MINUTES without a run (30)
        quasi server stop | status    end it; say whether it runs and what it served
+       quasi cache [clear]           where `quasi run` keeps compiled objects (QUASI_CACHE:
+                                     a folder, or `off`), how many and how big; clear: remove
+                                     them all
        quasi --version               print the version
        quasi --help                  print this help";
 
@@ -64,6 +69,10 @@ enum Invocation {
     Test(test_command::Options),
     /// `quasi test`'s worker for one file.
     TestWorker(String),
+    /// `quasi cache`, `quasi cache clear` (true).
+    Cache {
+        clear: bool,
+    },
     Version,
     Help,
 }
@@ -129,6 +138,7 @@ fn quasi() -> i32 {
         Ok(Invocation::Run { warnings, opt, file, args }) => run_file(&file, &args, warnings, opt),
         Ok(Invocation::Test(options)) => test_command::main(options, terminal_style(std::io::stdout().is_terminal())),
         Ok(Invocation::TestWorker(file)) => test_command::worker(&file),
+        Ok(Invocation::Cache { clear }) => cache_command(clear),
         Ok(Invocation::Version) => print_line(&format!("quasi {}", env!("CARGO_PKG_VERSION"))),
         Ok(Invocation::Help) => print_line(USAGE),
         Err(message) => {
@@ -145,6 +155,47 @@ fn print_line(text: &str) -> i32 {
     0
 }
 
+/// `quasi cache [clear]`: the object cache's folder, objects and bytes; `clear` removes them.
+fn cache_command(clear: bool) -> i32 {
+    let Some(cache) = ObjectCache::from_environment() else {
+        return print_line(&format!(
+            "quasi cache: off ({}=off, or no HOME to keep it in): `quasi run` compiles every program",
+            quasi_lang::CACHE_VARIABLE
+        ));
+    };
+    let folder = cache.directory().display();
+    let result = if clear { cache.clear() } else { cache.usage() };
+    match result {
+        Ok((objects, bytes)) if clear => {
+            print_line(&format!("quasi cache: removed {} ({}) from {folder}", count(objects), size(bytes)))
+        }
+        Ok((objects, bytes)) => print_line(&format!(
+            "quasi cache: {folder}: {}, {} (kept under {}: the least recently used go first)",
+            count(objects),
+            size(bytes),
+            size(quasi_lang::CACHE_BUDGET)
+        )),
+        Err(error) => {
+            eprintln!("quasi cache: cannot read {folder}: {error}");
+            1
+        }
+    }
+}
+
+/// `1 object`, `2 objects`.
+fn count(objects: usize) -> String {
+    format!("{objects} object{}", if objects == 1 { "" } else { "s" })
+}
+
+/// Bytes for people: B, KiB or MiB.
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} B"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
+}
+
 /// A tiny hand parse: one subcommand and two flags do not need an argument-parsing crate.
 fn parse_arguments(arguments: Vec<OsString>) -> Result<Invocation, String> {
     let arguments: Vec<String> = arguments
@@ -158,6 +209,11 @@ fn parse_arguments(arguments: Vec<OsString>) -> Result<Invocation, String> {
         "--version" | "-V" => Ok(Invocation::Version),
         "--help" | "-h" => Ok(Invocation::Help),
         "run" => parse_run(rest),
+        "cache" => match rest {
+            [] => Ok(Invocation::Cache { clear: false }),
+            [clear] if clear == "clear" => Ok(Invocation::Cache { clear: true }),
+            [other, ..] => Err(format!("`cache` takes nothing or `clear`, not `{other}`")),
+        },
         "test" => Ok(match test_command::parse(rest)? {
             Ok(options) => Invocation::Test(options),
             Err(file) => Invocation::TestWorker(file),
@@ -300,6 +356,8 @@ fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bo
             return 1;
         }
     };
+    // Read now: a server's worker has just taken the launcher's environment.
+    session.set_object_cache(ObjectCache::from_environment());
     watch_interrupts(&session);
     let (outcome, status) = as_cell(|| session.run_file(path, text, args));
     let style = terminal_style(std::io::stderr().is_terminal());
@@ -704,6 +762,9 @@ mod tests {
         assert_eq!(arguments(&[]), Ok(Invocation::Repl));
         assert_eq!(arguments(&["--version"]), Ok(Invocation::Version));
         assert_eq!(arguments(&["-h"]), Ok(Invocation::Help));
+        assert_eq!(arguments(&["cache"]), Ok(Invocation::Cache { clear: false }));
+        assert_eq!(arguments(&["cache", "clear"]), Ok(Invocation::Cache { clear: true }));
+        assert!(arguments(&["cache", "purge"]).is_err());
         assert_eq!(
             arguments(&["run", "f.cl", "-x", "y"]),
             Ok(Invocation::Run {

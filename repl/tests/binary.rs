@@ -20,8 +20,16 @@ struct Finished {
 /// Runs `quasi` with `arguments`, feeding it `input` (text, or bytes that need not be UTF-8) and
 /// closing stdin; a run that outlives `TIMEOUT` is killed and fails the test.
 fn quasi(arguments: &[&str], input: impl AsRef<[u8]>) -> Finished {
+    // The tests' own object cache, kept between test runs (warm, as a user's is).
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("object-cache");
+    quasi_with(arguments, input, &[("QUASI_CACHE", cache.as_os_str())])
+}
+
+/// `quasi` (above) with environment variables of the test's choosing.
+fn quasi_with(arguments: &[&str], input: impl AsRef<[u8]>, environment: &[(&str, &std::ffi::OsStr)]) -> Finished {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
         .args(arguments)
+        .envs(environment.iter().copied())
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -404,4 +412,64 @@ fn run_of_a_file_whose_library_does_not_load_fails_before_running() {
     assert_eq!(finished.status.code(), Some(1));
     assert!(finished.stderr.contains("error[ffi]: cannot load library `libquasi-none.so`"), "{}", finished.stderr);
     assert!(finished.stderr.contains("nolib.cl:1:"), "{}", finished.stderr);
+}
+
+/// `quasi run` keeps compiled objects in its cache and links them when a program runs again.
+/// The key is the code a program generates, not its text: a change in a C header it includes
+/// is compiled again, never run stale; so is another `--opt`. A damaged entry is compiled
+/// again; a folder others may write to is not used (a warning says so); `quasi cache` counts
+/// the objects and `clear` removes them.
+#[test]
+fn run_keeps_objects_in_its_cache_and_never_runs_a_stale_one() {
+    let directory = tempfile::tempdir().expect("a scratch folder");
+    let cache = directory.path().join("cache");
+    let environment = [("QUASI_CACHE", cache.as_os_str())];
+    let header = write_file(directory.path(), "answer.h", "#define ANSWER 3\n");
+    let program = write_file(
+        directory.path(),
+        "answer.cl",
+        "(include \"stdio.h\" (functions printf))\n(include \"answer.h\" (typedefs ANSWER))\n\
+         (define ((main int)) (call printf \"answer %d\\n\" ,ANSWER) (ret 0))\n",
+    );
+    let run = |arguments: &[&str], expected: &str| {
+        let finished = quasi_with(arguments, "", &environment);
+        assert!(finished.status.success(), "{arguments:?}: {}", finished.stderr);
+        assert_eq!(finished.stdout, expected, "{arguments:?}: {}", finished.stderr);
+        finished.stderr
+    };
+    let objects = || {
+        let listed = quasi_with(&["cache"], "", &environment);
+        assert!(listed.status.success(), "{}", listed.stderr);
+        let prefix = format!("quasi cache: {}: ", cache.display());
+        let rest = listed.stdout.strip_prefix(&prefix).unwrap_or_else(|| panic!("{}", listed.stdout));
+        rest.split(' ').next().and_then(|count| count.parse::<usize>().ok()).expect("a count of objects")
+    };
+    run(&["run", &program], "answer 3\n");
+    assert_eq!(objects(), 1);
+    run(&["run", &program], "answer 3\n");
+    assert_eq!(objects(), 1, "the second run linked the object the first stored");
+    std::fs::write(&header, "#define ANSWER 4\n").expect("the header changed");
+    run(&["run", &program], "answer 4\n");
+    assert_eq!(objects(), 2);
+    run(&["run", "--opt", "1", &program], "answer 4\n");
+    assert_eq!(objects(), 3);
+    for entry in std::fs::read_dir(&cache).expect("the cache folder") {
+        let path = entry.expect("an entry").path();
+        let bytes = std::fs::read(&path).expect("an entry read");
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("an entry damaged");
+    }
+    run(&["run", &program], "answer 4\n");
+    let cleared = quasi_with(&["cache", "clear"], "", &environment);
+    assert!(cleared.stdout.starts_with("quasi cache: removed 3 objects ("), "{}", cleared.stdout);
+    assert_eq!(objects(), 0);
+    // Off: nothing is kept.
+    let off = quasi_with(&["run", &program], "", &[("QUASI_CACHE", "off".as_ref())]);
+    assert_eq!(off.stdout, "answer 4\n");
+    assert_eq!(objects(), 0);
+    // A folder others may write to: not used, and `--warnings` says why.
+    std::fs::set_permissions(&cache, std::os::unix::fs::PermissionsExt::from_mode(0o777)).expect("chmod");
+    assert_eq!(run(&["run", &program], "answer 4\n"), "");
+    let warned = run(&["run", "--warnings", &program], "answer 4\n");
+    assert!(warned.contains("is not used: others may write to it"), "{warned}");
+    assert_eq!(objects(), 0);
 }

@@ -39,6 +39,9 @@ impl Server {
             .current_dir(self.work.path())
             .env("XDG_RUNTIME_DIR", self.runtime.path())
             .env("NO_COLOR", "1")
+            // Shared by the served run and its twin in process: the second links the first's
+            // objects, and must still come out the same.
+            .env("QUASI_CACHE", self.work.path().join("object-cache"))
             .env_remove("QUASI_SERVER")
             .env_remove("QUASI_GPU");
         command

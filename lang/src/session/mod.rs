@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::Backend;
+use inkwell::memory_buffer::MemoryBuffer;
+
+use crate::backend::{Backend, ObjectCache};
 use crate::bench::{self, Pipeline, QuietCell};
 use crate::check::{self, Env, FunctionEntry, FunctionKind, Resolution};
 use crate::codegen::{self, CellModule, TopLevel};
@@ -187,6 +189,8 @@ pub struct Session {
     script_argv: Option<ScriptArgv>,
     /// The GPU runtime, the target and the PTX built.
     gpu: SessionGpu,
+    /// Where compiled objects are kept between processes (`quasi run`), if anywhere.
+    object_cache: Option<ObjectCache>,
 }
 
 impl Session {
@@ -225,6 +229,7 @@ impl Session {
             script_argv: None,
             gpu,
             config,
+            object_cache: None,
         };
         if session.config.load_prelude {
             session.load_prelude()?;
@@ -294,6 +299,13 @@ impl Session {
         self.config.opt_level = self.opt_level;
     }
 
+    /// Makes the session keep the objects it compiles in `cache`, and take them from it when the
+    /// same IR is compiled again with the same back end (`quasi run`: a program run again skips
+    /// the optimiser and code generation). `None`: compile everything.
+    pub fn set_object_cache(&mut self, cache: Option<ObjectCache>) {
+        self.object_cache = cache;
+    }
+
     /// The number of cells evaluated so far (failed ones included).
     pub fn cell_count(&self) -> u32 {
         self.history.cell_count
@@ -339,6 +351,14 @@ impl Session {
     /// Runs a whole file as `quasi run` does: the file is one cell, values are not shown,
     /// and `main` is called if defined. Returns the outcome and the exit status.
     pub fn run_file(&mut self, path: &str, text: String, args: &[String]) -> (Outcome, i32) {
+        let (mut outcome, status) = self.run_script(path, text, args);
+        // What kept the object cache from being read or written: the run is not worse for it.
+        let problems = self.object_cache.as_ref().map(ObjectCache::take_problems).unwrap_or_default();
+        outcome.diagnostics.extend(problems.into_iter().map(|problem| Diagnostic::warning(Kind::Io, problem)));
+        (outcome, status)
+    }
+
+    fn run_script(&mut self, path: &str, text: String, args: &[String]) -> (Outcome, i32) {
         self.history.cell_count += 1;
         self.interrupt.store(false, Ordering::SeqCst);
         let mut outcome = self.eval_source(path.to_string(), text, EvalMode::Script, &mut |_| {});
@@ -650,21 +670,33 @@ impl Session {
         // The background compiler starts from the module as lowered (tiered compilation).
         let promotable = cell.functions.iter().chain(&cell.recompiled).any(|function| !function.placement.device_only);
         let bitcode = (tier && promotable).then(|| Arc::from(module.write_bitcode_to_memory().as_slice()));
-        if level > 0 {
+        // The object cache: the object of this very IR from an earlier process, if any.
+        let cache_start = Instant::now();
+        let cached = self.object_cache.as_ref().map(|cache| (cache, backend.object_key(&module, level)));
+        let hit = cached.as_ref().and_then(|(cache, key)| cache.lookup(key));
+        let cache_time = cache_start.elapsed();
+        let mut emitted_object = None;
+        if hit.is_none() && level > 0 {
             timing.time(Phase::Optimise, || backend.optimise(&module, level)).map_err(|error| vec![error])?;
         }
         let link_start = Instant::now();
-        let object = backend.emit_object(&module, level).map_err(|error| vec![error])?;
-        // Inline assembly the assembler rejects is reported through the context, not as an error.
-        let llvm_errors = backend.take_llvm_errors();
-        if !llvm_errors.is_empty() {
-            return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
+        if hit.is_none() {
+            let object = backend.emit_object(&module, level).map_err(|error| vec![error])?;
+            // Inline assembly the assembler rejects is reported through the context, not as an error.
+            let llvm_errors = backend.take_llvm_errors();
+            if !llvm_errors.is_empty() {
+                return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
+            }
+            if let Some((cache, key)) = &cached {
+                cache.store(key, object.as_slice());
+            }
+            emitted_object = Some(object);
         }
+        let object = hit.as_deref().or(emitted_object.as_ref().map(MemoryBuffer::as_slice)).unwrap_or_default();
         drop(module);
         let emitted = Emitted { entries, fault_sites, traps };
-        let linked =
-            self.program.link(cell, names, object.as_slice(), module_name, emitted).map_err(|error| vec![error])?;
-        timing.add(Phase::Link, link_start.elapsed());
+        let linked = self.program.link(cell, names, object, module_name, emitted).map_err(|error| vec![error])?;
+        timing.add(Phase::Link, cache_time + link_start.elapsed());
         Ok((linked, bitcode))
     }
 

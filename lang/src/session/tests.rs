@@ -323,3 +323,36 @@ fn a_quiet_redefinition_sends_a_promoted_caller_back_to_quick_code() {
     assert_eq!(value(&mut session, "(call caller 1)"), "30");
     hold.set(false);
 }
+
+/// `quasi run` with an object cache: a second process (here, a second session) that compiles
+/// the same program links the object the first one stored, skipping the optimiser, and runs it
+/// the same; a program whose generated code differs, or the same at another level, is compiled.
+#[test]
+fn a_program_compiled_again_links_its_object_from_the_cache() {
+    let directory = std::env::temp_dir().join(format!("quasi-session-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    let program = |value: i32| {
+        format!(
+            "(define ((printf int) (format (ptr int8)) ...))
+             (define ((main int)) (call printf \"value %d\\n\" {value}) (ret {value}))"
+        )
+    };
+    let run = |text: String, level: u8| {
+        let config =
+            SessionConfig { capture_output: true, load_prelude: false, opt_level: level, ..SessionConfig::default() };
+        let mut session = Session::new(config).expect("a session starts");
+        session.set_object_cache(Some(crate::ObjectCache::new(&directory)));
+        let (outcome, status) = session.run_file("program.cl", text, &[]);
+        assert!(!outcome.failed() && outcome.diagnostics.is_empty(), "{:?}", outcome.diagnostics);
+        (outcome.written(crate::Stream::Stdout), status, phases(&outcome).contains(&"optimise"))
+    };
+    let entries = || std::fs::read_dir(&directory).map_or(0, Iterator::count);
+    assert_eq!(run(program(7), 3), ("value 7\n".to_string(), 7, true), "compiled");
+    assert_eq!(entries(), 1);
+    assert_eq!(run(program(7), 3), ("value 7\n".to_string(), 7, false), "from the cache");
+    assert_eq!(run(program(9), 3), ("value 9\n".to_string(), 9, true), "other code, compiled");
+    assert_eq!(run(program(7), 2), ("value 7\n".to_string(), 7, true), "another level, compiled");
+    assert_eq!(run(program(7), 2), ("value 7\n".to_string(), 7, false));
+    assert_eq!(entries(), 3);
+    std::fs::remove_dir_all(&directory).expect("the cache folder is removed");
+}
