@@ -581,12 +581,13 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     // and the code it runs is mapped, while nobody waits. Not at once: the run this spare
     // replaces is likely still compiling, and two cores are few; a run that comes meanwhile is
     // taken as the spare stands.
+    // This process forks no more: the executor's threads start now (a tenth of a millisecond),
+    // so even a run that comes at once finds them waiting.
+    let _ = session.start_executor();
     let mut waiting = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     // SAFETY: poll on one live descriptor.
     if unsafe { libc::poll(&mut waiting, 1, SETTLE_MS) } == 0 {
         let _ = session.prepare();
-        // This process forks no more: the executor's threads may start before the run.
-        let _ = session.start_executor();
     }
     let (connection, request, streams) = loop {
         let connection = match listener.accept() {
