@@ -298,7 +298,7 @@ fn promote(backend: &Backend, job: &Job) -> Result<Vec<u8>, String> {
     let object = backend.emit_object(&module, PROMOTED_LEVEL).map_err(|diagnostic| diagnostic.message)?;
     match backend.take_llvm_errors().into_iter().next() {
         Some(error) => Err(error),
-        None => Ok(object.as_slice().to_vec()),
+        None => Ok(object),
     }
 }
 

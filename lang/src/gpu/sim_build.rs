@@ -135,7 +135,7 @@ fn compile(
     let module = lowered.module;
     let object = crate::run::guarded_here(|| {
         backend.optimise(&module, 3)?;
-        backend.emit_object(&module, 3).map(|object| object.as_slice().to_vec())
+        backend.emit_object(&module, 3)
     });
     let object = match object {
         Ok(object) => object.map_err(|diagnostic| diagnostic.message)?,

@@ -160,7 +160,7 @@ impl Session {
         let link_start = Instant::now();
         let object = backend.emit_object(&module, level).map_err(|error| vec![error])?;
         drop(module);
-        let entry = self.program.link_pinned(object.as_slice(), &symbol, &symbol).map_err(|error| vec![error])?;
+        let entry = self.program.link_pinned(&object, &symbol, &symbol).map_err(|error| vec![error])?;
         timing.add(Phase::Link, link_start.elapsed());
         Ok(Trampoline { entry, block })
     }

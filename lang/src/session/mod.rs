@@ -22,8 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use inkwell::memory_buffer::MemoryBuffer;
-
 use crate::backend::{Backend, ObjectCache};
 use crate::bench::{self, Pipeline, QuietCell};
 use crate::check::{self, Env, FunctionEntry, FunctionKind, Resolution};
@@ -688,11 +686,11 @@ impl Session {
                 return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
             }
             if let Some((cache, key)) = &cached {
-                cache.store(key, object.as_slice());
+                cache.store(key, &object);
             }
             emitted_object = Some(object);
         }
-        let object = hit.as_deref().or(emitted_object.as_ref().map(MemoryBuffer::as_slice)).unwrap_or_default();
+        let object = hit.as_deref().or(emitted_object.as_deref()).unwrap_or_default();
         drop(module);
         let emitted = Emitted { entries, fault_sites, traps };
         let linked = self.program.link(cell, names, object, module_name, emitted).map_err(|error| vec![error])?;
