@@ -680,11 +680,11 @@ fn parse_forms(text: &str) -> Result<Vec<Sexp>, Box<EvalAltResult>> {
     })
 }
 
-/// `quote`'s templates, read once per text: a generator calls `quote` with the same text in a
-/// loop, and reading it again each time cost as much as filling it.
+/// `quote`'s templates, read and compiled once per text: a generator calls `quote` with the
+/// same text in a loop, and reading it again each time cost as much as filling it.
 #[derive(Default)]
 struct Templates {
-    parsed: HashMap<String, Rc<Sexp>>,
+    parsed: HashMap<String, Rc<Piece>>,
 }
 
 impl Templates {
@@ -692,7 +692,7 @@ impl Templates {
     /// script quoting computed texts cannot grow it without bound.
     const CAPACITY: usize = 1024;
 
-    fn get(&mut self, text: &str) -> Result<Rc<Sexp>, Box<EvalAltResult>> {
+    fn get(&mut self, text: &str) -> Result<Rc<Piece>, Box<EvalAltResult>> {
         if let Some(template) = self.parsed.get(text) {
             return Ok(template.clone());
         }
@@ -703,7 +703,7 @@ impl Templates {
         if self.parsed.len() >= Self::CAPACITY {
             self.parsed.clear();
         }
-        let template = Rc::new(forms.remove(0));
+        let template = Rc::new(compile_form(&forms.remove(0), 1));
         self.parsed.insert(text.to_string(), template.clone());
         Ok(template)
     }
@@ -853,15 +853,25 @@ fn fill_level(
     Ok(Dynamic::from_array(out))
 }
 
-/// `quote`'s fill: `fill_level`'s rules read off the parsed template, so the template is never
-/// made Rhai data only to be taken apart again. A wrapper `,x` (`SexpKind::Unquote`) reads as
-/// the array `[unquote, x]` that `to_dynamic` makes of it, and a keyword as its symbol `#:key`.
-fn fill_template(form: &Sexp, map: &Map, counter: &Rc<Cell<u64>>) -> Result<Dynamic, Box<EvalAltResult>> {
-    let mut fresh: HashMap<String, Sym> = HashMap::new();
-    fill_form(form, map, counter, &mut fresh, 1)
+/// A `quote` template compiled for filling: `fill_level`'s rules applied once, when the text is
+/// first quoted, so a fill only copies what is fixed and looks up what is not. A wrapper `,x`
+/// (`SexpKind::Unquote`) reads as the array `[unquote, x]` that `to_dynamic` makes of it, and a
+/// keyword as its symbol `#:key`.
+#[derive(Debug)]
+enum Piece {
+    /// Fixed: a symbol already made (a fill clones it, without building its name again), a
+    /// literal, a wrapper's head.
+    Leaf(Dynamic),
+    /// `x#`: the fill's gensym for it.
+    Gensym(String),
+    /// A level-1 `,NAME`: the map's value.
+    Hole(String),
+    /// A level-1 `,@NAME` inside a list: the elements of the map's array.
+    Splice(String),
+    List(Vec<Piece>),
 }
 
-/// An element of a template list as `fill_level` sees it: a form, or the head symbol of a
+/// An element of a template list while it is compiled: a form, or the head symbol of a
 /// wrapper (`quasiquote`, `unquote`, `unquote-splicing`).
 #[derive(Clone, Copy)]
 enum TemplateItem<'f> {
@@ -891,54 +901,33 @@ fn template_hole<'f>(form: &'f Sexp, head: &str) -> Option<std::borrow::Cow<'f, 
     }
 }
 
-fn fill_form(
-    form: &Sexp,
-    map: &Map,
-    counter: &Rc<Cell<u64>>,
-    fresh: &mut HashMap<String, Sym>,
-    level: usize,
-) -> Result<Dynamic, Box<EvalAltResult>> {
+/// Whether a template symbol is a gensym request `x#`.
+fn is_gensym_name(name: &str) -> bool {
+    name.strip_suffix('#').is_some_and(|stem| !stem.is_empty() && !stem.contains('#'))
+}
+
+fn compile_form(form: &Sexp, level: usize) -> Piece {
     let (wrapper, inner) = match &form.kind {
-        SexpKind::Symbol(name) => return Ok(Dynamic::from(fill_symbol(name, counter, fresh))),
-        SexpKind::List(items) => {
-            return fill_items(items.iter().map(TemplateItem::Form), form, map, counter, fresh, level)
-        }
+        SexpKind::Symbol(name) if is_gensym_name(name) => return Piece::Gensym(name.clone()),
+        SexpKind::Symbol(name) => return Piece::Leaf(Dynamic::from(Sym(name.as_str().into()))),
+        SexpKind::List(items) => return compile_items(items.iter().map(TemplateItem::Form), form, level),
         SexpKind::Quasiquote(inner) => ("quasiquote", inner),
         SexpKind::Unquote(inner) => ("unquote", inner),
         SexpKind::UnquoteSplicing(inner) => ("unquote-splicing", inner),
-        _ => return Ok(to_dynamic(form)),
+        _ => return Piece::Leaf(to_dynamic(form)),
     };
     let items = [TemplateItem::Head(wrapper), TemplateItem::Form(inner)];
-    fill_items(items.into_iter(), form, map, counter, fresh, level)
+    compile_items(items.into_iter(), form, level)
 }
 
-/// A symbol of a template: `x#` becomes the call's gensym for it, anything else itself.
-fn fill_symbol(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Sym {
-    gensym(name, counter, fresh).unwrap_or_else(|| Sym(name.into()))
-}
-
-/// The call's gensym for a template symbol `x#` (the same one for every `x#` of the call), or
-/// `None` for any other symbol.
-fn gensym(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Option<Sym> {
-    let stem = name.strip_suffix('#').filter(|stem| !stem.is_empty() && !stem.contains('#'))?;
-    let sym = fresh.entry(name.to_string()).or_insert_with(|| {
-        counter.set(counter.get() + 1);
-        Sym(format!("{stem}#{}", counter.get()).into())
-    });
-    Some(sym.clone())
-}
-
-fn fill_items<'f>(
+fn compile_items<'f>(
     items: impl ExactSizeIterator<Item = TemplateItem<'f>> + Clone,
     form: &Sexp,
-    map: &Map,
-    counter: &Rc<Cell<u64>>,
-    fresh: &mut HashMap<String, Sym>,
     level: usize,
-) -> Result<Dynamic, Box<EvalAltResult>> {
+) -> Piece {
     if level == 1 {
         if let Some(name) = template_hole(form, "unquote") {
-            return lookup_hole(map, &name);
+            return Piece::Hole(name.into_owned());
         }
     }
     let length = items.len();
@@ -953,25 +942,75 @@ fn fill_items<'f>(
         Some("unquote" | "unquote-splicing") if length == 2 => level.saturating_sub(1).max(1),
         _ => level,
     };
-    let mut out = Array::with_capacity(length);
+    let mut pieces = Vec::with_capacity(length);
     for (index, item) in items.enumerate() {
         let item_level = if index == 1 { operand_level } else { level };
         let item = match item {
             TemplateItem::Head(head) => {
-                out.push(Dynamic::from(Sym(head.into())));
+                pieces.push(Piece::Leaf(Dynamic::from(Sym(head.into()))));
                 continue;
             }
             TemplateItem::Form(item) => item,
         };
         if item_level == 1 && (index > 0 || head.is_none()) {
             if let Some(name) = template_hole(item, "unquote-splicing") {
-                splice_hole(map, &name, &mut out)?;
+                pieces.push(Piece::Splice(name.into_owned()));
                 continue;
             }
         }
-        out.push(fill_form(item, map, counter, fresh, item_level)?);
+        pieces.push(compile_form(item, item_level));
     }
-    Ok(Dynamic::from_array(out))
+    Piece::List(pieces)
+}
+
+/// `quote`'s fill of a compiled template; every `x#` of one fill gets the same gensym.
+fn fill_template(template: &Piece, map: &Map, counter: &Rc<Cell<u64>>) -> Result<Dynamic, Box<EvalAltResult>> {
+    let mut fresh: HashMap<String, Sym> = HashMap::new();
+    fill_piece(template, map, counter, &mut fresh)
+}
+
+fn fill_piece(
+    piece: &Piece,
+    map: &Map,
+    counter: &Rc<Cell<u64>>,
+    fresh: &mut HashMap<String, Sym>,
+) -> Result<Dynamic, Box<EvalAltResult>> {
+    match piece {
+        Piece::Leaf(value) => Ok(value.clone()),
+        Piece::Gensym(name) => Ok(Dynamic::from(fill_symbol(name, counter, fresh))),
+        Piece::Hole(name) => lookup_hole(map, name),
+        // Compiled only inside lists, where the list's fill splices it.
+        Piece::Splice(name) => lookup_hole(map, name),
+        Piece::List(pieces) => {
+            let mut out = Array::with_capacity(pieces.len());
+            for piece in pieces {
+                match piece {
+                    Piece::Splice(name) => splice_hole(map, name, &mut out)?,
+                    piece => out.push(fill_piece(piece, map, counter, fresh)?),
+                }
+            }
+            Ok(Dynamic::from_array(out))
+        }
+    }
+}
+
+/// A symbol of a template: `x#` becomes the call's gensym for it, anything else itself.
+fn fill_symbol(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Sym {
+    gensym(name, counter, fresh).unwrap_or_else(|| Sym(name.into()))
+}
+
+/// The call's gensym for a template symbol `x#` (the same one for every `x#` of the call), or
+/// `None` for any other symbol.
+fn gensym(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Option<Sym> {
+    if !is_gensym_name(name) {
+        return None;
+    }
+    let stem = &name[..name.len() - 1];
+    let sym = fresh.entry(name.to_string()).or_insert_with(|| {
+        counter.set(counter.get() + 1);
+        Sym(format!("{stem}#{}", counter.get()).into())
+    });
+    Some(sym.clone())
 }
 
 // ---------------------------------------------------------------------------------------------
