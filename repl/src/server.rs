@@ -577,13 +577,13 @@ fn fork_spare(
 
 /// The spare: waits for a run, takes it, runs it, returns its status.
 fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Session) -> i32 {
-    // Once more in this process: what the run will write of the shared pages is copied now,
-    // and the code it runs is mapped, while nobody waits. Not at once: the run this spare
-    // replaces is likely still compiling, and two cores are few; a run that comes meanwhile is
-    // taken as the spare stands.
     // This process forks no more: the executor's threads start now (a tenth of a millisecond),
     // so even a run that comes at once finds them waiting.
     let _ = session.start_executor();
+    // Once more in this process: what the run will write of the shared pages is copied now,
+    // and the code it runs is mapped, while nobody waits. Not at once: the run this spare
+    // replaces may still be ending, and two cores are few; a run that comes meanwhile is
+    // taken as the spare stands.
     let mut waiting = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     // SAFETY: poll on one live descriptor.
     if unsafe { libc::poll(&mut waiting, 1, SETTLE_MS) } == 0 {

@@ -178,7 +178,7 @@ impl ObjectCache {
             let _ = std::fs::remove_file(&temporary);
             return Err(error.to_string());
         }
-        // A cheap, fair coin: the hash's low bits.
+        // A cheap, fair coin: the first bits of the name's hash.
         if u64::from_str_radix(&name[..16], 16).unwrap_or(0).is_multiple_of(PRUNE_EVERY) {
             self.prune(BUDGET).map_err(|error| format!("cannot trim it: {error}"))?;
         }
@@ -191,14 +191,15 @@ impl ObjectCache {
         if let Some(verdict) = self.usable.get() {
             return verdict.clone();
         }
-        let metadata = match std::fs::symlink_metadata(&self.directory) {
+        // Followed if a link: what counts is whose the folder is and who may write to it.
+        let metadata = match std::fs::metadata(&self.directory) {
             // Not yet made: nothing to read, and nothing decided until a store makes it.
             Err(error) if error.kind() == io::ErrorKind::NotFound && !create => return Err(error.to_string()),
             Err(error) if error.kind() == io::ErrorKind::NotFound => std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(&self.directory)
-                .and_then(|()| std::fs::symlink_metadata(&self.directory)),
+                .and_then(|()| std::fs::metadata(&self.directory)),
             other => other,
         };
         let verdict = match metadata {
