@@ -240,7 +240,8 @@ fn tiny_rows(
     };
     let run = ["run".as_ref(), clisp.as_os_str()];
     let (mut alone, mut alone_cold, mut served, mut served_cold) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut tcc, mut clang) = (Vec::new(), Vec::new());
+    let (mut tcc, mut clang, mut served_quick) = (Vec::new(), Vec::new(), Vec::new());
+    let quick = ["run".as_ref(), "--opt".as_ref(), "1".as_ref(), clisp.as_os_str()];
     // The first run fills the object cache; the rows with it measure the program run again.
     timed(quasi(&run, false, true), true)?;
     for _ in 0..options.runs {
@@ -257,6 +258,7 @@ fn tiny_rows(
         let built = timed(command(options.clang.as_ref(), &build), false)?;
         let ran = built.and_then(|_| timed(command(binary.as_os_str(), &[]), true).ok().flatten());
         clang.push(ran.map(|_| start.elapsed()));
+        served_quick.push(timed(quasi(&quick, true, false), true)?);
     }
     let collect = |runs: Vec<Option<Duration>>| runs.into_iter().collect::<Option<Vec<Duration>>>().map(Samples::new);
     let printed = "`quasi run` of the tiny program did not print `sum 4950`";
@@ -264,20 +266,24 @@ fn tiny_rows(
     let alone_cold = collect(alone_cold).context(printed)?;
     let served = collect(served).context(printed)?;
     let served_cold = collect(served_cold).context(printed)?;
+    let served_quick = collect(served_quick).context(printed)?;
     add_row(table, "`quasi run tiny.cl` (a loop and a printf; exits after main), run before", &alone);
     add_row(table, "`quasi run tiny.cl`, object cache off (a program's first run)", &alone_cold);
     add_row(table, "`quasi run tiny.cl` with `quasi server` running, run before", &served);
     add_row(table, "`quasi run tiny.cl` with `quasi server`, object cache off", &served_cold);
+    add_row(table, "`quasi run --opt 1 tiny.cl` with `quasi server`, object cache off", &served_quick);
     match collect(tcc) {
         Some(tcc) => {
             add_row(table, "`tcc -run tiny.c`, its C twin", &tcc);
             let ratio = |ours: &Samples| ours.median().as_secs_f64() / tcc.median().as_secs_f64().max(1e-12);
             println!(
                 "`quasi run` / `tcc -run` of the tiny program, medians of {} interleaved runs: with `quasi server` \
-                 {:.2} run before (goal <= 1.00), {:.2} first run; in process {:.2} run before, {:.2} first run",
+                 {:.2} run before (goal <= 1.00), {:.2} first run ({:.2} at --opt 1); in process {:.2} run before, \
+                 {:.2} first run",
                 options.runs,
                 ratio(&served),
                 ratio(&served_cold),
+                ratio(&served_quick),
                 ratio(&alone),
                 ratio(&alone_cold)
             );

@@ -253,7 +253,11 @@ impl Session {
     /// waited for. For a front end that prepares sessions before their work arrives (`quasi
     /// server`): afterwards none of the session's threads runs until a cell does.
     pub fn prepare(&mut self) -> Result<(), SessionError> {
-        self.backend.warm_up(self.opt_level).map_err(|diagnostic| SessionError::Llvm(diagnostic.message))?;
+        // The session's level, and the quick one (`quasi run --opt 1`, for a program being
+        // edited: its first run then compiles in a fraction of the time).
+        for level in [self.opt_level, DEFAULT_OPT_LEVEL] {
+            self.backend.warm_up(level).map_err(|diagnostic| SessionError::Llvm(diagnostic.message))?;
+        }
         // The trampolines `run_file` calls `main` through, in its three shapes.
         let int = crate::types::Ty::Int(32);
         let argv = crate::types::Ty::Ptr(Rc::new(crate::types::Ty::Ptr(Rc::new(crate::types::Ty::Int(8)), 0)), 0);
