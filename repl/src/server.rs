@@ -39,8 +39,11 @@ use self::wire::Answer;
 
 const DEFAULT_IDLE_MINUTES: u64 = 30;
 
-/// How long a new spare leaves the cores to the run it replaces before preparing its copy.
-const SETTLE_MS: i32 = 15;
+/// How long a new spare waits before preparing its copy, leaving the cores to the launcher and
+/// worker of the run it replaces while they end (it is forked once that run is over or 5 ms in).
+/// Short, so that the next run, seldom sooner than milliseconds later, finds it prepared; 15 ms
+/// had the next run of a bench that spaces its runs by ~20 ms arrive while the spare prepared.
+const SETTLE_MS: i32 = 3;
 
 /// How long the next spare waits for a run that just started: forking copies the server's page
 /// tables (half a millisecond of a core), which a short run on two cores would wait for. Once
@@ -514,6 +517,12 @@ fn prepare() -> Result<Session, String> {
     drop(scratch);
     let mut session = Session::new(config).map_err(|error| format!("cannot start a session: {error}"))?;
     session.prepare().map_err(|error| format!("cannot prepare a session: {error}"))?;
+    // The quick level too, once, here: `quasi run --opt 1` of a program being edited then starts
+    // about as fast as `tcc -run`. (A spare prepares its copy at the batch level only, so that a
+    // run coming soon after the last one waits for as little as may be.)
+    session
+        .prepare_level(quasi_lang::DEFAULT_OPT_LEVEL)
+        .map_err(|error| format!("cannot prepare a session: {error}"))?;
     match threads() {
         1 => Ok(session),
         count => Err(format!("a prepared session left {count} threads; forking it would not be sound")),

@@ -253,11 +253,7 @@ impl Session {
     /// waited for. For a front end that prepares sessions before their work arrives (`quasi
     /// server`): afterwards none of the session's threads runs until a cell does.
     pub fn prepare(&mut self) -> Result<(), SessionError> {
-        // The session's level, and the quick one (`quasi run --opt 1`, for a program being
-        // edited: its first run then compiles in a fraction of the time).
-        for level in [self.opt_level, DEFAULT_OPT_LEVEL] {
-            self.backend.warm_up(level).map_err(|diagnostic| SessionError::Llvm(diagnostic.message))?;
-        }
+        self.prepare_level(self.opt_level)?;
         // The trampolines `run_file` calls `main` through, in its three shapes.
         let int = crate::types::Ty::Int(32);
         let argv = crate::types::Ty::Ptr(Rc::new(crate::types::Ty::Ptr(Rc::new(crate::types::Ty::Int(8)), 0)), 0);
@@ -270,6 +266,12 @@ impl Session {
         }
         self.gpu.runtime.wait_for_start();
         Ok(())
+    }
+
+    /// Makes now the target machine and pipelines of another level than the session's, for a
+    /// prepared session that may be set to it (`quasi run --opt 1` of a `quasi server`).
+    pub fn prepare_level(&mut self, level: u8) -> Result<(), SessionError> {
+        self.backend.warm_up(level).map_err(|diagnostic| SessionError::Llvm(diagnostic.message))
     }
 
     /// Starts the executor's threads now instead of with the first call: for a prepared session
