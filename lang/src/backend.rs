@@ -265,9 +265,16 @@ mod tests {
              %next = add i32 %i, 1\n  %done = icmp sge i32 %next, %n\n  br i1 %done, label %exit, label %loop\n\
              exit:\n  ret void\n}\n",
         ];
+        let rejected = "define void @bad() {\n  call void asm sideeffect \"frobnicate\", \"\"()\n  ret void\n}\n";
         for level in 0..=3 {
-            // Twice round, so every module also follows every other.
+            // Twice round, so every module also follows every other, and once after a module
+            // whose inline assembly the assembler rejected (reported through the context).
             for round in 0..2 {
+                if round == 1 {
+                    backend.emit_object(&module(&backend, "bad", rejected), level).expect("emitted, with errors");
+                    let errors = backend.take_llvm_errors();
+                    assert!(errors.iter().any(|error| error.contains("frobnicate")), "{errors:?}");
+                }
                 for (index, source) in sources.iter().enumerate() {
                     let name = format!("m{index}");
                     let reused = backend.emit_object(&module(&backend, &name, source), level).expect("emitted");
