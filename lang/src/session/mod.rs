@@ -679,27 +679,28 @@ impl Session {
         let cached = self.object_cache.as_ref().map(|cache| (cache, backend.object_key(&module, level)));
         let hit = cached.as_ref().and_then(|(cache, key)| cache.lookup(key));
         let cache_time = cache_start.elapsed();
-        let mut emitted_object = None;
-        if hit.is_none() && level > 0 {
-            timing.time(Phase::Optimise, || backend.optimise(&module, level)).map_err(|error| vec![error])?;
-        }
-        let link_start = Instant::now();
-        if hit.is_none() {
-            let object = backend.emit_object(&module, level).map_err(|error| vec![error])?;
-            // Inline assembly the assembler rejects is reported through the context, not as an error.
-            let llvm_errors = backend.take_llvm_errors();
-            if !llvm_errors.is_empty() {
-                return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
+        let (object, link_start) = match hit {
+            Some(object) => (object, Instant::now()),
+            None => {
+                if level > 0 {
+                    timing.time(Phase::Optimise, || backend.optimise(&module, level)).map_err(|error| vec![error])?;
+                }
+                let link_start = Instant::now();
+                let object = backend.emit_object(&module, level).map_err(|error| vec![error])?;
+                // Inline assembly the assembler rejects is reported through the context, not as an error.
+                let llvm_errors = backend.take_llvm_errors();
+                if !llvm_errors.is_empty() {
+                    return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
+                }
+                if let Some((cache, key)) = &cached {
+                    cache.store(key, &object);
+                }
+                (object, link_start)
             }
-            if let Some((cache, key)) = &cached {
-                cache.store(key, &object);
-            }
-            emitted_object = Some(object);
-        }
-        let object = hit.as_deref().or(emitted_object.as_deref()).unwrap_or_default();
+        };
         drop(module);
         let emitted = Emitted { entries, fault_sites, traps };
-        let linked = self.program.link(cell, names, object, module_name, emitted).map_err(|error| vec![error])?;
+        let linked = self.program.link(cell, names, &object, module_name, emitted).map_err(|error| vec![error])?;
         timing.add(Phase::Link, cache_time + link_start.elapsed());
         Ok((linked, bitcode))
     }
