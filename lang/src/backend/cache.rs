@@ -57,6 +57,8 @@ struct Listing {
 /// The key of one object: a header naming what besides the IR decides the object, then the IR.
 pub(crate) struct ObjectKey {
     bytes: Vec<u8>,
+    /// The entry's file name, hashed from `bytes` once.
+    file_name: String,
 }
 
 impl ObjectKey {
@@ -69,18 +71,15 @@ impl ObjectKey {
         bytes.extend_from_slice(backend.as_bytes());
         bytes.extend_from_slice(b"\n\n");
         bytes.extend_from_slice(ir);
-        ObjectKey { bytes }
-    }
-
-    /// The entry's file name: 128 bits of hash, in hex.
-    fn file_name(&self) -> String {
+        // 128 bits of hash, in hex.
         let half = |seed: u8| {
             let mut hasher = DefaultHasher::new();
             seed.hash(&mut hasher);
-            self.bytes.hash(&mut hasher);
+            bytes.hash(&mut hasher);
             hasher.finish()
         };
-        format!("{:016x}{:016x}.{EXTENSION}", half(0), half(1))
+        let file_name = format!("{:016x}{:016x}.{EXTENSION}", half(0), half(1));
+        ObjectKey { bytes, file_name }
     }
 }
 
@@ -138,7 +137,7 @@ impl ObjectCache {
     /// The object stored under `key`, if any; a hit makes the entry the most recently used.
     pub(crate) fn lookup(&self, key: &ObjectKey) -> Option<Vec<u8>> {
         self.check_usable(false).ok()?;
-        let mut file = File::open(self.directory.join(key.file_name())).ok()?;
+        let mut file = File::open(self.directory.join(&key.file_name)).ok()?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).ok()?;
         let rest = bytes.strip_prefix(MAGIC)?;
@@ -165,8 +164,8 @@ impl ObjectCache {
     }
 
     fn try_store(&self, key: &ObjectKey, object: &[u8]) -> Result<(), String> {
-        let name = key.file_name();
-        let path = self.directory.join(&name);
+        let name = &key.file_name;
+        let path = self.directory.join(name);
         let temporary = self.directory.join(format!("{name}.{}.tmp", std::process::id()));
         let written = File::create(&temporary).and_then(|mut file| {
             file.write_all(MAGIC)?;
@@ -247,8 +246,8 @@ impl ObjectCache {
     }
 
     /// Removes least recently used entries until the rest fit in `budget` bytes, and temporary
-    /// files a dead writer left. Returns the entries removed.
-    pub fn prune(&self, budget: u64) -> io::Result<usize> {
+    /// files a dead writer left. Returns how many entries went, and their bytes.
+    pub fn prune(&self, budget: u64) -> io::Result<(usize, u64)> {
         let Listing { mut entries, temporaries } = self.list()?;
         let now = SystemTime::now();
         for (written, path) in temporaries {
@@ -258,14 +257,14 @@ impl ObjectCache {
         }
         let mut total: u64 = entries.iter().map(|(_, size, _)| size).sum();
         entries.sort();
-        let mut removed = 0;
+        let mut removed = (0, 0);
         for (_, size, path) in entries {
             if total <= budget {
                 break;
             }
             std::fs::remove_file(path)?;
             total -= size;
-            removed += 1;
+            removed = (removed.0 + 1, removed.1 + size);
         }
         Ok(removed)
     }
@@ -281,11 +280,10 @@ impl ObjectCache {
 
     /// Removes every entry (`quasi cache clear`); returns how many there were and their bytes.
     pub fn clear(&self) -> io::Result<(usize, u64)> {
-        let usage = self.usage()?;
-        if usage.0 > 0 {
-            self.prune(0)?;
+        match self.prune(0) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok((0, 0)),
+            removed => removed,
         }
-        Ok(usage)
     }
 }
 
@@ -325,9 +323,9 @@ mod tests {
         let cache = ObjectCache::new(&directory);
         let (key, impostor) = (ObjectKey::new("b", b"ir one"), ObjectKey::new("b", b"ir two"));
         cache.store(&impostor, b"wrong code");
-        std::fs::rename(directory.join(impostor.file_name()), directory.join(key.file_name())).unwrap();
+        std::fs::rename(directory.join(&impostor.file_name), directory.join(&key.file_name)).unwrap();
         assert_eq!(cache.lookup(&key), None);
-        std::fs::write(directory.join(key.file_name()), b"quasi-obj-1\n\xff\xff").unwrap();
+        std::fs::write(directory.join(&key.file_name), b"quasi-obj-1\n\xff\xff").unwrap();
         assert_eq!(cache.lookup(&key), None, "a truncated entry is a miss");
         std::fs::remove_dir_all(&directory).unwrap();
     }
@@ -356,14 +354,14 @@ mod tests {
         for (index, key) in keys.iter().enumerate() {
             cache.store(key, &[index as u8; 100]);
             // Modification times far enough apart to order them.
-            let file = File::options().write(true).open(directory.join(key.file_name())).unwrap();
+            let file = File::options().write(true).open(directory.join(&key.file_name)).unwrap();
             file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + index as u64)).unwrap();
         }
         // Using the oldest makes it the newest.
         assert!(cache.lookup(&keys[0]).is_some());
         let (_, total) = cache.usage().unwrap();
         let entry = total / 3;
-        assert_eq!(cache.prune(2 * entry).unwrap(), 1);
+        assert_eq!(cache.prune(2 * entry).unwrap(), (1, entry));
         assert!(cache.lookup(&keys[1]).is_none(), "the least recently used went");
         assert!(cache.lookup(&keys[0]).is_some() && cache.lookup(&keys[2]).is_some());
         assert_eq!(cache.clear().unwrap(), (2, 2 * entry));
