@@ -332,9 +332,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     while !STOP.load(Ordering::SeqCst) {
         // The next spare prepares while the last run runs, once that run is past its start:
         // back-to-back runs find it ready.
-        let runs_settled =
-            runs.iter().all(|worker| worker.connection.is_none() || worker.since.elapsed() >= SPARE_DELAY);
-        if spare.is_none() && runs_settled {
+        if spare.is_none() && spare_due_in(&runs).is_zero() {
             if counts.failed_spares >= SPARE_FAILURES {
                 eprintln!("quasi server: {SPARE_FAILURES} prepared workers in a row ended before a run; stopping");
                 break;
@@ -372,8 +370,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
             false => idle.saturating_sub(last_run.elapsed()).min(Duration::from_secs(10)),
         };
         if spare.is_none() {
-            wait =
-                runs.iter().map(|worker| SPARE_DELAY.saturating_sub(worker.since.elapsed())).fold(wait, Duration::min);
+            wait = wait.min(spare_due_in(&runs));
         }
         // SAFETY: `polled` is a live array of its length.
         let count =
@@ -439,6 +436,16 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     let _ = std::fs::remove_file(&paths.socket);
     let _ = std::fs::remove_file(&paths.state);
     0
+}
+
+/// How long until the next spare may be forked: until every run still connected to its
+/// launcher has run `SPARE_DELAY` (zero when none has less).
+fn spare_due_in(runs: &[Worker]) -> Duration {
+    runs.iter()
+        .filter(|worker| worker.connection.is_some())
+        .map(|worker| SPARE_DELAY.saturating_sub(worker.since.elapsed()))
+        .max()
+        .unwrap_or(Duration::ZERO)
 }
 
 /// Whether the engine file this server runs is still the one its socket is named after (a
