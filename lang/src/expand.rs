@@ -977,7 +977,9 @@ fn fill_piece(
 ) -> Result<Dynamic, Box<EvalAltResult>> {
     match piece {
         Piece::Leaf(value) => Ok(value.clone()),
-        Piece::Gensym(name) => Ok(Dynamic::from(fill_symbol(name, counter, fresh))),
+        Piece::Gensym(name) => {
+            Ok(gensym(name, counter, fresh).map_or_else(|| Dynamic::from(Sym(name.as_str().into())), Dynamic::from))
+        }
         Piece::Hole(name) => lookup_hole(map, name),
         // Compiled only inside lists, where the list's fill splices it.
         Piece::Splice(name) => lookup_hole(map, name),
@@ -992,11 +994,6 @@ fn fill_piece(
             Ok(Dynamic::from_array(out))
         }
     }
-}
-
-/// A symbol of a template: `x#` becomes the call's gensym for it, anything else itself.
-fn fill_symbol(name: &str, counter: &Rc<Cell<u64>>, fresh: &mut HashMap<String, Sym>) -> Sym {
-    gensym(name, counter, fresh).unwrap_or_else(|| Sym(name.into()))
 }
 
 /// The call's gensym for a template symbol `x#` (the same one for every `x#` of the call), or
