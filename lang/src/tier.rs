@@ -210,6 +210,15 @@ impl Hold {
     }
 }
 
+/// A test that fails while it holds the worker lets it go, so dropping its session (which
+/// joins the worker) does not wait for ever.
+#[cfg(test)]
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
 impl Drop for Worker {
     /// Queued jobs are dropped; the one being compiled is finished, and the thread joined: a
     /// process must not exit (running LLVM's static destructors) while the thread uses LLVM.

@@ -309,6 +309,39 @@ fn a_benchmark_times_promoted_code() {
     assert!(outcome.timing.promotions.iter().any(|promotion| promotion.function == "work"));
 }
 
+/// A callee promoted before its caller is defined: its quick code is given back once its slot
+/// points at the promotion, but its unoptimised body is still copied into the caller's
+/// promotion, so a redefinition of the callee sends the caller back to its quick code. (When the
+/// callee's module went with its quick code, the caller was promoted without the callee
+/// inlined, and kept that code after the callee changed only by luck of the slot.)
+#[test]
+fn a_callee_promoted_before_its_caller_is_still_inlined_into_it() {
+    let mut session = session();
+    value(&mut session, "(define ((work int) (x int)) (ret (add x 1)))");
+    value(&mut session, ":tier wait");
+    assert_eq!(session.compiled_levels.get("work"), Some(&3));
+    value(&mut session, "(define ((caller int) (x int)) (ret (mul (call work x) 10)))");
+    value(&mut session, ":tier wait");
+    assert_eq!(session.compiled_levels.get("caller"), Some(&3));
+    let hold = session.tiering.worker.hold();
+    hold.set(true);
+    assert_eq!(value(&mut session, "(define ((work int) (x int)) (ret (add x 2))) (call caller 1)"), "30");
+    assert_eq!(session.compiled_levels.get("caller"), Some(&1));
+    hold.set(false);
+    value(&mut session, ":tier wait");
+    assert_eq!(session.compiled_levels.get("caller"), Some(&3));
+    assert_eq!(value(&mut session, "(call caller 2)"), "40");
+    // The module of a body whose code is gone is kept only while the body is current.
+    let kept = session.tiering.modules_kept();
+    for n in 3..10 {
+        value(&mut session, &format!("(define ((work int) (x int)) (ret (add x {n})))"));
+        value(&mut session, ":tier wait");
+        // A compiled cell, whose commit takes note of the code the promotion let go.
+        assert_eq!(value(&mut session, "(add (call caller 1) 0)"), format!("{}", (1 + n) * 10));
+        assert_eq!(session.tiering.modules_kept(), kept, "after work {n}");
+    }
+}
+
 /// An autotune variant is defined by a quiet cell (`Pipeline::compile_quietly`), not a cell: a
 /// caller promoted with the variant's function inlined goes back to its quick code in that
 /// commit too, before the variant's run calls it.

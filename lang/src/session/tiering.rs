@@ -17,7 +17,7 @@
 //! within noise of an idle one (README, performance), and counting calls first would cost the
 //! quick code a counter on every call.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,6 +83,8 @@ pub(super) struct Tiering {
     /// and their ids oldest first.
     modules: HashMap<u64, Bitcode>,
     module_order: VecDeque<u64>,
+    /// Kept modules whose cell's code the program removed: they go with their last base.
+    code_gone: HashSet<u64>,
     bases: HashMap<String, Base>,
     generations: HashMap<String, u64>,
     /// Names whose definitions changed in the commit under way.
@@ -109,7 +111,11 @@ impl Tiering {
     /// to a library): promotions compiled from the old one must not be used.
     pub(super) fn changed(&mut self, name: &str) {
         *self.generations.entry(name.to_string()).or_insert(0) += 1;
-        self.bases.remove(name);
+        if let Some(base) = self.bases.remove(name) {
+            if self.code_gone.contains(&base.cell) && !self.is_base(base.cell) {
+                self.forget_module(base.cell);
+            }
+        }
         self.states.remove(name);
         self.changed.push(name.to_string());
     }
@@ -121,15 +127,37 @@ impl Tiering {
         while self.module_order.len() > MODULES_KEPT {
             if let Some(oldest) = self.module_order.pop_front() {
                 self.modules.remove(&oldest);
+                self.code_gone.remove(&oldest);
             }
         }
     }
 
-    /// Forgets what belonged to code the program removed.
+    fn forget_module(&mut self, cell: u64) {
+        self.code_gone.remove(&cell);
+        if self.modules.remove(&cell).is_some() {
+            self.module_order.retain(|kept| *kept != cell);
+        }
+    }
+
+    /// How many cells' modules are kept.
+    #[cfg(test)]
+    pub(super) fn modules_kept(&self) -> usize {
+        self.modules.len()
+    }
+
+    /// Whether a cell holds some function's current quick body.
+    fn is_base(&self, cell: u64) -> bool {
+        self.bases.values().any(|base| base.cell == cell)
+    }
+
+    /// Forgets what belonged to code the program removed. A cell's module outlives its code
+    /// while it holds a function's current quick body: a promotion without inlined callees
+    /// lets that code go, but the body is still copied into its callers' promotions.
     fn forget_removed(&mut self, removed: Vec<u64>) {
         for id in removed {
-            if self.modules.remove(&id).is_some() {
-                self.module_order.retain(|kept| *kept != id);
+            match self.is_base(id) && self.modules.contains_key(&id) {
+                true => _ = self.code_gone.insert(id),
+                false => self.forget_module(id),
             }
             self.installed.remove(&id);
         }
