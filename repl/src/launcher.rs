@@ -2,15 +2,18 @@
 //!
 //! Starting the engine costs milliseconds (mapping and initialising LLVM); this binary links
 //! only std, libc and nix and starts in under one. `quasi run` with a `quasi server`
-//! running hands the run to the server's prepared worker and relays its status; everything
-//! else becomes the engine (`exec`, same process, same arguments).
+//! running hands the run to the server's prepared worker and relays its status; with none
+//! running, it starts one in the background for the runs to come (as sccache starts its
+//! server), unless `QUASI_SERVER=0`. Everything else, and a run no server took, becomes the
+//! engine (`exec`, same process, same arguments).
 
 // The server's half of the protocol is unused here.
 #[allow(dead_code)]
 #[path = "server/wire.rs"]
 mod wire;
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -30,12 +33,15 @@ fn main() {
         }
     };
     if arguments.first().is_some_and(|first| first == "run") && wire::may_use_server(&arguments[1..]) {
-        if let Some(stream) = connect(&engine) {
+        match connect(&engine) {
             // A server that took the run decides its status; one that could not, leaves the
             // run to the engine here, as if no server were running.
-            if let Some(status) = served(&stream, arguments[1..].to_vec()) {
-                std::process::exit(status);
+            Some(stream) => {
+                if let Some(status) = served(&stream, arguments[1..].to_vec()) {
+                    std::process::exit(status);
+                }
             }
+            None => start_server_in_background(&engine),
         }
     }
     let error = std::process::Command::new(&engine).arg0(name).args(arguments).exec();
@@ -50,6 +56,53 @@ fn connect(engine: &std::path::Path) -> Option<UnixStream> {
         return None;
     }
     UnixStream::connect(socket).ok()
+}
+
+/// How long a server `quasi run` started waits for a run before it ends.
+const STARTED_IDLE_MINUTES: &std::ffi::CStr = c"10";
+
+/// No server runs: `quasi server start --idle 10` is started for the runs to come, in a
+/// session of its own (Ctrl-C of this run does not reach it; it never holds the terminal),
+/// its streams on /dev/null, while this run goes on in process. Not when the socket folder
+/// exists and is not private (the server would refuse it, at every run). A server already
+/// starting, or started meanwhile by another run, makes the new one end at once.
+fn start_server_in_background(engine: &std::path::Path) {
+    let directory = wire::socket_directory();
+    if directory.exists() && !wire::directory_is_private(&directory) {
+        return;
+    }
+    // Made before forking: the children call only async-signal-safe functions.
+    let Ok(program) = CString::new(engine.as_os_str().as_bytes()) else { return };
+    let argv = [c"quasi", c"server", c"start", c"--idle", STARTED_IDLE_MINUTES];
+    let argv: Vec<*const libc::c_char> =
+        argv.iter().map(|argument| argument.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    // SAFETY: this process has one thread. The child forks again and ends at once, so the
+    // starting server is nobody's child here (the engine this process becomes, and the program
+    // it runs, never see it among their children); the grandchild only calls setsid, open,
+    // dup2, close_range, chdir and execv before it is the engine.
+    unsafe {
+        match libc::fork() {
+            -1 => {}
+            0 => {
+                if libc::fork() == 0 {
+                    libc::setsid();
+                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                    if null >= 0 {
+                        for target in 0..3 {
+                            libc::dup2(null, target);
+                        }
+                    }
+                    libc::close_range(3, libc::c_uint::MAX, 0);
+                    libc::chdir(c"/".as_ptr());
+                    libc::execv(program.as_ptr(), argv.as_ptr());
+                }
+                libc::_exit(0);
+            }
+            child => {
+                libc::waitpid(child, std::ptr::null_mut(), 0);
+            }
+        }
+    }
 }
 
 /// The worker running this launcher's request, for the signal handler.

@@ -46,8 +46,10 @@ usage: quasi                         the interactive REPL (cells from stdin when
                                      running past --timeout (300 s) fails
        quasi server start [--idle MINUTES]
                                      keep a prepared worker for `quasi run`, which then
-                                     skips starting LLVM (QUASI_SERVER=0: not used); the
-                                     server ends after MINUTES without a run (30)
+                                     skips starting LLVM; the server ends after MINUTES
+                                     without a run (30). A `quasi run` that finds none
+                                     starts one (idle 10) for the runs after it;
+                                     QUASI_SERVER=0: none is used or started
        quasi server stop | status    end it; say whether it runs and what it served
        quasi cache [clear]           where `quasi run` keeps compiled objects (QUASI_CACHE:
                                      a folder, or `off`), how many and how big; clear: remove

@@ -306,6 +306,9 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
             return 1;
         }
     };
+    // The socket as bound: a server whose socket was removed (its folder cleaned up) or
+    // replaced serves nobody any more.
+    let bound_socket = socket_identity(&paths.socket);
     let (notify_server, notify_worker) = match UnixStream::pair() {
         Ok(pair) => pair,
         Err(error) => {
@@ -313,16 +316,19 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
             return 1;
         }
     };
+    // `status` and `stop` see the server while it prepares (a `quasi run` may have started it
+    // just before a `stop`).
+    let mut counts = Counts { served: 0, failed_spares: 0 };
+    write_state(paths, idle, &counts, 0);
     let mut prepared = match prepare() {
         Ok(session) => Some(session),
         Err(message) => {
             eprintln!("quasi server: {message}");
             let _ = std::fs::remove_file(&paths.socket);
+            let _ = std::fs::remove_file(&paths.state);
             return 1;
         }
     };
-    let mut counts = Counts { served: 0, failed_spares: 0 };
-    write_state(paths, idle, &counts, 0);
     let _ = std::fs::File::from(ready).write_all(b"ready");
     let mut spare: Option<Worker> = None;
     let mut runs: Vec<Worker> = Vec::new();
@@ -380,8 +386,9 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
                 shown = (counts.served, runs.len());
                 write_state(paths, idle, &counts, runs.len());
             }
-            // Quiet: a server whose engine was rebuilt or removed serves nobody any more.
-            if runs.is_empty() && !engine_unchanged(paths) {
+            // Quiet: a server whose engine was rebuilt or removed, or whose socket is gone,
+            // serves nobody any more.
+            if runs.is_empty() && (!engine_unchanged(paths) || socket_identity(&paths.socket) != bound_socket) {
                 break;
             }
             continue;
@@ -433,8 +440,10 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
         unsafe { libc::kill(worker.pid, libc::SIGKILL) };
         reap(worker.pid);
     }
-    let _ = std::fs::remove_file(&paths.socket);
-    let _ = std::fs::remove_file(&paths.state);
+    if socket_identity(&paths.socket) == bound_socket {
+        let _ = std::fs::remove_file(&paths.socket);
+        let _ = std::fs::remove_file(&paths.state);
+    }
     0
 }
 
@@ -452,6 +461,12 @@ fn spare_due_in(runs: &[Worker]) -> Duration {
 /// launcher beside a rebuilt engine looks for another socket).
 fn engine_unchanged(paths: &Paths) -> bool {
     Paths::of_this_engine().is_ok_and(|now| now.socket == paths.socket)
+}
+
+/// The device and inode of the socket file, if it is there.
+fn socket_identity(socket: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(socket).ok().map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
 /// Waits for the child `pid` and says how it ended.

@@ -29,6 +29,9 @@ fn quasi(arguments: &[&str], input: impl AsRef<[u8]>) -> Finished {
 fn quasi_with(arguments: &[&str], input: impl AsRef<[u8]>, environment: &[(&str, &std::ffi::OsStr)]) -> Finished {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
         .args(arguments)
+        // In process: a `quasi run` would otherwise start a server for the runs after it
+        // (tests/server.rs tests that, in a runtime folder of its own).
+        .env("QUASI_SERVER", "0")
         .envs(environment.iter().copied())
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
@@ -335,7 +338,8 @@ fn run_exits_with_the_status_the_program_passed_to_exit() {
 fn sigint_interrupts_run_with_status_130() {
     let directory = tempfile::tempdir().expect("a temporary directory");
     let file = write_file(directory.path(), "spin.cl", common::SPIN);
-    let child = common::spinning(Command::new(env!("CARGO_BIN_EXE_quasi")).args(["run", &file]));
+    let child =
+        common::spinning(Command::new(env!("CARGO_BIN_EXE_quasi")).args(["run", &file]).env("QUASI_SERVER", "0"));
     let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
     assert!(killed.success());
     let output = child.wait_with_output().expect("quasi ends");

@@ -292,8 +292,9 @@ fn libc_sigterm() -> i32 {
     15
 }
 
-/// `start` twice is one server; `stop` ends it and runs go back to the process; a runtime
-/// folder others may enter is refused.
+/// `start` twice is one server; `stop` ends it; a run then goes back to the process and starts
+/// a server in the background (idle 10 minutes), which serves the runs after it; with
+/// `QUASI_SERVER=0` it starts none; a runtime folder others may enter is refused.
 #[test]
 fn start_stop_and_a_folder_that_is_not_private() {
     let server = Server::start();
@@ -305,8 +306,23 @@ fn start_stop_and_a_folder_that_is_not_private() {
     assert_eq!(status.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&status.stdout), "quasi server: not running\n");
     server.write("echo.cl", ECHO);
-    let alone = finish(server.quasi(&["run", "echo.cl"]), "a");
+    let mut refusing = server.quasi(&["run", "echo.cl"]);
+    refusing.env("QUASI_SERVER", "0");
+    let alone = finish(refusing, "a");
     assert_eq!(alone.status.code(), Some(3), "{alone:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let status = server.quasi(&["server", "status"]).output().expect("quasi server status runs");
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "quasi server: not running\n");
+    let first = finish(server.quasi(&["run", "echo.cl"]), "a");
+    assert_eq!(String::from_utf8_lossy(&first.stdout), String::from_utf8_lossy(&alone.stdout));
+    assert_eq!(first.status.code(), Some(3), "{first:?}");
+    let started = Instant::now();
+    while !server.quasi(&["server", "status"]).output().expect("quasi server status runs").status.success() {
+        assert!(started.elapsed() < Duration::from_secs(30), "`quasi run` started no server");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.count("idle minutes"), 10);
+    server.run_both_ways(&["echo.cl"], "a");
 
     let open = tempfile::tempdir().expect("a runtime folder");
     let folder: &Path = &open.path().join("quasi");
