@@ -334,6 +334,21 @@ fn run_prepared(session: Session, arguments: Vec<OsString>) -> i32 {
     }
 }
 
+/// A `quasi server`'s compile of a program its user saved (`server/saved.rs`): `quasi run`'s
+/// arguments, read as `run_prepared` reads them, and the session it prepared. The program is
+/// compiled as its run would compile it, into the object cache; nothing runs.
+fn compile_prepared(mut session: Session, arguments: Vec<OsString>) {
+    let parsed = parse_arguments(std::iter::once(OsString::from("run")).chain(arguments).collect());
+    let Ok(Invocation::Run { opt, file, .. }) = parsed else { return };
+    let Ok(text) = std::fs::read_to_string(&file) else { return };
+    if let Some(level) = opt {
+        session.set_opt_level(level);
+    }
+    session.set_object_cache(ObjectCache::from_environment());
+    session.compile_file(&file, text);
+    std::mem::forget(session);
+}
+
 /// Runs a file. `prepared`: a session made ahead at the batch level (`--opt` sets another); it
 /// is never dropped (the process ends with the run, and sooner without it).
 fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32 {

@@ -25,6 +25,8 @@
 #[allow(dead_code)]
 pub mod wire;
 
+mod saved;
+
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::DirBuilderExt;
@@ -332,6 +334,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     let _ = std::fs::File::from(ready).write_all(b"ready");
     let mut spare: Option<Worker> = None;
     let mut runs: Vec<Worker> = Vec::new();
+    let mut saved = saved::Saved::new();
     let mut last_run = Instant::now();
     // What the state file says: runs served and running.
     let mut shown = (0, 0);
@@ -343,13 +346,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
                 eprintln!("quasi server: {SPARE_FAILURES} prepared workers in a row ended before a run; stopping");
                 break;
             }
-            // The server's own descriptors, which a worker must not keep.
-            let server_owned: Vec<RawFd> = [notify_server.as_raw_fd(), lock.as_raw_fd()]
-                .into_iter()
-                .chain(runs.iter().flat_map(|worker| {
-                    std::iter::once(worker.pidfd.as_raw_fd()).chain(worker.connection.as_ref().map(AsRawFd::as_raw_fd))
-                }))
-                .collect();
+            let server_owned = server_owned(&[notify_server.as_raw_fd(), lock.as_raw_fd()], &runs, &saved);
             match fork_spare(&listener, &notify_worker, &mut prepared, &server_owned) {
                 Ok(worker) => spare = Some(worker),
                 Err(error) => {
@@ -361,8 +358,12 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
         if runs.is_empty() && last_run.elapsed() >= idle {
             break;
         }
-        // Polled: the hand-over socket, every worker's pidfd, every launcher's connection.
+        // Polled: the hand-over socket, every worker's pidfd, every launcher's connection, and
+        // what watches saved programs.
         let mut polled = vec![libc::pollfd { fd: notify_server.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        for fd in saved.descriptors() {
+            polled.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
         for worker in spare.iter().chain(&runs) {
             polled.push(libc::pollfd { fd: worker.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             if let Some(connection) = &worker.connection {
@@ -378,9 +379,20 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
         if spare.is_none() {
             wait = wait.min(spare_due_in(&runs));
         }
+        if let Some(due) = saved.due_in() {
+            wait = wait.min(due);
+        }
         // SAFETY: `polled` is a live array of its length.
         let count =
             unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
+        let ready_fds: Vec<RawFd> = polled.iter().filter(|poll| poll.revents != 0).map(|poll| poll.fd).collect();
+        saved.readable(&ready_fds);
+        if saved.due_in().is_some_and(|due| due.is_zero()) {
+            let mut server_owned = server_owned(&[notify_server.as_raw_fd(), lock.as_raw_fd()], &runs, &saved);
+            server_owned.extend([listener.as_raw_fd(), notify_worker.as_raw_fd()]);
+            server_owned.extend(spare.iter().map(|worker| worker.pidfd.as_raw_fd()));
+            saved.compile_due(&mut prepared, &server_owned);
+        }
         if count <= 0 {
             if stale {
                 shown = (counts.served, runs.len());
@@ -393,11 +405,11 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
             }
             continue;
         }
-        let ready_fds: Vec<RawFd> = polled.iter().filter(|poll| poll.revents != 0).map(|poll| poll.fd).collect();
         // A hand-over first: the worker that took a run may also have ended already.
         if ready_fds.contains(&notify_server.as_raw_fd()) {
-            match wire::receive_fd(&notify_server) {
-                Ok((connection, pid)) if spare.as_ref().is_some_and(|worker| worker.pid == pid) => {
+            match wire::receive_hand_over(&notify_server) {
+                Ok((connection, pid, request)) if spare.as_ref().is_some_and(|worker| worker.pid == pid) => {
+                    saved.remember(request);
                     let mut worker = spare.take().expect("just matched");
                     worker.connection = Some(UnixStream::from(connection));
                     worker.since = Instant::now();
@@ -406,7 +418,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
                     counts.failed_spares = 0;
                     last_run = Instant::now();
                 }
-                Ok((_, pid)) => eprintln!("quasi server: a hand-over from pid {pid}, which is not the spare"),
+                Ok((_, pid, _)) => eprintln!("quasi server: a hand-over from pid {pid}, which is not the spare"),
                 Err(error) => eprintln!("quasi server: a hand-over failed: {error}"),
             }
         }
@@ -434,6 +446,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
             true
         });
     }
+    saved.stop();
     // Runs in flight go on (they report their own status); the spare would serve nobody.
     if let Some(worker) = spare {
         // SAFETY: our child, not yet reaped.
@@ -445,6 +458,15 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
         let _ = std::fs::remove_file(&paths.state);
     }
     0
+}
+
+/// The server's own descriptors, which a worker or compiler must not keep: `fixed`, every
+/// run's pidfd and launcher connection, and what watches saved programs.
+fn server_owned(fixed: &[RawFd], runs: &[Worker], saved: &saved::Saved) -> Vec<RawFd> {
+    let runs = runs.iter().flat_map(|worker| {
+        std::iter::once(worker.pidfd.as_raw_fd()).chain(worker.connection.as_ref().map(AsRawFd::as_raw_fd))
+    });
+    fixed.iter().copied().chain(runs).chain(saved.descriptors()).collect()
 }
 
 /// How long until the next spare may be forked: until every run still connected to its
@@ -642,7 +664,9 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
         }
     };
     let pid = std::process::id() as i32;
-    if Answer::Worker(pid).write(&connection).is_err() || wire::send_fd(notify, connection.as_raw_fd(), pid).is_err() {
+    if Answer::Worker(pid).write(&connection).is_err()
+        || wire::send_hand_over(notify, connection.as_raw_fd(), pid, &request).is_err()
+    {
         // The server does not know this worker took the run; ending lets it fork another.
         return 1;
     }
@@ -654,17 +678,9 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     unsafe { libc::close(listener.as_raw_fd()) };
     adopt(&request, streams);
     request.apply_limits();
-    // The launcher's environment replaces the server's. Sound: the only other threads are the
-    // session's executor and its interrupter, if started, waiting idle for the run; nothing
-    // reads the environment while it changes.
-    for (name, _) in std::env::vars_os() {
-        std::env::remove_var(name);
-    }
-    for (name, value) in &request.environment {
-        if !name.is_empty() && !name.as_encoded_bytes().contains(&b'=') {
-            std::env::set_var(name, value);
-        }
-    }
+    // Sound: the only other threads are the session's executor and its interrupter, if
+    // started, waiting idle for the run; nothing reads the environment while it changes.
+    take_environment(&request);
     let code = crate::run_prepared(session, request.arguments);
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
@@ -677,6 +693,18 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     release_streams();
     let _ = Answer::Exited(code).write(&connection);
     code
+}
+
+/// The launcher's environment replaces this process's (no other thread may read it meanwhile).
+fn take_environment(request: &wire::Request) {
+    for (name, _) in std::env::vars_os() {
+        std::env::remove_var(name);
+    }
+    for (name, value) in &request.environment {
+        if !name.is_empty() && !name.as_encoded_bytes().contains(&b'=') {
+            std::env::set_var(name, value);
+        }
+    }
 }
 
 /// Points the standard streams at /dev/null, closing the launcher's.

@@ -292,6 +292,57 @@ fn libc_sigterm() -> i32 {
     15
 }
 
+/// The objects in the server's object cache: file names and inodes (a file written again is a
+/// new inode).
+fn objects(server: &Server) -> std::collections::BTreeSet<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(server.work.path().join("object-cache")) else { return Default::default() };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".qo"))
+        .map(|entry| (entry.file_name().to_string_lossy().into_owned(), entry.metadata().expect("metadata").ino()))
+        .collect()
+}
+
+/// A program the server ran is compiled again when it is saved, at its run's `--opt`, into the
+/// object cache: the next run links that object (none is written again) and prints what the
+/// saved program prints.
+#[test]
+fn a_saved_program_is_compiled_before_its_next_run() {
+    let server = Server::start();
+    let tiny = |bound: u32| {
+        format!(
+            "(define ((printf int) (format (ptr int8)) ...))\n(define ((main int)) (declare i int) (declare sum int)\n  \
+             (for ((set i 0) (lt i {bound}) (set i (add i 1))) (set sum (add sum i)))\n  \
+             (call printf \"sum %d\\n\" sum) (ret 0))\n"
+        )
+    };
+    for (arguments, bound) in [(&["tiny.cl"][..], 100), (&["--opt", "1", "tiny.cl"][..], 300)] {
+        server.write("tiny.cl", &tiny(bound));
+        let first = finish(server.run(arguments), "");
+        assert_eq!(String::from_utf8_lossy(&first.stdout), format!("sum {}\n", bound * (bound - 1) / 2), "{first:?}");
+        server.served.set(server.served.get() + 1);
+        wait_for(&server, "runs served", server.served.get());
+        let before = objects(&server);
+        server.write("tiny.cl", &tiny(bound + 100));
+        let started = Instant::now();
+        let compiled = loop {
+            let now = objects(&server);
+            if now.len() > before.len() {
+                break now;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "the saved program was not compiled");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let next = finish(server.run(arguments), "");
+        let bound = bound + 100;
+        assert_eq!(String::from_utf8_lossy(&next.stdout), format!("sum {}\n", bound * (bound - 1) / 2), "{next:?}");
+        server.served.set(server.served.get() + 1);
+        wait_for(&server, "runs served", server.served.get());
+        assert_eq!(objects(&server), compiled, "the run after the save compiled the program again");
+    }
+}
+
 /// `start` twice is one server; `stop` ends it; a run then goes back to the process and starts
 /// a server in the background (idle 10 minutes), which serves the runs after it; with
 /// `QUASI_SERVER=0` it starts none; a runtime folder others may enter is refused.

@@ -362,6 +362,15 @@ impl Session {
         (outcome, status)
     }
 
+    /// Compiles a file as `run_file` would, and runs nothing: with an object cache, its object
+    /// is stored there, so that `run_file` of the same text in a session like this one (as a
+    /// `quasi server` prepares them) links it instead of compiling. Whether it compiled.
+    pub fn compile_file(&mut self, path: &str, text: String) -> bool {
+        self.history.cell_count += 1;
+        self.interrupt.store(false, Ordering::SeqCst);
+        !self.eval_source(path.to_string(), text, EvalMode::Compile, &mut |_| {}).failed()
+    }
+
     fn run_script(&mut self, path: &str, text: String, args: &[String]) -> (Outcome, i32) {
         self.history.cell_count += 1;
         self.interrupt.store(false, Ordering::SeqCst);
@@ -595,6 +604,12 @@ impl Session {
                 return self.fail(outcome, diagnostics);
             }
         };
+        if mode == EvalMode::Compile {
+            // Compiled, and stored in the object cache: not committed, nothing run.
+            self.libraries.drop_pending();
+            self.staging.stage.restore(saved_stage);
+            return outcome;
+        }
         if let Some((linked, bitcode)) = linked {
             let defined = self.commit(&cell, linked);
             self.queue_promotions(&cell, bitcode);
@@ -1044,6 +1059,8 @@ enum EvalMode {
     Script,
     /// The call of `main` after a script: its value is the exit status.
     Main,
+    /// `compile_file`: a script compiled into the object cache, not run.
+    Compile,
 }
 
 /// An `include` reports one summary line instead of a line per declaration it made.

@@ -387,5 +387,14 @@ fn a_program_compiled_again_links_its_object_from_the_cache() {
     assert_eq!(run(program(7), 2), ("value 7\n".to_string(), 7, true), "another level, compiled");
     assert_eq!(run(program(7), 2), ("value 7\n".to_string(), 7, false));
     assert_eq!(entries(), 3);
+    // `compile_file` (a server compiling a saved program): stored, nothing run, and the next
+    // run links it.
+    let config = SessionConfig { capture_output: true, load_prelude: false, opt_level: 3, ..SessionConfig::default() };
+    let mut session = Session::new(config).expect("a session starts");
+    session.set_object_cache(Some(crate::ObjectCache::new(&directory)));
+    assert!(session.compile_file("program.cl", program(11)));
+    assert!(!session.compile_file("program.cl", "(define ((main int)) (ret 1.5))".to_string()));
+    assert_eq!(entries(), 4);
+    assert_eq!(run(program(11), 3), ("value 11\n".to_string(), 11, false), "compiled before, not run");
     std::fs::remove_dir_all(&directory).expect("the cache folder is removed");
 }

@@ -69,7 +69,7 @@ pub fn socket_path(engine: &Path) -> io::Result<PathBuf> {
 
 /// What a launcher asks a server to run: `quasi run`'s arguments in the launcher's directory
 /// and environment.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request {
     pub directory: PathBuf,
     /// The file mode creation mask.
@@ -226,24 +226,40 @@ pub fn receive_request(stream: &UnixStream) -> io::Result<(Request, [OwnedFd; 3]
     Ok((request, streams.0))
 }
 
-/// Sends `fd` and a process id (the worker hands its connection to the server this way).
-pub fn send_fd(stream: &UnixStream, fd: RawFd, pid: i32) -> io::Result<()> {
-    sendmsg::<()>(
-        stream.as_raw_fd(),
-        &[IoSlice::new(&pid.to_le_bytes())],
-        &[ControlMessage::ScmRights(&[fd])],
-        MsgFlags::empty(),
-        None,
-    )?;
+/// The worker's hand-over to the server: the launcher's connection, the worker's pid and the
+/// run's request (which the server keeps, to compile the program again when it is saved). One
+/// `sendmsg`, so the server never waits for the rest of a message.
+pub fn send_hand_over(stream: &UnixStream, fd: RawFd, pid: i32, request: &Request) -> io::Result<()> {
+    let body = request.encode();
+    let length = (body.len() as u32).to_le_bytes();
+    let pid = pid.to_le_bytes();
+    let slices = [IoSlice::new(&pid), IoSlice::new(&length), IoSlice::new(&body)];
+    let sent =
+        sendmsg::<()>(stream.as_raw_fd(), &slices, &[ControlMessage::ScmRights(&[fd])], MsgFlags::empty(), None)?;
+    let whole = 8 + body.len();
+    if sent < whole {
+        // Larger than the socket's buffer: the rest follows as plain data.
+        let mut rest = pid.to_vec();
+        rest.extend_from_slice(&length);
+        rest.extend_from_slice(&body);
+        (&*stream).write_all(&rest[sent..])?;
+    }
     Ok(())
 }
 
-/// Receives what `send_fd` sent.
-pub fn receive_fd(stream: &UnixStream) -> io::Result<(OwnedFd, i32)> {
-    let ([fd], bytes) = receive_fds::<1>(stream, 4)?;
-    let mut pid = [0; 4];
-    pid.copy_from_slice(&bytes);
-    Ok((fd, i32::from_le_bytes(pid)))
+/// Receives what `send_hand_over` sent: the connection, the pid and the request.
+pub fn receive_hand_over(stream: &UnixStream) -> io::Result<(OwnedFd, i32, Request)> {
+    let ([fd], bytes) = receive_fds::<1>(stream, 8)?;
+    let pid = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    let length = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize;
+    if length > MAX_REQUEST {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "a request larger than 4 MiB"));
+    }
+    let mut body = vec![0; length];
+    (&*stream).read_exact(&mut body)?;
+    let request = Request::decode(&body)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a request that is not one"))?;
+    Ok((fd, pid, request))
 }
 
 /// Receives `N` descriptors with the `length` bytes they came with.
@@ -334,6 +350,27 @@ mod tests {
         };
         assert_eq!(Request::decode(&request.encode()), Some(request));
         assert_eq!(Request::decode(&[1, 0]), None);
+    }
+
+    #[test]
+    fn a_hand_over_carries_the_connection_pid_and_request() {
+        let (left, right) = UnixStream::pair().expect("a socket pair");
+        let small = Request { directory: "/work".into(), arguments: vec!["a.cl".into()], ..Request::default() };
+        // Larger than a socket's buffer: the rest follows the first message.
+        let large = Request { environment: vec![("BIG".into(), "x".repeat(1 << 20).into())], ..small.clone() };
+        for request in [small, large] {
+            let sent = request.clone();
+            let fd = left.as_raw_fd();
+            let sender = std::thread::spawn(move || {
+                // SAFETY: `left` outlives the thread (joined below).
+                let left = std::mem::ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) });
+                send_hand_over(&left, 0, 42, &sent).expect("sent");
+            });
+            let (connection, pid, received) = receive_hand_over(&right).expect("received");
+            sender.join().expect("the sender ends");
+            assert!(connection.as_raw_fd() > 2);
+            assert_eq!((pid, received), (42, request));
+        }
     }
 
     #[test]
