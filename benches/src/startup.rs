@@ -175,6 +175,9 @@ int main(void) { int sum = 0; for (int i = 0; i < 100; i++) sum += i; printf(\"s
 ";
 const TINY_OUTPUT: &str = "sum 4950\n";
 
+/// How long before its run the edited program is saved.
+const SAVED_BEFORE: Duration = Duration::from_millis(100);
+
 /// Wall time of `quasi run` of a tiny program, in process and handed to a `quasi server`, side
 /// by side with its C twin run by `tcc -run` and built by `clang -O0` then run, interleaved run
 /// by run; each output is checked. The server is the bench's own, in a runtime folder of its
@@ -206,7 +209,8 @@ fn tiny_programs(options: &Options, quasi: &std::path::Path, table: &mut Table) 
     if !started.status.success() {
         bail!("`quasi server start` failed: {}", String::from_utf8_lossy(&started.stderr));
     }
-    let result = tiny_rows(options, &quasi_command, &clisp, &c, &binary, table);
+    let edited = directory.join("edited.cl");
+    let result = tiny_rows(options, &quasi_command, &clisp, &edited, &c, &binary, table);
     let _ = quasi_command(&["server".as_ref(), "stop".as_ref()], true, true).output();
     let _ = std::fs::remove_dir_all(&directory);
     result
@@ -216,6 +220,7 @@ fn tiny_rows(
     options: &Options,
     quasi: &dyn Fn(&[&std::ffi::OsStr], bool, bool) -> Command,
     clisp: &std::path::Path,
+    edited: &std::path::Path,
     c: &std::path::Path,
     binary: &std::path::Path,
     table: &mut Table,
@@ -241,9 +246,20 @@ fn tiny_rows(
     let run = ["run".as_ref(), clisp.as_os_str()];
     let (mut alone, mut alone_cold, mut served, mut served_cold) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut tcc, mut clang, mut served_quick) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut served_saved, mut tcc_paused) = (Vec::new(), Vec::new());
     let quick = ["run".as_ref(), "--opt".as_ref(), "1".as_ref(), clisp.as_os_str()];
+    // The tiny program with one more function, whose value each edit changes: the same output,
+    // other code.
+    let edit = |version: usize| {
+        std::fs::write(edited, format!("{TINY_CLISP}(define ((edition int)) (ret {version}))\n"))
+            .context("cannot write edited.cl")
+    };
+    let run_edited = ["run".as_ref(), edited.as_os_str()];
     // The first run fills the object cache; the rows with it measure the program run again.
     timed(quasi(&run, false, true), true)?;
+    // The server ran the edited program once: it watches it from now on.
+    edit(0)?;
+    timed(quasi(&run_edited, true, true), true)?;
     for _ in 0..options.runs {
         // Each served run follows a run in process, not another served run: the spare a run
         // leaves behind gets the moment it needs to prepare (`quasi server`), as between
@@ -259,6 +275,14 @@ fn tiny_rows(
         let ran = built.and_then(|_| timed(command(binary.as_os_str(), &[]), true).ok().flatten());
         clang.push(ran.map(|_| start.elapsed()));
         served_quick.push(timed(quasi(&quick, true, false), true)?);
+        // An edit saved, then run a moment later (as a person switches to the terminal): the
+        // server compiled it when it was saved.
+        edit(served_saved.len() + 1)?;
+        std::thread::sleep(SAVED_BEFORE);
+        served_saved.push(timed(quasi(&run_edited, true, true), true)?);
+        // Its C twin after the same pause: an idle machine is slower to start anything.
+        std::thread::sleep(SAVED_BEFORE);
+        tcc_paused.push(timed(command("tcc".as_ref(), &["-run".as_ref(), c.as_os_str()]), true)?);
     }
     let collect = |runs: Vec<Option<Duration>>| runs.into_iter().collect::<Option<Vec<Duration>>>().map(Samples::new);
     let printed = "`quasi run` of the tiny program did not print `sum 4950`";
@@ -267,21 +291,30 @@ fn tiny_rows(
     let served = collect(served).context(printed)?;
     let served_cold = collect(served_cold).context(printed)?;
     let served_quick = collect(served_quick).context(printed)?;
+    let served_saved = collect(served_saved).context(printed)?;
     add_row(table, "`quasi run tiny.cl` (a loop and a printf; exits after main), run before", &alone);
     add_row(table, "`quasi run tiny.cl`, object cache off (a program's first run)", &alone_cold);
     add_row(table, "`quasi run tiny.cl` with `quasi server` running, run before", &served);
     add_row(table, "`quasi run tiny.cl` with `quasi server`, object cache off", &served_cold);
     add_row(table, "`quasi run --opt 1 tiny.cl` with `quasi server`, object cache off", &served_quick);
-    match collect(tcc) {
-        Some(tcc) => {
+    add_row(
+        table,
+        "`quasi run edited.cl` with `quasi server`, the program edited and saved 100 ms before",
+        &served_saved,
+    );
+    match collect(tcc).zip(collect(tcc_paused)) {
+        Some((tcc, tcc_paused)) => {
             add_row(table, "`tcc -run tiny.c`, its C twin", &tcc);
+            add_row(table, "`tcc -run tiny.c`, 100 ms after the last command (as the edited run)", &tcc_paused);
             let ratio = |ours: &Samples| ours.median().as_secs_f64() / tcc.median().as_secs_f64().max(1e-12);
+            let paused = served_saved.median().as_secs_f64() / tcc_paused.median().as_secs_f64().max(1e-12);
             println!(
                 "`quasi run` / `tcc -run` of the tiny program, medians of {} interleaved runs: with `quasi server` \
-                 {:.2} run before (goal <= 1.00), {:.2} first run ({:.2} at --opt 1); in process {:.2} run before, \
-                 {:.2} first run",
+                 {:.2} run before (goal <= 1.00), {:.2} edited and saved 100 ms before (against tcc after the same \
+                 pause), {:.2} first run ({:.2} at --opt 1); in process {:.2} run before, {:.2} first run",
                 options.runs,
                 ratio(&served),
+                paused,
                 ratio(&served_cold),
                 ratio(&served_quick),
                 ratio(&alone),
