@@ -13,6 +13,7 @@ mod bench;
 mod check;
 mod codegen;
 mod command;
+mod cost;
 mod diagnostics;
 mod expand;
 mod gpu;

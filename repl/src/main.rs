@@ -344,6 +344,7 @@ fn compile_prepared(mut session: Session, arguments: Vec<OsString>) {
     if let Some(level) = opt {
         session.set_opt_level(level);
     }
+    session.set_quick_short_runs(opt.is_none());
     session.set_object_cache(ObjectCache::from_environment());
     session.compile_file(&file, text);
     std::mem::forget(session);
@@ -373,6 +374,7 @@ fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bo
             return 1;
         }
     };
+    session.set_quick_short_runs(opt.is_none());
     // Read now: a server's worker has just taken the launcher's environment.
     session.set_object_cache(ObjectCache::from_environment());
     watch_interrupts(&session);

@@ -14,7 +14,7 @@ mod expr;
 mod sim;
 mod stmt;
 mod trampoline;
-mod versioning;
+pub(crate) mod versioning;
 
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;

@@ -115,19 +115,19 @@ pub(super) fn plan_nest(root: &Stmt, address_taken: &HashSet<usize>) -> Option<N
 /// A canonical loop: `(for (INIT (lt V B) (set V (add V C))) BODY…)` (or `le`) over an `int`
 /// local V that BODY, B and C do not assign, where B and C do not read V or what the loop
 /// assigns. While the body runs, V lies between its start and B; C is checked not negative.
-struct LoopFacts<'t> {
+pub(crate) struct LoopFacts<'t> {
     variable: usize,
     /// The value INIT gives V. The nest's root may have none: its INIT ran before the guard,
     /// which reads V itself.
-    start: Option<&'t Expr>,
-    limit: &'t Expr,
-    strict: bool,
-    step: &'t Expr,
+    pub(crate) start: Option<&'t Expr>,
+    pub(crate) limit: &'t Expr,
+    pub(crate) strict: bool,
+    pub(crate) step: &'t Expr,
     /// The canonical loops around this one, outermost first (indices into `Nest::loops`).
     context: Vec<usize>,
 }
 
-fn canonical<'t>(
+pub(crate) fn canonical<'t>(
     init: Option<&'t Expr>,
     cond: &'t Expr,
     step: Option<&'t Expr>,

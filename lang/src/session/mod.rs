@@ -159,6 +159,9 @@ pub struct Session {
     opt_level: u8,
     /// Whether `:opt` chose the level (else `:load` compiles at `BATCH_OPT_LEVEL`).
     opt_pinned: bool,
+    /// Whether a script whose whole run is provably short compiles at the quick level
+    /// (`quasi run` without `--opt`).
+    quick_short_runs: bool,
     /// The level each defined function's code was compiled at, for `:tier`.
     compiled_levels: HashMap<String, u8>,
     /// Background promotion of quickly compiled code to opt 3 (tiered compilation).
@@ -212,6 +215,7 @@ impl Session {
         let mut session = Session {
             opt_level: config.opt_level.min(3),
             opt_pinned: false,
+            quick_short_runs: false,
             compiled_levels: HashMap::new(),
             tiering: Tiering::default(),
             runner: Runner::new(interrupt.clone()),
@@ -294,6 +298,13 @@ impl Session {
     /// The current optimisation level.
     pub fn opt_level(&self) -> u8 {
         self.opt_level
+    }
+
+    /// Makes `run_file` (and `compile_file`) compile a program whose whole run its text bounds
+    /// to a few thousand steps at the quick level instead of the session's: optimising it at
+    /// `:opt 3` would take longer than running it (`quasi run` without `--opt`; §5.5).
+    pub fn set_quick_short_runs(&mut self, on: bool) {
+        self.quick_short_runs = on;
     }
 
     /// Makes the session compile at `level` from now on, as if it had been made with it
@@ -583,6 +594,12 @@ impl Session {
             }
         };
         outcome.diagnostics.extend(explain_expansions(cell.warnings.clone(), &expanded.sites));
+        let script = matches!(mode, EvalMode::Script | EvalMode::Compile);
+        let short = || crate::cost::run_steps(&cell).is_some_and(|steps| steps <= crate::cost::SHORT_RUN_STEPS);
+        if script && self.quick_short_runs && self.opt_level > DEFAULT_OPT_LEVEL && short() {
+            // The batch session runs this program only.
+            self.opt_level = DEFAULT_OPT_LEVEL;
+        }
         // A cell that only calls a session function with constant or global arguments runs
         // through its signature's trampoline: nothing to compile, link or commit.
         let call_cell = match session_forms.is_empty() && expanded.includes.is_empty() {

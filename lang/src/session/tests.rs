@@ -398,3 +398,32 @@ fn a_program_compiled_again_links_its_object_from_the_cache() {
     assert_eq!(run(program(11), 3), ("value 11\n".to_string(), 11, false), "compiled before, not run");
     std::fs::remove_dir_all(&directory).expect("the cache folder is removed");
 }
+
+/// `quasi run` without `--opt`: a program whose whole run its text bounds to a few thousand
+/// steps compiles at the quick level (optimising would take longer than running it), any other
+/// at the batch level; with `--opt` (the flag off), the level is the session's.
+#[test]
+fn a_provably_short_run_compiles_at_the_quick_level() {
+    let program = |bound: &str| {
+        format!(
+            "(define ((printf int) (format (ptr int8)) ...))
+             (define ((main int) (argc int) (argv (ptr (ptr int8)))) (declare i int) (declare sum int)
+               (for ((set i 0) (lt i {bound}) (set i (add i 1))) (set sum (add sum i)))
+               (call printf \"%d\\n\" sum) (ret 0))"
+        )
+    };
+    let level = |bound: &str, quick_short_runs: bool| {
+        let config =
+            SessionConfig { capture_output: true, load_prelude: false, opt_level: 3, ..SessionConfig::default() };
+        let mut session = Session::new(config).expect("a session starts");
+        session.set_quick_short_runs(quick_short_runs);
+        let (outcome, status) = session.run_file("short.cl", program(bound), &[]);
+        assert!(!outcome.failed(), "{:?}", outcome.diagnostics);
+        assert_eq!(status, 0);
+        session.compiled_levels.get("main").copied()
+    };
+    assert_eq!(level("100", true), Some(1));
+    assert_eq!(level("100", false), Some(3));
+    assert_eq!(level("argc", true), Some(3));
+    assert_eq!(level("1000000", true), Some(3));
+}
