@@ -170,6 +170,17 @@ const TINY_CLISP: &str = "(define ((printf int) (format (ptr int8)) ...))
   (call printf \"sum %d\\n\" sum)
   (ret 0))
 ";
+/// The tiny program with its loop bounded by `argc` (1): nothing bounds its run in its text,
+/// so `quasi run` compiles it at `:opt 3` (a tiny program whose loop bound is a constant is
+/// compiled at 1: docs/language.md §5.5).
+const ARGC_CLISP: &str = "(define ((printf int) (format (ptr int8)) ...))
+(define ((main int) (argc int) (argv (ptr (ptr int8))))
+  (declare i int)
+  (declare sum int)
+  (for ((set i 0) (lt i (mul argc 100)) (set i (add i 1))) (set sum (add sum i)))
+  (call printf \"sum %d\\n\" sum)
+  (ret 0))
+";
 const TINY_C: &str = "#include <stdio.h>
 int main(void) { int sum = 0; for (int i = 0; i < 100; i++) sum += i; printf(\"sum %d\\n\", sum); return 0; }
 ";
@@ -210,17 +221,26 @@ fn tiny_programs(options: &Options, quasi: &std::path::Path, table: &mut Table) 
         bail!("`quasi server start` failed: {}", String::from_utf8_lossy(&started.stderr));
     }
     let edited = directory.join("edited.cl");
-    let result = tiny_rows(options, &quasi_command, &clisp, &edited, &c, &binary, table);
+    let argc = directory.join("argc.cl");
+    std::fs::write(&argc, ARGC_CLISP).context("cannot write argc.cl")?;
+    let programs = Programs { tiny: &clisp, edited: &edited, argc: &argc };
+    let result = tiny_rows(options, &quasi_command, &programs, &c, &binary, table);
     let _ = quasi_command(&["server".as_ref(), "stop".as_ref()], true, true).output();
     let _ = std::fs::remove_dir_all(&directory);
     result
 }
 
+/// The C-Lisp programs of the start-up rows.
+struct Programs<'p> {
+    tiny: &'p std::path::Path,
+    edited: &'p std::path::Path,
+    argc: &'p std::path::Path,
+}
+
 fn tiny_rows(
     options: &Options,
     quasi: &dyn Fn(&[&std::ffi::OsStr], bool, bool) -> Command,
-    clisp: &std::path::Path,
-    edited: &std::path::Path,
+    programs: &Programs<'_>,
     c: &std::path::Path,
     binary: &std::path::Path,
     table: &mut Table,
@@ -243,10 +263,12 @@ fn tiny_rows(
         command.args(arguments);
         command
     };
+    let (clisp, edited) = (programs.tiny, programs.edited);
     let run = ["run".as_ref(), clisp.as_os_str()];
+    let run_argc = ["run".as_ref(), programs.argc.as_os_str()];
     let (mut alone, mut alone_cold, mut served, mut served_cold) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut tcc, mut clang, mut served_quick) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut served_saved, mut tcc_paused) = (Vec::new(), Vec::new());
+    let (mut served_saved, mut tcc_paused, mut served_argc) = (Vec::new(), Vec::new(), Vec::new());
     let quick = ["run".as_ref(), "--opt".as_ref(), "1".as_ref(), clisp.as_os_str()];
     // The tiny program with one more function, whose value each edit changes: the same output,
     // other code.
@@ -268,6 +290,7 @@ fn tiny_rows(
         served.push(timed(quasi(&run, true, true), true)?);
         alone_cold.push(timed(quasi(&run, false, false), true)?);
         served_cold.push(timed(quasi(&run, true, false), true)?);
+        served_argc.push(timed(quasi(&run_argc, true, false), true)?);
         tcc.push(timed(command("tcc".as_ref(), &["-run".as_ref(), c.as_os_str()]), true)?);
         let start = Instant::now();
         let build = [OsStr::new("-O0"), c.as_os_str(), OsStr::new("-o"), binary.as_os_str()];
@@ -292,10 +315,20 @@ fn tiny_rows(
     let served_cold = collect(served_cold).context(printed)?;
     let served_quick = collect(served_quick).context(printed)?;
     let served_saved = collect(served_saved).context(printed)?;
+    let served_argc = collect(served_argc).context(printed)?;
     add_row(table, "`quasi run tiny.cl` (a loop and a printf; exits after main), run before", &alone);
     add_row(table, "`quasi run tiny.cl`, object cache off (a program's first run)", &alone_cold);
     add_row(table, "`quasi run tiny.cl` with `quasi server` running, run before", &served);
-    add_row(table, "`quasi run tiny.cl` with `quasi server`, object cache off", &served_cold);
+    add_row(
+        table,
+        "`quasi run tiny.cl` with `quasi server`, object cache off (a short run: compiled at 1)",
+        &served_cold,
+    );
+    add_row(
+        table,
+        "`quasi run argc.cl` (loop bound `argc`) with `quasi server`, object cache off (at 3)",
+        &served_argc,
+    );
     add_row(table, "`quasi run --opt 1 tiny.cl` with `quasi server`, object cache off", &served_quick);
     add_row(
         table,
@@ -311,12 +344,14 @@ fn tiny_rows(
             println!(
                 "`quasi run` / `tcc -run` of the tiny program, medians of {} interleaved runs: with `quasi server` \
                  {:.2} run before (goal <= 1.00), {:.2} edited and saved 100 ms before (against tcc after the same \
-                 pause), {:.2} first run ({:.2} at --opt 1); in process {:.2} run before, {:.2} first run",
+                 pause), {:.2} first run ({:.2} at --opt 1, {:.2} for argc.cl at 3); in process {:.2} run before, \
+                 {:.2} first run",
                 options.runs,
                 ratio(&served),
                 paused,
                 ratio(&served_cold),
                 ratio(&served_quick),
+                ratio(&served_argc),
                 ratio(&alone),
                 ratio(&alone_cold)
             );
