@@ -585,6 +585,21 @@ fn fork_spare(
     prepared: &mut Option<Session>,
     server_owned: &[RawFd],
 ) -> std::io::Result<Worker> {
+    let (pid, pidfd) = fork_child(server_owned, || {
+        let code = match prepared.take() {
+            Some(session) => take_one_run(listener, notify, session),
+            None => 70,
+        };
+        // As a `quasi run` process ends: C's streams flushed, `atexit` handlers run.
+        std::process::exit(code)
+    })?;
+    Ok(Worker { pid, pidfd, connection: None, since: Instant::now() })
+}
+
+/// Forks a child of the server (a spare, or a compiler of a saved program): it dies with the
+/// server (nobody else could reach it), keeps none of `server_owned`, ends as signals end a
+/// process, runs `child` and then ends without its teardown. Returns its pid and pidfd.
+fn fork_child(server_owned: &[RawFd], child: impl FnOnce()) -> std::io::Result<(i32, OwnedFd)> {
     if threads() != 1 {
         return Err(std::io::Error::other("the server has more than one thread; it cannot fork"));
     }
@@ -592,7 +607,6 @@ fn fork_spare(
     match unsafe { libc::fork() } {
         -1 => Err(std::io::Error::last_os_error()),
         0 => {
-            // A spare dies with the server (nobody else could reach it); see also `take_one_run`.
             // SAFETY: prctl with plain values; getppid cannot fail.
             unsafe {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
@@ -601,16 +615,13 @@ fn fork_spare(
                 }
             }
             for &fd in server_owned {
-                // SAFETY: the server's descriptors, copied by fork; the worker never uses them.
+                // SAFETY: the server's descriptors, copied by fork; the child never uses them.
                 unsafe { libc::close(fd) };
             }
             set_stop_signals(libc::SIG_DFL);
-            let code = match prepared.take() {
-                Some(session) => take_one_run(listener, notify, session),
-                None => 70,
-            };
-            // As a `quasi run` process ends: C's streams flushed, `atexit` handlers run.
-            std::process::exit(code)
+            child();
+            // SAFETY: ends this process at once; its teardown would only take time.
+            unsafe { libc::_exit(0) }
         }
         pid => {
             // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
@@ -623,7 +634,7 @@ fn fork_spare(
                 return Err(error);
             }
             // SAFETY: pidfd_open just opened it.
-            Ok(Worker { pid, pidfd: unsafe { OwnedFd::from_raw_fd(fd) }, connection: None, since: Instant::now() })
+            Ok((pid, unsafe { OwnedFd::from_raw_fd(fd) }))
         }
     }
 }

@@ -266,12 +266,18 @@ fn promoted_caller() -> (Session, crate::tier::Hold) {
 #[test]
 fn a_promoted_caller_goes_back_to_quick_code_when_an_inlined_callee_changes() {
     let (mut session, hold) = promoted_caller();
-    assert_eq!(value(&mut session, "(define ((work int) (x int)) (ret (add x 2))) (call caller 1)"), "30");
+    caller_goes_back_and_is_promoted_again(&mut session, &hold);
+}
+
+/// With the worker held: redefining `work` sends `caller`, promoted with `work` inlined, back
+/// to its quick code in that very cell; once the worker goes on, `caller` is promoted again.
+fn caller_goes_back_and_is_promoted_again(session: &mut Session, hold: &crate::tier::Hold) {
+    assert_eq!(value(session, "(define ((work int) (x int)) (ret (add x 2))) (call caller 1)"), "30");
     assert_eq!(session.compiled_levels.get("caller"), Some(&1));
     hold.set(false);
-    value(&mut session, ":tier wait");
+    value(session, ":tier wait");
     assert_eq!(session.compiled_levels.get("caller"), Some(&3));
-    assert_eq!(value(&mut session, "(call caller 2)"), "40");
+    assert_eq!(value(session, "(call caller 2)"), "40");
 }
 
 /// `:reset` while a promotion compiles: the reset waits for the compile in flight to end (no
@@ -325,12 +331,7 @@ fn a_callee_promoted_before_its_caller_is_still_inlined_into_it() {
     assert_eq!(session.compiled_levels.get("caller"), Some(&3));
     let hold = session.tiering.worker.hold();
     hold.set(true);
-    assert_eq!(value(&mut session, "(define ((work int) (x int)) (ret (add x 2))) (call caller 1)"), "30");
-    assert_eq!(session.compiled_levels.get("caller"), Some(&1));
-    hold.set(false);
-    value(&mut session, ":tier wait");
-    assert_eq!(session.compiled_levels.get("caller"), Some(&3));
-    assert_eq!(value(&mut session, "(call caller 2)"), "40");
+    caller_goes_back_and_is_promoted_again(&mut session, &hold);
     // The module of a body whose code is gone is kept only while the body is current.
     let kept = session.tiering.modules_kept();
     for n in 3..10 {

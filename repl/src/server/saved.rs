@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -185,51 +185,19 @@ fn fork_compiler(
     request: &Request,
     closed: &[RawFd],
 ) -> std::io::Result<(i32, OwnedFd)> {
-    if super::threads() != 1 {
-        return Err(std::io::Error::other("the server has more than one thread; it cannot fork"));
-    }
-    // SAFETY: the process has one thread (checked above).
-    match unsafe { libc::fork() } {
-        -1 => Err(std::io::Error::last_os_error()),
-        0 => {
-            // SAFETY: plain calls on this process; the descriptors are the server's, which the
-            // compiler never uses.
-            unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                if libc::getppid() == 1 {
-                    libc::_exit(0);
-                }
-                libc::setpriority(libc::PRIO_PROCESS, 0, 10);
-                for &fd in closed {
-                    libc::close(fd);
-                }
-                libc::umask(request.umask as libc::mode_t);
-            }
-            super::set_stop_signals(libc::SIG_DFL);
-            if std::env::set_current_dir(&request.directory).is_ok() {
-                super::take_environment(request);
-                if let Some(session) = prepared.take() {
-                    crate::compile_prepared(session, request.arguments.clone());
-                }
-            }
-            // SAFETY: ends this process at once: it wrote its object (or nothing), and its
-            // teardown would only take time.
-            unsafe { libc::_exit(0) }
+    super::fork_child(closed, || {
+        // SAFETY: plain calls on this process.
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+            libc::umask(request.umask as libc::mode_t);
         }
-        pid => {
-            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
-            if fd < 0 {
-                let error = std::io::Error::last_os_error();
-                // SAFETY: our child, never to be used.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                super::reap(pid);
-                return Err(error);
+        if std::env::set_current_dir(&request.directory).is_ok() {
+            super::take_environment(request);
+            if let Some(session) = prepared.take() {
+                crate::compile_prepared(session, request.arguments.clone());
             }
-            // SAFETY: pidfd_open just opened it.
-            Ok((pid, unsafe { OwnedFd::from_raw_fd(fd) }))
         }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -215,15 +215,17 @@ pub fn receive_request(stream: &UnixStream) -> io::Result<(Request, [OwnedFd; 3]
     let streams = receive_fds::<3>(stream, 4)?;
     let mut length = [0; 4];
     length.copy_from_slice(&streams.1);
-    let length = u32::from_le_bytes(length) as usize;
+    Ok((read_request(stream, u32::from_le_bytes(length) as usize)?, streams.0))
+}
+
+/// Reads a request's body of `length` bytes.
+fn read_request(stream: &UnixStream, length: usize) -> io::Result<Request> {
     if length > MAX_REQUEST {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "a request larger than 4 MiB"));
     }
     let mut body = vec![0; length];
     (&*stream).read_exact(&mut body)?;
-    let request = Request::decode(&body)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a request that is not one"))?;
-    Ok((request, streams.0))
+    Request::decode(&body).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a request that is not one"))
 }
 
 /// The worker's hand-over to the server: the launcher's connection, the worker's pid and the
@@ -252,14 +254,7 @@ pub fn receive_hand_over(stream: &UnixStream) -> io::Result<(OwnedFd, i32, Reque
     let ([fd], bytes) = receive_fds::<1>(stream, 8)?;
     let pid = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     let length = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize;
-    if length > MAX_REQUEST {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "a request larger than 4 MiB"));
-    }
-    let mut body = vec![0; length];
-    (&*stream).read_exact(&mut body)?;
-    let request = Request::decode(&body)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a request that is not one"))?;
-    Ok((fd, pid, request))
+    Ok((fd, pid, read_request(stream, length)?))
 }
 
 /// Receives `N` descriptors with the `length` bytes they came with.
