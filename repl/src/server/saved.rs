@@ -63,7 +63,8 @@ impl Saved {
     pub(super) fn remember(&mut self, request: Request) {
         let Some(inotify) = &self.inotify else { return };
         let Some(file) = program_file(&request.arguments) else { return };
-        let program = request.directory.join(file);
+        // One name per file, however the runs spell it (the compile uses the run's spelling).
+        let Ok(program) = std::fs::canonicalize(request.directory.join(file)) else { return };
         let Some(folder) = program.parent().map(Path::to_path_buf) else { return };
         let Ok(watch) = inotify.add_watch(&folder, AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO) else {
             return;
