@@ -86,6 +86,8 @@ pub(super) struct Tiering {
     /// Kept modules whose cell's code the program removed: they go with their last base.
     code_gone: HashSet<u64>,
     bases: HashMap<String, Base>,
+    /// How many functions' bases each cell holds.
+    base_counts: HashMap<u64, usize>,
     generations: HashMap<String, u64>,
     /// Names whose definitions changed in the commit under way.
     changed: Vec<String>,
@@ -112,9 +114,7 @@ impl Tiering {
     pub(super) fn changed(&mut self, name: &str) {
         *self.generations.entry(name.to_string()).or_insert(0) += 1;
         if let Some(base) = self.bases.remove(name) {
-            if self.code_gone.contains(&base.cell) && !self.is_base(base.cell) {
-                self.forget_module(base.cell);
-            }
+            self.drop_base_of(base.cell);
         }
         self.states.remove(name);
         self.changed.push(name.to_string());
@@ -147,7 +147,28 @@ impl Tiering {
 
     /// Whether a cell holds some function's current quick body.
     fn is_base(&self, cell: u64) -> bool {
-        self.bases.values().any(|base| base.cell == cell)
+        self.base_counts.contains_key(&cell)
+    }
+
+    /// `name`'s newest quick body is `base`.
+    fn set_base(&mut self, name: &str, base: Base) {
+        *self.base_counts.entry(base.cell).or_insert(0) += 1;
+        if let Some(old) = self.bases.insert(name.to_string(), base) {
+            self.drop_base_of(old.cell);
+        }
+    }
+
+    /// A base in `cell` is gone; the cell's module goes with its last one if its code is gone.
+    fn drop_base_of(&mut self, cell: u64) {
+        if let Some(count) = self.base_counts.get_mut(&cell) {
+            *count -= 1;
+            if *count == 0 {
+                self.base_counts.remove(&cell);
+                if self.code_gone.contains(&cell) {
+                    self.forget_module(cell);
+                }
+            }
+        }
     }
 
     /// Forgets what belonged to code the program removed. A cell's module outlives its code
@@ -208,7 +229,7 @@ impl Session {
             }
             let Some(address) = self.program.slot_value(&function.name) else { continue };
             let base = Base { cell: cell_id, address, level: self.opt_level, defined: Instant::now() };
-            self.tiering.bases.insert(function.name.clone(), base);
+            self.tiering.set_base(&function.name, base);
             names.push(function.name.clone());
         }
         if names.is_empty() {
