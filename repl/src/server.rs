@@ -180,6 +180,10 @@ fn start_server(paths: &Paths, idle: Duration) -> i32 {
                 let pid = paths.running().map_or_else(|| "?".to_string(), |pid| pid.to_string());
                 println!("quasi server: running (pid {pid}), socket {}", paths.socket.display());
                 0
+            } else if let Some(pid) = paths.running() {
+                // Another start won the race.
+                println!("quasi server: already running (pid {pid}), socket {}", paths.socket.display());
+                0
             } else {
                 let log = std::fs::read_to_string(&paths.log).unwrap_or_default();
                 eprintln!(
@@ -273,10 +277,13 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     // for this process), not its other descriptors, not its folder.
     close_other_descriptors(&[ready.as_raw_fd()]);
     let _ = std::env::set_current_dir("/");
-    let log = std::fs::File::create(&paths.log);
+    // SAFETY: sets this process's file mode creation mask.
+    unsafe { libc::umask(0o077) };
+    // Not truncated until this server holds the lock: one that loses a race to start (runs
+    // racing to start a server do that) must leave the winner's log alone.
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&paths.log);
     // SAFETY: plain descriptor juggling on standard streams in a single-threaded process.
     unsafe {
-        libc::umask(0o077);
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         libc::dup2(null, 0);
         libc::dup2(null, 1);
@@ -290,10 +297,11 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     }
     drop(log);
     set_stop_signals(stop_requested as *const () as libc::sighandler_t);
-    let Some(lock) = paths.try_lock() else {
-        eprintln!("quasi server: another server of this engine holds {}", paths.lock.display());
-        return 1;
-    };
+    // Another server won the race to start: it is the server (`start` says so).
+    let Some(lock) = paths.try_lock() else { return 1 };
+    // The log is this server's from now on (standard error is the log, or /dev/null).
+    // SAFETY: truncates the file behind descriptor 2, which this process owns.
+    unsafe { libc::ftruncate(2, 0) };
     // Bound under a temporary name and renamed: a stale socket of a server that died is
     // replaced in one step.
     let bound = paths.socket.with_extension(format!("{}.new", std::process::id()));
