@@ -20,15 +20,20 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let server = Server {
-            runtime: tempfile::tempdir().expect("a runtime folder"),
-            work: tempfile::tempdir().expect("a work folder"),
-            served: std::cell::Cell::new(0),
-        };
+        let server = Server::not_started();
         let started = server.quasi(&["server", "start", "--idle", "5"]).output().expect("quasi server start runs");
         assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
         assert!(String::from_utf8_lossy(&started.stdout).starts_with("quasi server: running (pid "));
         server
+    }
+
+    /// Its folders, and no server yet.
+    fn not_started() -> Server {
+        Server {
+            runtime: tempfile::tempdir().expect("a runtime folder"),
+            work: tempfile::tempdir().expect("a work folder"),
+            served: std::cell::Cell::new(0),
+        }
     }
 
     /// `quasi ARGUMENTS…` in the work folder, with this server's runtime folder.
@@ -341,6 +346,29 @@ fn a_saved_program_is_compiled_before_its_next_run() {
         wait_for(&server, "runs served", server.served.get());
         assert_eq!(objects(&server), compiled, "the run after the save compiled the program again");
     }
+}
+
+/// Starts at once (as runs that find no server make): one server runs, and every start says so.
+#[test]
+fn starts_at_once_make_one_server() {
+    let server = Server::not_started();
+    let starts: Vec<std::process::Child> = (0..4)
+        .map(|_| server.quasi(&["server", "start"]).stdout(Stdio::piped()).spawn().expect("quasi server start runs"))
+        .collect();
+    let mut pids = std::collections::BTreeSet::new();
+    for start in starts {
+        let output = start.wait_with_output().expect("quasi server start ends");
+        assert!(output.status.success(), "{output:?}");
+        let said = String::from_utf8_lossy(&output.stdout).into_owned();
+        let pid = said.split("(pid ").nth(1).and_then(|rest| rest.split(')').next()).expect("a pid").to_string();
+        assert!(
+            said.starts_with("quasi server: running") || said.starts_with("quasi server: already running"),
+            "{said}"
+        );
+        pids.insert(pid);
+    }
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    assert_eq!(server.status().lines().next(), Some(format!("pid {}", pids.first().expect("one pid")).as_str()));
 }
 
 /// `start` twice is one server; `stop` ends it; a run then goes back to the process and starts
