@@ -329,7 +329,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     // `status` and `stop` see the server while it prepares (a `quasi run` may have started it
     // just before a `stop`).
     let mut counts = Counts { served: 0, failed_spares: 0 };
-    write_state(paths, idle, &counts, 0);
+    write_state(paths, idle, (0, 0, 0, 0));
     let mut prepared = match prepare() {
         Ok(session) => Some(session),
         Err(message) => {
@@ -344,8 +344,8 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     let mut runs: Vec<Worker> = Vec::new();
     let mut saved = saved::Saved::new();
     let mut last_run = Instant::now();
-    // What the state file says: runs served and running.
-    let mut shown = (0, 0);
+    // What the state file says: runs served and running, programs watched and compiled on save.
+    let mut shown = (0, 0, 0, 0);
     while !STOP.load(Ordering::SeqCst) {
         // The next spare prepares while the last run runs, once that run is past its start:
         // back-to-back runs find it ready.
@@ -379,7 +379,8 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
             }
         }
         // The state file is rewritten once things are quiet for a moment, not while a run starts.
-        let stale = (counts.served, runs.len()) != shown;
+        let now_showing = (counts.served, runs.len(), saved.watched(), saved.compiled);
+        let stale = now_showing != shown;
         let mut wait = match stale {
             true => Duration::from_millis(20),
             false => idle.saturating_sub(last_run.elapsed()).min(Duration::from_secs(10)),
@@ -403,8 +404,8 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
         }
         if count <= 0 {
             if stale {
-                shown = (counts.served, runs.len());
-                write_state(paths, idle, &counts, runs.len());
+                shown = now_showing;
+                write_state(paths, idle, shown);
             }
             // Quiet: a server whose engine was rebuilt or removed, or whose socket is gone,
             // serves nobody any more.
@@ -511,13 +512,16 @@ fn reap(pid: i32) -> Answer {
     }
 }
 
-fn write_state(paths: &Paths, idle: Duration, counts: &Counts, running: usize) {
+/// Writes what `status` prints; `shown`: runs served and running, programs watched, and
+/// compiles of saved programs started.
+fn write_state(paths: &Paths, idle: Duration, shown: (u64, usize, usize, u64)) {
     let engine = std::env::current_exe().map(|path| path.display().to_string()).unwrap_or_default();
+    let (served, running, watched, compiled) = shown;
     let text = format!(
-        "pid {}\nsocket {}\nengine {engine}\nruns served {}\nruns running {running}\nidle minutes {}\n",
+        "pid {}\nsocket {}\nengine {engine}\nruns served {served}\nruns running {running}\nidle minutes {}\n\
+         programs watched {watched}\ncompiled on save {compiled}\n",
         std::process::id(),
         paths.socket.display(),
-        counts.served,
         idle.as_secs() / 60
     );
     let temporary = paths.state.with_extension("state.new");

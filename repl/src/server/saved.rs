@@ -45,6 +45,8 @@ pub(super) struct Saved {
     /// Programs written since they were last compiled, with when.
     written: HashMap<PathBuf, Instant>,
     compilers: Vec<Compiler>,
+    /// Compilers started so far, for `status`.
+    pub(super) compiled: u64,
 }
 
 impl Saved {
@@ -56,6 +58,7 @@ impl Saved {
             programs: Vec::new(),
             written: HashMap::new(),
             compilers: Vec::new(),
+            compiled: 0,
         }
     }
 
@@ -91,6 +94,11 @@ impl Saved {
                 }
             }
         }
+    }
+
+    /// How many programs are watched, for `status`.
+    pub(super) fn watched(&self) -> usize {
+        self.programs.len()
     }
 
     /// The descriptors the server polls for this: inotify's and the compilers'.
@@ -145,7 +153,10 @@ impl Saved {
             let mut closed = closed.to_vec();
             closed.extend(self.descriptors());
             match fork_compiler(prepared, request, &closed) {
-                Ok((pid, pidfd)) => self.compilers.push(Compiler { program, pid, pidfd }),
+                Ok((pid, pidfd)) => {
+                    self.compilers.push(Compiler { program, pid, pidfd });
+                    self.compiled += 1;
+                }
                 Err(error) => eprintln!("quasi server: cannot fork a compiler: {error}"),
             }
         }
