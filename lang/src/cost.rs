@@ -123,7 +123,7 @@ impl Counter<'_> {
 
     fn expr(&mut self, expr: &Expr) -> Option<u64> {
         let own = match &expr.kind {
-            ExprKind::Call { callee, .. } => match callee {
+            ExprKind::Call(call) => match &call.callee {
                 Callee::Slot(name) if self.externs.contains(name.as_str()) => 1,
                 Callee::Slot(name) => self.function(name, false)?,
                 Callee::Inline(name) => self.function(name, true)?,

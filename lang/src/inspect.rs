@@ -189,7 +189,7 @@ impl TypedPrinter<'_> {
             ExprKind::FunctionAddress(address) => {
                 let (FunctionAddress::Thunk { name, .. }
                 | FunctionAddress::Symbol { name, .. }
-                | FunctionAddress::Slot(name)) = address;
+                | FunctionAddress::Slot(name)) = address.as_ref();
                 self.node("fn-ptr", ty, vec![symbol(name.clone())])
             }
             ExprKind::Alloc(element, count) | ExprKind::SessionAlloc(element, count) => {
@@ -201,15 +201,15 @@ impl TypedPrinter<'_> {
             ExprKind::Insert(aggregate, value, index) => {
                 self.node("insertvalue", ty, vec![self.expr(aggregate), self.expr(value), symbol(index.to_string())])
             }
-            ExprKind::Call { name, args, .. } => self.node(
+            ExprKind::Call(call) => self.node(
                 "call",
                 ty,
-                std::iter::once(symbol(name.clone())).chain(args.iter().map(|arg| self.expr(arg))).collect(),
+                std::iter::once(symbol(call.name.clone())).chain(call.args.iter().map(|arg| self.expr(arg))).collect(),
             ),
             ExprKind::Cast(op, value) => self.node(cast_name(*op), ty, vec![self.expr(value)]),
-            ExprKind::Asm { template, constraints, args } => {
-                let strings = [template, constraints].into_iter().map(|text| symbol(format!("{text:?}")));
-                self.node("asm", ty, strings.chain(args.iter().map(|arg| self.expr(arg))).collect())
+            ExprKind::Asm(asm) => {
+                let strings = [&asm.template, &asm.constraints].into_iter().map(|text| symbol(format!("{text:?}")));
+                self.node("asm", ty, strings.chain(asm.args.iter().map(|arg| self.expr(arg))).collect())
             }
             ExprKind::GpuIndex(register, dimension) => self.node(
                 &format!("{}.{}", register.builtin(), ["x", "y", "z"][usize::from(*dimension).min(2)]),

@@ -240,8 +240,10 @@ impl Program {
             .chain(cell.inline_bodies.values().map(|body| body.as_ref()));
         for function in bodies {
             visit_exprs(&function.body, &mut |expr| {
-                if let ExprKind::FunctionAddress(FunctionAddress::Thunk { name, signature }) = &expr.kind {
-                    used.push((name.clone(), signature.clone(), expr.span));
+                if let ExprKind::FunctionAddress(address) = &expr.kind {
+                    if let FunctionAddress::Thunk { name, signature } = address.as_ref() {
+                        used.push((name.clone(), signature.clone(), expr.span));
+                    }
                 }
             });
         }

@@ -4,7 +4,7 @@
 use super::body::BodyChecker;
 use super::{arity, cast_note, syntax, type_error};
 use crate::reader::{Sexp, SexpKind};
-use crate::tree::{Expr, ExprKind};
+use crate::tree::{AsmExpr, Expr, ExprKind};
 use crate::types::Ty;
 
 impl BodyChecker<'_, '_> {
@@ -158,7 +158,7 @@ impl BodyChecker<'_, '_> {
         }
         self.cell.cell.asm_spans.push(form.span);
         Some(Expr {
-            kind: ExprKind::Asm { template: template_text, constraints: constraints_text, args },
+            kind: ExprKind::Asm(Box::new(AsmExpr { template: template_text, constraints: constraints_text, args })),
             ty,
             span: form.span,
         })

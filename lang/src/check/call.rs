@@ -7,7 +7,7 @@ use super::{arity, cast_note, syntax, type_error};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{device_only_intrinsic, host_intrinsic, intrinsic_name, is_libdevice, IntrinsicError};
 use crate::reader::{Sexp, Span};
-use crate::tree::{Callee, Expr, ExprKind, FunctionAddress};
+use crate::tree::{CallExpr, Callee, Expr, ExprKind, FunctionAddress};
 use crate::types::{Signature, Ty};
 
 impl BodyChecker<'_, '_> {
@@ -161,7 +161,8 @@ impl BodyChecker<'_, '_> {
         }
         self.uses.insert(format!("fn:{name}"));
         let ty = signature.ret.clone();
-        Some(Expr { kind: ExprKind::Call { callee, name: name.to_string(), signature, args }, ty, span: form.span })
+        let call = CallExpr { callee, name: name.to_string(), signature, args };
+        Some(Expr { kind: ExprKind::Call(Box::new(call)), ty, span: form.span })
     }
 
     /// An intrinsic call: its LLVM name, after checking what LLVM requires of the call site.
@@ -322,6 +323,6 @@ impl BodyChecker<'_, '_> {
             return None;
         }
         self.uses.insert(format!("fn:{name}"));
-        Some(Expr { kind: ExprKind::FunctionAddress(address), ty: Ty::ptr(Ty::Int(8)), span: form.span })
+        Some(Expr { kind: ExprKind::FunctionAddress(Box::new(address)), ty: Ty::ptr(Ty::Int(8)), span: form.span })
     }
 }

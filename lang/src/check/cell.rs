@@ -12,8 +12,8 @@ use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{check_intrinsic, IntrinsicError, IntrinsicFacts};
 use crate::reader::{Sexp, Span};
 use crate::tree::{
-    always_returns, visit_exprs, Callee, Constant, DefinitionSource, Dialect, ExprKind, FunctionDef, GlobalDef,
-    GlobalEntry, Invalidation, Placement, Stmt, StructDef, TopItem, TypedCell, MAX_NESTING,
+    always_returns, visit_exprs, Callee, Constant, DefinitionSource, Dialect, FunctionDef, GlobalDef, GlobalEntry,
+    Invalidation, Placement, Stmt, StructDef, TopItem, TypedCell, MAX_NESTING,
 };
 use crate::types::{parse_type, Signature, StructEntry, Ty};
 
@@ -288,7 +288,7 @@ impl<'a> CellChecker<'a> {
             });
             let Some(body) = body else { continue };
             visit_exprs(&body.body, &mut |expr| {
-                if let ExprKind::Call { callee: Callee::Inline(callee), .. } = &expr.kind {
+                if let Some(Callee::Inline(callee)) = expr.callee() {
                     pending.push(callee.clone());
                 }
             });

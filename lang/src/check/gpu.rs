@@ -156,7 +156,7 @@ pub(crate) fn device_members(
     while let Some(function) = members.get(index).cloned() {
         index += 1;
         visit_exprs(&function.body, &mut |expr| {
-            if let ExprKind::Call { callee: Callee::Slot(name) | Callee::Inline(name), .. } = &expr.kind {
+            if let Some(Callee::Slot(name) | Callee::Inline(name)) = expr.callee() {
                 if seen.insert(name.clone()) {
                     if let Some(callee) = lookup(name) {
                         members.push(callee);
@@ -184,7 +184,7 @@ pub(crate) fn device_problem(root: &FunctionDef, lookup: &dyn Fn(&str) -> Option
         }
         let mut missing = None;
         visit_exprs(&member.body, &mut |expr| {
-            if let ExprKind::Call { callee: Callee::Slot(name), .. } = &expr.kind {
+            if let Some(Callee::Slot(name)) = expr.callee() {
                 if missing.is_none() && lookup(name).is_none() {
                     missing = Some(name.clone());
                 }

@@ -216,17 +216,15 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.store_value(element, value, &value_ty)?;
                 return Ok(Value::Memory(copy));
             }
-            ExprKind::Call { callee, name, signature, args } => {
-                return self.call(state, callee, name, signature, args, expr.span)
+            ExprKind::Call(call) => {
+                return self.call(state, &call.callee, &call.name, &call.signature, &call.args, expr.span)
             }
             ExprKind::Cast(op, value) => {
                 let from = value.ty.clone();
                 let value = self.value(state, value)?;
                 self.cast(*op, &from, &expr.ty, value)?
             }
-            ExprKind::Asm { template, constraints, args } => {
-                return self.asm(state, &expr.ty, template, constraints, args)
-            }
+            ExprKind::Asm(asm) => return self.asm(state, &expr.ty, &asm.template, &asm.constraints, &asm.args),
             ExprKind::GpuIndex(register, dimension) => self.gpu_index(*register, *dimension)?,
             ExprKind::Barrier if self.is_sim() => {
                 self.sim_barrier(&state.name, expr.span)?;

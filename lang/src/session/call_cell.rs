@@ -14,7 +14,7 @@ use crate::codegen::{self, block_words, is_trampoline_scalar};
 use crate::diagnostics::Diagnostic;
 use crate::link::Program;
 use crate::timing::{Phase, PhaseTimes};
-use crate::tree::{Callee, CastOp, ExprKind, Place, Stmt, TypedCell};
+use crate::tree::{CallExpr, Callee, CastOp, ExprKind, Place, Stmt, TypedCell};
 use crate::types::{Signature, Ty};
 
 /// A call cell, resolved against the program: what its trampoline's block is filled with.
@@ -64,7 +64,8 @@ pub(super) fn call_cell(cell: &TypedCell, program: &Program) -> Option<CallCell>
         return None;
     }
     let [Stmt::Expr(expr)] = item.function.body.as_slice() else { return None };
-    let ExprKind::Call { callee: Callee::Slot(name), signature, args, .. } = &expr.kind else { return None };
+    let ExprKind::Call(call) = &expr.kind else { return None };
+    let CallExpr { callee: Callee::Slot(name), signature, args, .. } = call.as_ref() else { return None };
     let scalar_result = signature.ret == Ty::Void || is_trampoline_scalar(&signature.ret);
     if signature.variadic || !scalar_result || args.len() != signature.params.len() {
         return None;
