@@ -575,8 +575,7 @@ impl Session {
         let forms = match self.load_libraries(expanded.forms.clone()) {
             Ok(forms) => forms,
             Err(diagnostics) => {
-                self.libraries.drop_pending();
-                self.staging.stage.restore(saved_stage);
+                self.undo_cell(saved_stage);
                 return self.fail(outcome, diagnostics);
             }
         };
@@ -588,8 +587,7 @@ impl Session {
         let cell = match checked {
             Ok(cell) => cell,
             Err(diagnostics) => {
-                self.libraries.drop_pending();
-                self.staging.stage.restore(saved_stage);
+                self.undo_cell(saved_stage);
                 return self.fail(outcome, explain_expansions(diagnostics, &expanded.sites));
             }
         };
@@ -616,15 +614,13 @@ impl Session {
         let (entries, linked) = match compiled {
             Ok(compiled) => compiled,
             Err(diagnostics) => {
-                self.libraries.drop_pending();
-                self.staging.stage.restore(saved_stage);
+                self.undo_cell(saved_stage);
                 return self.fail(outcome, diagnostics);
             }
         };
         if mode == EvalMode::Compile {
             // Compiled, and stored in the object cache: not committed, nothing run.
-            self.libraries.drop_pending();
-            self.staging.stage.restore(saved_stage);
+            self.undo_cell(saved_stage);
             return outcome;
         }
         if let Some((linked, bitcode)) = linked {
@@ -651,6 +647,13 @@ impl Session {
         self.program.release_finished();
         self.history.attach_sources(&mut outcome);
         outcome
+    }
+
+    /// A cell that does not become the session's (it failed, or was only compiled): the
+    /// libraries it loaded are dropped and the staging state goes back to `saved_stage`.
+    fn undo_cell(&mut self, saved_stage: crate::expand::StageState) {
+        self.libraries.drop_pending();
+        self.staging.stage.restore(saved_stage);
     }
 
     /// Read: the text becomes a source of the session and is read into forms.
