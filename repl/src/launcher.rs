@@ -78,20 +78,15 @@ fn start_server_in_background(engine: &std::path::Path) {
         argv.iter().map(|argument| argument.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
     // SAFETY: this process has one thread. The child forks again and ends at once, so the
     // starting server is nobody's child here (the engine this process becomes, and the program
-    // it runs, never see it among their children); the grandchild only calls setsid, open,
-    // dup2, close_range, chdir and execv before it is the engine.
+    // it runs, never see it among their children); the grandchild only calls setsid,
+    // `streams_to_null` (open, dup2, close), close_range, chdir and execv before it is the engine.
     unsafe {
         match libc::fork() {
             -1 => {}
             0 => {
                 if libc::fork() == 0 {
                     libc::setsid();
-                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-                    if null >= 0 {
-                        for target in 0..3 {
-                            libc::dup2(null, target);
-                        }
-                    }
+                    wire::streams_to_null();
                     libc::close_range(3, libc::c_uint::MAX, 0);
                     libc::chdir(c"/".as_ptr());
                     libc::execv(program.as_ptr(), argv.as_ptr());

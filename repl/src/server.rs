@@ -458,9 +458,7 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     saved.stop();
     // Runs in flight go on (they report their own status); the spare would serve nobody.
     if let Some(worker) = spare {
-        // SAFETY: our child, not yet reaped.
-        unsafe { libc::kill(worker.pid, libc::SIGKILL) };
-        reap(worker.pid);
+        end_child(worker.pid);
     }
     if socket_identity(&paths.socket) == bound_socket {
         let _ = std::fs::remove_file(&paths.socket);
@@ -498,6 +496,13 @@ fn engine_unchanged(paths: &Paths) -> bool {
 fn socket_identity(socket: &std::path::Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::symlink_metadata(socket).ok().map(|metadata| (metadata.dev(), metadata.ino()))
+}
+
+/// Kills the child `pid`, not yet reaped (so the pid is still its), and reaps it.
+fn end_child(pid: i32) {
+    // SAFETY: kill of our own child, whose pid no other process can have until it is reaped.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    reap(pid);
 }
 
 /// Waits for the child `pid` and says how it ended.
@@ -640,9 +645,7 @@ fn fork_child(server_owned: &[RawFd], child: impl FnOnce()) -> std::io::Result<(
             let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
             if fd < 0 {
                 let error = std::io::Error::last_os_error();
-                // SAFETY: our child, never to be used.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                reap(pid);
+                end_child(pid);
                 return Err(error);
             }
             // SAFETY: pidfd_open just opened it.
@@ -713,7 +716,7 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     unsafe { libc::fflush(std::ptr::null_mut()) };
     // And the launcher's streams are let go: whoever reads the launcher's output (a pipe, `$(…)`)
     // sees its end when the launcher ends, not after this process's teardown.
-    release_streams();
+    wire::streams_to_null();
     let _ = Answer::Exited(code).write(&connection);
     code
 }
@@ -726,20 +729,6 @@ fn take_environment(request: &wire::Request) {
     for (name, value) in &request.environment {
         if !name.is_empty() && !name.as_encoded_bytes().contains(&b'=') {
             std::env::set_var(name, value);
-        }
-    }
-}
-
-/// Points the standard streams at /dev/null, closing the launcher's.
-fn release_streams() {
-    // SAFETY: plain descriptor calls; /dev/null replaces each standard stream in one step.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        if null >= 0 {
-            for target in 0..3 {
-                libc::dup2(null, target);
-            }
-            libc::close(null);
         }
     }
 }

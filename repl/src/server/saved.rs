@@ -144,9 +144,7 @@ impl Saved {
                 if compiler.program != program {
                     return true;
                 }
-                // SAFETY: our child, not yet reaped, so the pid is still its.
-                unsafe { libc::kill(compiler.pid, libc::SIGKILL) };
-                super::reap(compiler.pid);
+                super::end_child(compiler.pid);
                 false
             });
             let Some((_, request)) = self.programs.iter().find(|(known, _)| *known == program) else { continue };
@@ -165,9 +163,7 @@ impl Saved {
     /// The server ends: compilers at work end too.
     pub(super) fn stop(&mut self) {
         for compiler in self.compilers.drain(..) {
-            // SAFETY: our child, not yet reaped.
-            unsafe { libc::kill(compiler.pid, libc::SIGKILL) };
-            super::reap(compiler.pid);
+            super::end_child(compiler.pid);
         }
     }
 }

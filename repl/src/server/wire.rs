@@ -322,6 +322,21 @@ impl Answer {
     }
 }
 
+/// Points the standard streams at /dev/null, closing what they were (a worker letting the
+/// launcher's go; the launcher's child that starts a server). Async-signal-safe.
+pub fn streams_to_null() {
+    // SAFETY: plain descriptor calls; /dev/null replaces each standard stream in one step.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null >= 0 {
+            for target in 0..3 {
+                libc::dup2(null, target);
+            }
+            libc::close(null);
+        }
+    }
+}
+
 /// Whether `quasi run ARGUMENTS…` may go to a server: not when the user said no, and not for
 /// GPU modes (a server's sessions start in the default one).
 pub fn may_use_server(run_arguments: &[OsString]) -> bool {
