@@ -341,13 +341,20 @@ fn compile_prepared(mut session: Session, arguments: Vec<OsString>) {
     let parsed = parse_arguments(std::iter::once(OsString::from("run")).chain(arguments).collect());
     let Ok(Invocation::Run { opt, file, .. }) = parsed else { return };
     let Ok(text) = std::fs::read_to_string(&file) else { return };
+    set_for_file(&mut session, opt);
+    session.compile_file(&file, text);
+    std::mem::forget(session);
+}
+
+/// What a file's run (and a server's compile of it, which must make the very same module) sets
+/// on its session: `--opt`, else short runs at the quick level; the object cache, read from the
+/// environment now (a server's worker or compiler has just taken the launcher's).
+fn set_for_file(session: &mut Session, opt: Option<u8>) {
     if let Some(level) = opt {
         session.set_opt_level(level);
     }
     session.set_quick_short_runs(opt.is_none());
     session.set_object_cache(ObjectCache::from_environment());
-    session.compile_file(&file, text);
-    std::mem::forget(session);
 }
 
 /// Runs a file. `prepared`: a session made ahead at the batch level (`--opt` sets another); it
@@ -361,12 +368,6 @@ fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bo
         }
     };
     let from_server = prepared.is_some();
-    let prepared = prepared.map(|mut session| {
-        if let Some(level) = opt {
-            session.set_opt_level(level);
-        }
-        session
-    });
     let mut session = match prepared.map_or_else(|| Session::new(run_config(opt)), Ok) {
         Ok(session) => session,
         Err(error) => {
@@ -374,9 +375,7 @@ fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bo
             return 1;
         }
     };
-    session.set_quick_short_runs(opt.is_none());
-    // Read now: a server's worker has just taken the launcher's environment.
-    session.set_object_cache(ObjectCache::from_environment());
+    set_for_file(&mut session, opt);
     watch_interrupts(&session);
     let (outcome, status) = as_cell(|| session.run_file(path, text, args));
     let style = terminal_style(std::io::stderr().is_terminal());
