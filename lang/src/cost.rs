@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::codegen::versioning::canonical;
-use crate::tree::{expr_children, visit_exprs, Callee, Expr, ExprKind, FunctionDef, Place, Stmt, TypedCell};
+use crate::tree::{address_taken, expr_children, Callee, Expr, ExprKind, FunctionDef, Stmt, TypedCell};
 
 /// A run of at most this many steps is short: at the quick level it takes microseconds, less
 /// than what `:opt 3` would add to compiling it (about a millisecond for the smallest program).
@@ -71,13 +71,7 @@ impl Counter<'_> {
     }
 
     fn body_of(&mut self, function: &FunctionDef) -> Option<u64> {
-        let mut taken = HashSet::new();
-        visit_exprs(&function.body, &mut |expr| {
-            if let ExprKind::AddressOf(Place::Local(local)) = expr.kind {
-                taken.insert(local);
-            }
-        });
-        self.body(&function.body, &taken)
+        self.body(&function.body, &address_taken(&function.body))
     }
 
     fn body(&mut self, body: &[Stmt], taken: &HashSet<usize>) -> Option<u64> {

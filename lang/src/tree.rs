@@ -4,7 +4,7 @@
 //! `gpu` walks it to find device code. Only `check` builds it (see `TypedCell::empty`). It is
 //! plain data and knows no stage: besides the visitors over it, nothing here checks or lowers.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::diagnostics::Diagnostic;
@@ -672,6 +672,17 @@ pub(crate) fn expr_children(expr: &Expr) -> Vec<&Expr> {
         | ExprKind::GpuIndex(..)
         | ExprKind::Barrier => Vec::new(),
     }
+}
+
+/// The locals of a body whose address `ptr-to` takes.
+pub(crate) fn address_taken(body: &[Stmt]) -> HashSet<usize> {
+    let mut taken = HashSet::new();
+    visit_exprs(body, &mut |expr| {
+        if let ExprKind::AddressOf(Place::Local(local)) = expr.kind {
+            taken.insert(local);
+        }
+    });
+    taken
 }
 
 /// The first call of a session function `wanted` accepts: its span and the callee's name.

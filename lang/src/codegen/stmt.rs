@@ -9,7 +9,7 @@ use inkwell::{AddressSpace, IntPredicate};
 
 use super::versioning::{self, Bound, Check, NestPlan};
 use super::{is_aggregate, CodegenError, FunctionState, Lowering, Result, Value, RT_ITEM_DONE};
-use crate::tree::{visit_exprs, Expr, ExprKind, FunctionDef, Place, Stmt, TopItem};
+use crate::tree::{address_taken, Expr, FunctionDef, Stmt, TopItem};
 use crate::types::Ty;
 
 impl<'ctx> Lowering<'ctx, '_> {
@@ -496,17 +496,6 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.builder.position_at_end(exit);
         Ok(())
     }
-}
-
-/// The locals of a body whose address `ptr-to` takes.
-fn address_taken(body: &[Stmt]) -> HashSet<usize> {
-    let mut taken = HashSet::new();
-    visit_exprs(body, &mut |expr| {
-        if let ExprKind::AddressOf(Place::Local(local)) = expr.kind {
-            taken.insert(local);
-        }
-    });
-    taken
 }
 
 fn label_block<'ctx>(state: &FunctionState<'ctx>, label: usize) -> Result<BasicBlock<'ctx>> {

@@ -454,16 +454,7 @@ mod tests {
         let cell = crate::check::check(&Env::default(), &forms, &|_| None, "test").expect("checks");
         let function = cell.functions.iter().find(|function| function.name == "f").expect("defines f");
         let root = first_for(&function.body).expect("has a for");
-        let taken = {
-            let mut taken = HashSet::new();
-            crate::tree::visit_exprs(&function.body, &mut |expr| {
-                if let ExprKind::AddressOf(Place::Local(local)) = expr.kind {
-                    taken.insert(local);
-                }
-            });
-            taken
-        };
-        let plan = plan_nest(root, &taken)?;
+        let plan = plan_nest(root, &crate::tree::address_taken(&function.body))?;
         let checks: Vec<String> = plan
             .checks
             .iter()
