@@ -108,8 +108,9 @@ impl Counter<'_> {
                     Some(step) => self.expr(step)?,
                     None => 0,
                 };
-                let trip = self.expr(condition)?.saturating_add(step).saturating_add(self.body(body, taken)?);
-                Some(init.saturating_add(trips.saturating_mul(trip)).saturating_add(self.expr(condition)?))
+                let condition = self.expr(condition)?;
+                let trip = condition.saturating_add(step).saturating_add(self.body(body, taken)?);
+                Some(init.saturating_add(trips.saturating_mul(trip)).saturating_add(condition))
             }
             Stmt::While(..) | Stmt::Label(_) | Stmt::Jump(_) | Stmt::Branch(..) => None,
         }
