@@ -297,6 +297,10 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     }
     drop(log);
     set_stop_signals(stop_requested as *const () as libc::sighandler_t);
+    // Blocked except while the server waits in `ppoll`: a stop that comes while the server
+    // works (forks a spare, compiles) is taken by the next wait at once, not after it (a stop
+    // between the `STOP` check and a plain `poll` waited out its 10 s timeout).
+    let waiting_mask = block_stop_signals();
     // Another server won the race to start: it is the server (`start` says so).
     let Some(lock) = paths.try_lock() else { return 1 };
     // The log is this server's from now on (standard error is the log, or /dev/null).
@@ -391,9 +395,10 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
         if let Some(due) = saved.due_in() {
             wait = wait.min(due);
         }
-        // SAFETY: `polled` is a live array of its length.
-        let count =
-            unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
+        let wait = wait + Duration::from_millis(1);
+        let timeout = libc::timespec { tv_sec: wait.as_secs() as libc::time_t, tv_nsec: wait.subsec_nanos().into() };
+        // SAFETY: `polled` is a live array of its length; the timeout and mask are live values.
+        let count = unsafe { libc::ppoll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, &timeout, &waiting_mask) };
         let ready_fds: Vec<RawFd> = polled.iter().filter(|poll| poll.revents != 0).map(|poll| poll.fd).collect();
         saved.readable(&ready_fds);
         if saved.due_in().is_some_and(|due| due.is_zero()) {
@@ -535,6 +540,9 @@ fn write_state(paths: &Paths, idle: Duration, shown: (u64, usize, usize, u64)) {
     }
 }
 
+/// The signals that end the server.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
 /// Set by SIGTERM, SIGINT and SIGHUP: the server ends.
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -545,9 +553,36 @@ extern "C" fn stop_requested(_: libc::c_int) {
 /// The action of the signals that end the server: `stop_requested` in the server, the default
 /// in its workers (a worker ends as a program would).
 fn set_stop_signals(action: libc::sighandler_t) {
-    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+    for signal in STOP_SIGNALS {
         // SAFETY: `stop_requested` only stores to an atomic; SIG_DFL is always valid.
         unsafe { libc::signal(signal, action) };
+    }
+}
+
+/// The signal set of `set_stop_signals`.
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset and sigaddset fill the set they are given.
+    unsafe {
+        let mut set = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in STOP_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
+    }
+}
+
+/// Blocks the stop signals in this (single-threaded) process; returns the mask to wait with,
+/// in which they are not blocked.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: sigprocmask with live sets.
+    unsafe {
+        let mut waiting = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_BLOCK, &stop_signals(), &mut waiting);
+        for signal in STOP_SIGNALS {
+            libc::sigdelset(&mut waiting, signal);
+        }
+        waiting
     }
 }
 
@@ -636,6 +671,8 @@ fn fork_child(server_owned: &[RawFd], child: impl FnOnce()) -> std::io::Result<(
                 unsafe { libc::close(fd) };
             }
             set_stop_signals(libc::SIG_DFL);
+            // SAFETY: unblocks what the server blocked (`block_stop_signals`), as a program has it.
+            unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &stop_signals(), std::ptr::null_mut()) };
             child();
             // SAFETY: ends this process at once; its teardown would only take time.
             unsafe { libc::_exit(0) }
