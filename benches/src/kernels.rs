@@ -280,11 +280,14 @@ impl Drop for ScratchDirectory {
 /// results are identical at every level), so only then can every checksum match. The others
 /// are shown for information: clang's default (`-ffp-contract=on`, FMAs allowed) and
 /// `-fwrapv`, which gives C C-Lisp's integer semantics (signed overflow wraps, §4), so that
-/// what that costs C is visible next to what it costs C-Lisp.
+/// what that costs C is visible next to what it costs C-Lisp. Every build starts each function
+/// on a 64-byte line, as Quasi does at levels 2 and 3 (`backend::align_functions`): where code
+/// lies within a line moves the same machine code by up to a third (fib: 32.7–43.5 ms on Zen 4),
+/// which would otherwise decide ratios by luck.
 const C_BUILDS: [(&str, &[&str]); 3] = [
-    ("clang", &["-O3", "-march=native", "-ffp-contract=off"]),
-    ("clang default", &["-O3", "-march=native"]),
-    ("clang -fwrapv", &["-O3", "-march=native", "-ffp-contract=off", "-fwrapv"]),
+    ("clang", &["-O3", "-march=native", "-ffp-contract=off", "-falign-functions=64"]),
+    ("clang default", &["-O3", "-march=native", "-falign-functions=64"]),
+    ("clang -fwrapv", &["-O3", "-march=native", "-ffp-contract=off", "-fwrapv", "-falign-functions=64"]),
 ];
 
 fn build_library(clang: &str, directory: &Path, flags: &[&str], index: usize) -> Result<(PathBuf, Duration)> {
@@ -532,7 +535,10 @@ fn print_results(results: &[KernelResult<'_>], options: &Options) {
          the thread running the kernel (CLOCK_THREAD_CPUTIME_ID: time spent preempted by other processes is not\n\
          counted), read around that one call: by compiled C-Lisp code (a declared `clock_gettime` in\n\
          `bench-time-NAME`, around `(call NAME-run)`) and by Rust around the dlsym'd C function, so no\n\
-         compilation is timed. `ratio best, wall` takes CLOCK_MONOTONIC instead.",
+         compilation is timed. `ratio best, wall` takes CLOCK_MONOTONIC instead. Placement is alike on both\n\
+         sides, so that ratios compare code, not luck: every function starts on a 64-byte line and every array\n\
+         on a page (`bench-alloc`). Unlike that, the same fib took 32.7-43.5 ms by its offset in a line, and\n\
+         the same matmul 23.0-27.7 ms by where C lay from B modulo 4096.",
         C_BUILDS[0].1.join(" "),
         options.reps
     );
