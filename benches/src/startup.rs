@@ -172,7 +172,7 @@ const TINY_CLISP: &str = "(define ((printf int) (format (ptr int8)) ...))
 ";
 /// The tiny program with its loop bounded by `argc` (1): nothing bounds its run in its text,
 /// so `quasi run` compiles it at `:opt 3` (a tiny program whose loop bound is a constant is
-/// compiled at 1: docs/language.md §5.5).
+/// compiled at 0: docs/language.md §5.5).
 const ARGC_CLISP: &str = "(define ((printf int) (format (ptr int8)) ...))
 (define ((main int) (argc int) (argv (ptr (ptr int8))))
   (declare i int)
@@ -321,7 +321,7 @@ fn tiny_rows(
     add_row(table, "`quasi run tiny.cl` with `quasi server` running, run before", &served);
     add_row(
         table,
-        "`quasi run tiny.cl` with `quasi server`, object cache off (a short run: compiled at 1)",
+        "`quasi run tiny.cl` with `quasi server`, object cache off (a short run: compiled at 0)",
         &served_cold,
     );
     add_row(

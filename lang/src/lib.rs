@@ -33,6 +33,7 @@ mod types;
 mod value;
 
 pub use backend::{ObjectCache, CACHE_BUDGET, CACHE_VARIABLE};
+pub use cost::SHORT_RUN_LEVEL;
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use gpu::probe as gpu_probe;
 /// NVIDIA's PTX assembler: finding it, its resource report, occupancy (`:ptx`'s last line).

@@ -347,7 +347,7 @@ fn compile_prepared(mut session: Session, arguments: Vec<OsString>) {
 }
 
 /// What a file's run (and a server's compile of it, which must make the very same module) sets
-/// on its session: `--opt`, else short runs at the quick level; the object cache, read from the
+/// on its session: `--opt`, else short runs at level 0; the object cache, read from the
 /// environment now (a server's worker or compiler has just taken the launcher's).
 fn set_for_file(session: &mut Session, opt: Option<u8>) {
     if let Some(level) = opt {

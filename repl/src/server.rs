@@ -613,12 +613,14 @@ fn prepare() -> Result<Session, String> {
     drop(scratch);
     let mut session = Session::new(config).map_err(|error| format!("cannot start a session: {error}"))?;
     session.prepare().map_err(|error| format!("cannot prepare a session: {error}"))?;
-    // The quick level too, once, here: `quasi run --opt 1` of a program being edited then starts
-    // about as fast as `tcc -run`. (A spare prepares its copy at the batch level only, so that a
-    // run coming soon after the last one waits for as little as may be.)
+    // Levels 0 (short runs, §5.5) and 1 too, once, here: a short program's first run, or `quasi
+    // run --opt 1` of a program being edited, then starts about as fast as `tcc -run`. (A spare
+    // prepares its copy at the batch level only, so that a run coming soon after the last one
+    // waits for as little as may be.)
     session
         .prepare_level(quasi_lang::DEFAULT_OPT_LEVEL)
         .map_err(|error| format!("cannot prepare a session: {error}"))?;
+    session.prepare_level(quasi_lang::SHORT_RUN_LEVEL).map_err(|error| format!("cannot prepare a session: {error}"))?;
     match threads() {
         1 => Ok(session),
         count => Err(format!("a prepared session left {count} threads; forking it would not be sound")),

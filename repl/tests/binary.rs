@@ -455,7 +455,7 @@ fn run_keeps_objects_in_its_cache_and_never_runs_a_stale_one() {
     std::fs::write(&header, "#define ANSWER 4\n").expect("the header changed");
     run(&["run", &program], "answer 4\n");
     assert_eq!(objects(), 2);
-    // (Without `--opt` this short program compiles at 1: level 2 is another.)
+    // (Without `--opt` this short program compiles at 0: level 2 is another.)
     run(&["run", "--opt", "2", &program], "answer 4\n");
     assert_eq!(objects(), 3);
     for entry in std::fs::read_dir(&cache).expect("the cache folder") {

@@ -159,7 +159,7 @@ pub struct Session {
     opt_level: u8,
     /// Whether `:opt` chose the level (else `:load` compiles at `BATCH_OPT_LEVEL`).
     opt_pinned: bool,
-    /// Whether a script whose whole run is provably short compiles at the quick level
+    /// Whether a script whose whole run is provably short compiles at level 0
     /// (`quasi run` without `--opt`).
     quick_short_runs: bool,
     /// The level each defined function's code was compiled at, for `:tier`.
@@ -301,8 +301,8 @@ impl Session {
     }
 
     /// Makes `run_file` (and `compile_file`) compile a program whose whole run its text bounds
-    /// to a few thousand steps at the quick level instead of the session's: optimising it at
-    /// `:opt 3` would take longer than running it (`quasi run` without `--opt`; §5.5).
+    /// to a few thousand steps at level 0 instead of the session's: optimising it at `:opt 3`
+    /// would take longer than running it (`quasi run` without `--opt`; §5.5).
     pub fn set_quick_short_runs(&mut self, on: bool) {
         self.quick_short_runs = on;
     }
@@ -594,9 +594,9 @@ impl Session {
         outcome.diagnostics.extend(explain_expansions(cell.warnings.clone(), &expanded.sites));
         let script = matches!(mode, EvalMode::Script | EvalMode::Compile);
         let short = || crate::cost::run_steps(&cell).is_some_and(|steps| steps <= crate::cost::SHORT_RUN_STEPS);
-        if script && self.quick_short_runs && self.opt_level > DEFAULT_OPT_LEVEL && short() {
+        if script && self.quick_short_runs && self.opt_level > crate::cost::SHORT_RUN_LEVEL && short() {
             // The batch session runs this program only.
-            self.opt_level = DEFAULT_OPT_LEVEL;
+            self.opt_level = crate::cost::SHORT_RUN_LEVEL;
         }
         // A cell that only calls a session function with constant or global arguments runs
         // through its signature's trampoline: nothing to compile, link or commit.

@@ -401,10 +401,10 @@ fn a_program_compiled_again_links_its_object_from_the_cache() {
 }
 
 /// `quasi run` without `--opt`: a program whose whole run its text bounds to a few thousand
-/// steps compiles at the quick level (optimising would take longer than running it), any other
+/// steps compiles at level 0 (optimising would take longer than running it), any other
 /// at the batch level; with `--opt` (the flag off), the level is the session's.
 #[test]
-fn a_provably_short_run_compiles_at_the_quick_level() {
+fn a_provably_short_run_compiles_at_level_0() {
     let program = |bound: &str| {
         format!(
             "(define ((printf int) (format (ptr int8)) ...))
@@ -423,7 +423,7 @@ fn a_provably_short_run_compiles_at_the_quick_level() {
         assert_eq!(status, 0);
         session.compiled_levels.get("main").copied()
     };
-    assert_eq!(level("100", true), Some(1));
+    assert_eq!(level("100", true), Some(0));
     assert_eq!(level("100", false), Some(3));
     assert_eq!(level("argc", true), Some(3));
     assert_eq!(level("1000000", true), Some(3));
