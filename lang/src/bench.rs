@@ -23,7 +23,7 @@ const SAMPLE_TARGET_NS: f64 = 10_000.0;
 const MAX_SAMPLES: usize = 100_000;
 
 fn sym(text: &str, span: Span) -> Sexp {
-    Sexp { kind: SexpKind::Symbol(text.to_string()), span }
+    Sexp { kind: SexpKind::Symbol(text.into()), span }
 }
 
 fn int(value: i128, span: Span) -> Sexp {

@@ -714,7 +714,7 @@ pub(crate) fn to_dynamic(form: &Sexp) -> Dynamic {
     let wrap = |head: &str, inner: &Sexp| Dynamic::from_array(vec![Dynamic::from(Sym(head.into())), to_dynamic(inner)]);
     match &form.kind {
         SexpKind::List(items) => Dynamic::from_array(items.iter().map(to_dynamic).collect()),
-        SexpKind::Symbol(name) => Dynamic::from(Sym(name.as_str().into())),
+        SexpKind::Symbol(name) => Dynamic::from(Sym(name.clone())),
         SexpKind::Int(value) => Dynamic::from(*value as INT),
         SexpKind::Float(value) => Dynamic::from(*value),
         SexpKind::Bool(value) => Dynamic::from(*value),
@@ -758,7 +758,7 @@ pub(crate) fn to_sexp(value: &Dynamic, span: Span) -> Result<Sexp, String> {
         return make(SexpKind::List(items));
     }
     if let Some(symbol) = value.read_lock::<Sym>() {
-        return make(SexpKind::Symbol(symbol.0.to_string()));
+        return make(SexpKind::Symbol(symbol.0.clone()));
     }
     if let Ok(value) = value.as_int() {
         return make(SexpKind::Int(value as i128));
@@ -882,7 +882,7 @@ enum TemplateItem<'f> {
 /// A form's text as a `Sym`: a symbol's name, or a keyword's `#:key`.
 fn symbol_text(form: &Sexp) -> Option<std::borrow::Cow<'_, str>> {
     match &form.kind {
-        SexpKind::Symbol(name) => Some(name.as_str().into()),
+        SexpKind::Symbol(name) => Some(std::borrow::Cow::Borrowed(&**name)),
         SexpKind::Keyword(name) => Some(format!("#:{name}").into()),
         _ => None,
     }
@@ -908,8 +908,8 @@ fn is_gensym_name(name: &str) -> bool {
 
 fn compile_form(form: &Sexp, level: usize) -> Piece {
     let (wrapper, inner) = match &form.kind {
-        SexpKind::Symbol(name) if is_gensym_name(name) => return Piece::Gensym(name.clone()),
-        SexpKind::Symbol(name) => return Piece::Leaf(Dynamic::from(Sym(name.as_str().into()))),
+        SexpKind::Symbol(name) if is_gensym_name(name) => return Piece::Gensym(name.to_string()),
+        SexpKind::Symbol(name) => return Piece::Leaf(Dynamic::from(Sym(name.clone()))),
         SexpKind::List(items) => return compile_items(items.iter().map(TemplateItem::Form), form, level),
         SexpKind::Quasiquote(inner) => ("quasiquote", inner),
         SexpKind::Unquote(inner) => ("unquote", inner),

@@ -43,7 +43,7 @@ impl Stage {
 const NO_SPAN: Span = Span { source: SourceId(u32::MAX), start: 0, end: 0 };
 
 fn symbol(text: impl Into<String>) -> Sexp {
-    Sexp { kind: SexpKind::Symbol(text.into()), span: NO_SPAN }
+    Sexp { kind: SexpKind::Symbol(text.into().into()), span: NO_SPAN }
 }
 
 fn list(items: Vec<Sexp>) -> Sexp {

@@ -5,6 +5,8 @@
 //! than at its opening bracket, keeps only line/column positions, and lacks Guile's `#| |#`,
 //! `+inf.0` and `0x…` spellings that the language needs; this reader keeps byte spans instead.
 
+use std::rc::Rc;
+
 use crate::diagnostics::{Diagnostic, Kind};
 pub use crate::source::{SourceFile, SourceId, Span};
 
@@ -18,7 +20,9 @@ pub(crate) struct Sexp {
 #[derive(Clone, Debug)]
 pub(crate) enum SexpKind {
     List(Vec<Sexp>),
-    Symbol(String),
+    /// Shared with Rhai's `Sym`: a form made by staging and a form read from text hold their
+    /// names alike, and moving a name between the two copies nothing.
+    Symbol(Rc<str>),
     /// Wide enough to tell "too large for int64" from a valid literal.
     Int(i128),
     Float(f64),
@@ -127,7 +131,8 @@ pub(crate) fn same_form(a: &Sexp, b: &Sexp) -> bool {
             (SexpKind::List(a), SexpKind::List(b)) => {
                 a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_form(a, b))
             }
-            (SexpKind::Symbol(a), SexpKind::Symbol(b)) | (SexpKind::Keyword(a), SexpKind::Keyword(b)) => a == b,
+            (SexpKind::Symbol(a), SexpKind::Symbol(b)) => a == b,
+            (SexpKind::Keyword(a), SexpKind::Keyword(b)) => a == b,
             (SexpKind::Int(a), SexpKind::Int(b)) => a == b,
             (SexpKind::Float(a), SexpKind::Float(b)) => a.to_bits() == b.to_bits(),
             (SexpKind::Bool(a), SexpKind::Bool(b)) => a == b,
@@ -548,7 +553,7 @@ impl<'a> Reader<'a> {
             };
             return Err(self.error(at, at + character.len_utf8(), message));
         }
-        Ok(Sexp { kind: SexpKind::Symbol(token.to_string()), span })
+        Ok(Sexp { kind: SexpKind::Symbol(token.into()), span })
     }
 }
 

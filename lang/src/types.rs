@@ -159,7 +159,7 @@ fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize)
     let parse_type = |inner: &Sexp, known_struct: &dyn Fn(&str) -> bool| parse_type_at(inner, known_struct, depth + 1);
     let bad = |message: String| Diagnostic::error(Kind::Type, message).with_label(form.span, "");
     match &form.kind {
-        SexpKind::Symbol(name) => match name.as_str() {
+        SexpKind::Symbol(name) => match &**name {
             "void" => Ok(Ty::Void),
             _ => scalar_type_name(name).ok_or_else(|| {
                 bad(format!("`{name}` is not a type")).with_note(

@@ -759,7 +759,7 @@ impl CellChecker<'_> {
         match &size.kind {
             SexpKind::Int(value) if *value >= 0 => Ok(()),
             SexpKind::Symbol(name) => {
-                let index = prototype.params.iter().position(|(param, _, _)| param == name);
+                let index = prototype.params.iter().position(|(param, _, _)| **param == **name);
                 match index.and_then(|index| signature.params.get(index)) {
                     Some(ty) if ty.is_int() => Ok(()),
                     Some(ty) => {

@@ -86,7 +86,7 @@ impl Request {
                         parts[1..]
                             .iter()
                             .map(|part| match &part.kind {
-                                SexpKind::Symbol(name) => Ok(Named { name: name.clone(), span: part.span }),
+                                SexpKind::Symbol(name) => Ok(Named { name: name.to_string(), span: part.span }),
                                 SexpKind::Str(bytes) => {
                                     Ok(Named { name: String::from_utf8_lossy(bytes).into_owned(), span: part.span })
                                 }
@@ -477,7 +477,7 @@ impl<'h> Translator<'h> {
     // Forms.
 
     fn symbol(&self, name: &str) -> Sexp {
-        Sexp { kind: SexpKind::Symbol(name.to_string()), span: self.span }
+        Sexp { kind: SexpKind::Symbol(name.into()), span: self.span }
     }
 
     fn list(&self, items: Vec<Sexp>) -> Sexp {

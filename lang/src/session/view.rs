@@ -22,7 +22,7 @@ impl Session {
     fn refresh_view(&mut self) {
         let mut view = SessionView::default();
         let symbol =
-            |name: &str| Sexp { kind: SexpKind::Symbol(name.to_string()), span: Span::new(SourceId(u32::MAX), 0, 0) };
+            |name: &str| Sexp { kind: SexpKind::Symbol(name.into()), span: Span::new(SourceId(u32::MAX), 0, 0) };
         let list = |items: Vec<Sexp>| Sexp { kind: SexpKind::List(items), span: Span::new(SourceId(u32::MAX), 0, 0) };
         let type_form =
             |ty: &Ty| reader::read(SourceId(u32::MAX), &ty.to_string()).ok().and_then(|mut forms| forms.pop());
