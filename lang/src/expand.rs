@@ -515,7 +515,7 @@ fn build_engine(
         }
         None
     });
-    register_api(&mut engine, gensym, view);
+    register_api(&mut engine, gensym, view, interrupt, limits);
     register_include(&mut engine, view, included, interrupt);
     engine
 }
@@ -579,7 +579,13 @@ fn rhai_error(message: impl Into<String>) -> Box<EvalAltResult> {
     Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(message.into()), Position::NONE))
 }
 
-fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<SessionView>>) {
+fn register_api(
+    engine: &mut Engine,
+    gensym: &Rc<Cell<u64>>,
+    view: &Rc<RefCell<SessionView>>,
+    interrupt: &Arc<AtomicBool>,
+    limits: &Limits,
+) {
     engine.register_type_with_name::<Sym>("Sym");
     engine.register_fn("sym", |name: &str| -> Result<Sym, Box<EvalAltResult>> {
         if reader::is_symbol(name) {
@@ -613,11 +619,22 @@ fn register_api(engine: &mut Engine, gensym: &Rc<Cell<u64>>, view: &Rc<RefCell<S
         let template = cache.borrow_mut().get(text)?;
         fill_template(&template, &map, &counter)
     });
-    let (counter, cache) = (gensym.clone(), templates);
+    let (counter, cache) = (gensym.clone(), templates.clone());
     engine.register_fn("quote", move |text: &str| -> Result<Dynamic, Box<EvalAltResult>> {
         let template = cache.borrow_mut().get(text)?;
         fill_template(&template, &Map::new(), &counter)
     });
+    let (counter, cache, flag, most) = (gensym.clone(), templates, interrupt.clone(), limits.array_size);
+    engine.register_fn(
+        "quote_each",
+        move |text: &str, map: Map, hole: &str, count: INT| -> Result<Array, Box<EvalAltResult>> {
+            if usize::try_from(count).is_ok_and(|count| count > most) {
+                return Err(EvalAltResult::ErrorDataTooLarge("Size of array".into(), Position::NONE).into());
+            }
+            let template = cache.borrow_mut().get(text)?;
+            quote_each(&template, map, hole, count, &counter, &flag)
+        },
+    );
     let counter = gensym.clone();
     engine.register_fn("fill", move |form: Dynamic, map: Map| fill(form, &map, &counter));
     engine.register_fn("show", |form: Dynamic| -> Result<String, Box<EvalAltResult>> {
@@ -994,6 +1011,33 @@ fn fill_piece(
             Ok(Dynamic::from_array(out))
         }
     }
+}
+
+/// `quote_each`: the template filled `count` times, its hole `hole` being 0, 1, … in turn and
+/// the others from `map`, each fill with its own gensyms (as `count` calls of `quote`). Built
+/// here in one array: a Rhai loop storing each form into an array paid for checking the whole
+/// array's size after every store, and for a map per call. The interrupt stops it between two
+/// fills (no Rhai operation runs here for the script's own checks to see).
+fn quote_each(
+    template: &Piece,
+    mut map: Map,
+    hole: &str,
+    count: INT,
+    counter: &Rc<Cell<u64>>,
+    interrupt: &AtomicBool,
+) -> Result<Array, Box<EvalAltResult>> {
+    if count < 0 {
+        return Err(rhai_error(format!("quote_each: the count must not be negative, not {count}")));
+    }
+    let mut forms = Array::with_capacity(count.min(1 << 16) as usize);
+    for index in 0..count {
+        if interrupt.load(Ordering::Relaxed) {
+            return Err(EvalAltResult::ErrorTerminated(Dynamic::from("interrupted"), Position::NONE).into());
+        }
+        map.insert(hole.into(), Dynamic::from(index));
+        forms.push(fill_template(template, &map, counter)?);
+    }
+    Ok(forms)
 }
 
 /// The call's gensym for a template symbol `x#` (the same one for every `x#` of the call), or

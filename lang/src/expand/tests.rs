@@ -350,6 +350,55 @@ fn quote_fills_as_fill_of_parse_does() {
     }
 }
 
+/// `quote_each` is `count` calls of `quote` with the hole 0, 1, …: each fill its own gensyms,
+/// splices and `-`/`_` names as in `quote`; a negative or too large count is an error.
+#[test]
+fn quote_each_fills_a_template_once_per_index() {
+    let script = r#"
+        fn loads(n) { quote_each("(set t# (load (ptradd ,base ,k)))", #{ base: sym("a") }, "k", n) }
+        fn spliced() { quote_each("(f ,@rest ,i)", #{ rest: [1, 2] }, "i", 2) }
+        fn by_loop(n) { let out = []; for k in 0..n { out.push(quote("(g ,k ,x)", #{ k: k, x: sym("x") })); } out }
+        fn same(n) { quote_each("(g ,k ,x)", #{ x: sym("x") }, "k", n) == by_loop(n) }
+    "#;
+    check(
+        script,
+        &[",@(loads 3)", ",@(loads 0)", ",@(spliced)", ",(same 5)", ",@(loads -1)", ",@(loads 2000000)"],
+        expect![[r#"
+            > ,@(loads 3)
+            (set t#1 (load (ptradd a 0)))
+            (set t#2 (load (ptradd a 1)))
+            (set t#3 (load (ptradd a 2)))
+            > ,@(loads 0)
+
+            > ,@(spliced)
+            (f 1 2 0)
+            (f 1 2 1)
+            > ,(same 5)
+            #t
+            > ,@(loads -1)
+            error[macro]: Rhai: Runtime error: quote_each: the count must not be negative, not -1
+              note: Rhai call stack: loads
+            > ,@(loads 2000000)
+            error[expansion-limit]: Rhai: Size of array exceeds the staging limits (string-size 1048576, array-size 1000000, map-size 100000)"#]],
+    );
+}
+
+/// The interrupt stops `quote_each` between two fills (no Rhai operation runs inside it for
+/// the engine's own check to see), and a stopped fill reads as an interrupted expansion.
+#[test]
+fn an_interrupt_stops_quote_each() {
+    let template = compile_form(&parse_forms("(f ,k)").expect("a template")[0], 1);
+    let (counter, flag) = (Rc::new(Cell::new(0)), AtomicBool::new(false));
+    let filled = quote_each(&template, Map::new(), "k", 3, &counter, &flag).expect("filled");
+    assert_eq!(filled.len(), 3);
+    flag.store(true, Ordering::SeqCst);
+    let stopped = quote_each(&template, Map::new(), "k", 3, &counter, &flag).expect_err("stopped");
+    assert!(matches!(*stopped, EvalAltResult::ErrorTerminated(..)), "{stopped:?}");
+    let mut fixture = Fixture::new("fn many() { quote_each(\"(f ,k)\", #{}, \"k\", 1000) }");
+    fixture.stage.interrupt.store(true, Ordering::SeqCst);
+    expect!["error[interrupted]: interrupted while expanding"].assert_eq(&show(fixture.expand(",@(many)", false)));
+}
+
 #[test]
 fn balanced_pairs_neighbours_level_by_level() {
     let script = r#"
