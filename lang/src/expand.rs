@@ -628,7 +628,8 @@ fn register_api(
     engine.register_fn(
         "quote_each",
         move |text: &str, map: Map, hole: &str, count: INT| -> Result<Array, Box<EvalAltResult>> {
-            if usize::try_from(count).is_ok_and(|count| count > most) {
+            // As Rhai's own arrays: at most `array-size` elements, no bound when it is 0.
+            if most > 0 && usize::try_from(count).is_ok_and(|count| count > most) {
                 return Err(EvalAltResult::ErrorDataTooLarge("Size of array".into(), Position::NONE).into());
             }
             let template = cache.borrow_mut().get(text)?;
