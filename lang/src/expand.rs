@@ -625,6 +625,7 @@ fn register_api(
         fill_template(&template, &Map::new(), &counter)
     });
     let (counter, cache, flag, most) = (gensym.clone(), templates, interrupt.clone(), limits.array_size);
+    let time_limit = std::time::Duration::from_millis(limits.time_ms);
     engine.register_fn(
         "quote_each",
         move |text: &str, map: Map, hole: &str, count: INT| -> Result<Array, Box<EvalAltResult>> {
@@ -633,7 +634,7 @@ fn register_api(
                 return Err(EvalAltResult::ErrorDataTooLarge("Size of array".into(), Position::NONE).into());
             }
             let template = cache.borrow_mut().get(text)?;
-            quote_each(&template, map, hole, count, &counter, &flag)
+            quote_each(&template, (map, hole, count), &counter, &flag, time_limit)
         },
     );
     let counter = gensym.clone();
@@ -1017,23 +1018,27 @@ fn fill_piece(
 /// `quote_each`: the template filled `count` times, its hole `hole` being 0, 1, … in turn and
 /// the others from `map`, each fill with its own gensyms (as `count` calls of `quote`). Built
 /// here in one array: a Rhai loop storing each form into an array paid for checking the whole
-/// array's size after every store, and for a map per call. The interrupt stops it between two
-/// fills (no Rhai operation runs here for the script's own checks to see).
+/// array's size after every store, and for a map per call. No Rhai operation runs here for the
+/// script's own checks to see, so the interrupt and the `time-ms` limit (its own time) are
+/// checked here, between two fills.
 fn quote_each(
     template: &Piece,
-    mut map: Map,
-    hole: &str,
-    count: INT,
+    (mut map, hole, count): (Map, &str, INT),
     counter: &Rc<Cell<u64>>,
     interrupt: &AtomicBool,
+    time_limit: std::time::Duration,
 ) -> Result<Array, Box<EvalAltResult>> {
     if count < 0 {
         return Err(rhai_error(format!("quote_each: the count must not be negative, not {count}")));
     }
+    let started = std::time::Instant::now();
     let mut forms = Array::with_capacity(count.min(1 << 16) as usize);
     for index in 0..count {
         if interrupt.load(Ordering::Relaxed) {
             return Err(EvalAltResult::ErrorTerminated(Dynamic::from("interrupted"), Position::NONE).into());
+        }
+        if index % 256 == 255 && started.elapsed() > time_limit {
+            return Err(EvalAltResult::ErrorTerminated(Dynamic::from(TIME), Position::NONE).into());
         }
         map.insert(hole.into(), Dynamic::from(index));
         forms.push(fill_template(template, &map, counter)?);
