@@ -282,18 +282,10 @@ fn serve(paths: &Paths, idle: Duration, ready: OwnedFd) -> i32 {
     // Not truncated until this server holds the lock: one that loses a race to start (runs
     // racing to start a server do that) must leave the winner's log alone.
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&paths.log);
-    // SAFETY: plain descriptor juggling on standard streams in a single-threaded process.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        libc::dup2(null, 0);
-        libc::dup2(null, 1);
-        match &log {
-            Ok(log) => libc::dup2(log.as_raw_fd(), 2),
-            Err(_) => libc::dup2(null, 2),
-        };
-        if null > 2 {
-            libc::close(null);
-        }
+    wire::streams_to_null();
+    if let Ok(log) = &log {
+        // SAFETY: standard error becomes the log, which this process owns.
+        unsafe { libc::dup2(log.as_raw_fd(), 2) };
     }
     drop(log);
     set_stop_signals(stop_requested as *const () as libc::sighandler_t);
@@ -617,10 +609,9 @@ fn prepare() -> Result<Session, String> {
     // run --opt 1` of a program being edited, then starts about as fast as `tcc -run`. (A spare
     // prepares its copy at the batch level only, so that a run coming soon after the last one
     // waits for as little as may be.)
-    session
-        .prepare_level(quasi_lang::DEFAULT_OPT_LEVEL)
-        .map_err(|error| format!("cannot prepare a session: {error}"))?;
-    session.prepare_level(quasi_lang::SHORT_RUN_LEVEL).map_err(|error| format!("cannot prepare a session: {error}"))?;
+    for level in [quasi_lang::DEFAULT_OPT_LEVEL, quasi_lang::SHORT_RUN_LEVEL] {
+        session.prepare_level(level).map_err(|error| format!("cannot prepare a session: {error}"))?;
+    }
     match threads() {
         1 => Ok(session),
         count => Err(format!("a prepared session left {count} threads; forking it would not be sound")),

@@ -323,16 +323,20 @@ impl Answer {
 }
 
 /// Points the standard streams at /dev/null, closing what they were (a worker letting the
-/// launcher's go; the launcher's child that starts a server). Async-signal-safe.
+/// launcher's go; the launcher's child that starts a server; the server itself). A stream that
+/// was closed gets /dev/null too (the descriptor opened may be one of them, and stays open).
+/// Async-signal-safe.
 pub fn streams_to_null() {
     // SAFETY: plain descriptor calls; /dev/null replaces each standard stream in one step.
     unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
             for target in 0..3 {
                 libc::dup2(null, target);
             }
-            libc::close(null);
+            if null > 2 {
+                libc::close(null);
+            }
         }
     }
 }
