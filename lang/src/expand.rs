@@ -634,7 +634,7 @@ fn register_api(
                 return Err(EvalAltResult::ErrorDataTooLarge("Size of array".into(), Position::NONE).into());
             }
             let template = cache.borrow_mut().get(text)?;
-            quote_each(&template, (map, hole, count), &counter, &flag, time_limit)
+            quote_each(&template, map, hole, count, &counter, &flag, time_limit)
         },
     );
     let counter = gensym.clone();
@@ -1023,7 +1023,9 @@ fn fill_piece(
 /// checked here, between two fills.
 fn quote_each(
     template: &Piece,
-    (mut map, hole, count): (Map, &str, INT),
+    mut map: Map,
+    hole: &str,
+    count: INT,
     counter: &Rc<Cell<u64>>,
     interrupt: &AtomicBool,
     time_limit: std::time::Duration,

@@ -391,17 +391,17 @@ fn an_interrupt_stops_quote_each() {
     let template = compile_form(&parse_forms("(f ,k)").expect("a template")[0], 1);
     let (counter, flag) = (Rc::new(Cell::new(0)), AtomicBool::new(false));
     let second = std::time::Duration::from_secs(1);
-    let filled = quote_each(&template, (Map::new(), "k", 3), &counter, &flag, second).expect("filled");
+    let filled = quote_each(&template, Map::new(), "k", 3, &counter, &flag, second).expect("filled");
     assert_eq!(filled.len(), 3);
     // Its own time against the `time-ms` limit, read every 256 fills.
-    let timed_out = quote_each(&template, (Map::new(), "k", 1000), &counter, &flag, std::time::Duration::ZERO)
+    let timed_out = quote_each(&template, Map::new(), "k", 1000, &counter, &flag, std::time::Duration::ZERO)
         .expect_err("out of time");
     assert!(
         matches!(&*timed_out, EvalAltResult::ErrorTerminated(token, _) if token.clone().into_string().ok().as_deref() == Some(TIME)),
         "{timed_out:?}"
     );
     flag.store(true, Ordering::SeqCst);
-    let stopped = quote_each(&template, (Map::new(), "k", 3), &counter, &flag, second).expect_err("stopped");
+    let stopped = quote_each(&template, Map::new(), "k", 3, &counter, &flag, second).expect_err("stopped");
     assert!(matches!(*stopped, EvalAltResult::ErrorTerminated(..)), "{stopped:?}");
     let mut fixture = Fixture::new("fn many() { quote_each(\"(f ,k)\", #{}, \"k\", 1000) }");
     fixture.stage.interrupt.store(true, Ordering::SeqCst);
