@@ -5,6 +5,7 @@
 use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -39,7 +40,7 @@ impl Kernel {
 }
 
 const COMMON_CLISP: &str = include_str!("../kernels/common.cl");
-const COMMON_HEADER: &str = include_str!("../kernels/common.h");
+pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.h");
 
 pub const KERNELS: [Kernel; 8] = [
     Kernel {
@@ -193,12 +194,12 @@ fn thread_cpu_time() -> Duration {
 }
 
 /// The C side: a shared library built by clang in this run.
-struct CLibrary {
+pub(crate) struct CLibrary {
     handle: *mut c_void,
 }
 
 impl CLibrary {
-    fn open(path: &Path) -> Result<CLibrary> {
+    pub(crate) fn open(path: &Path) -> Result<CLibrary> {
         let path_text = CString::new(path.as_os_str().as_encoded_bytes()).context("library path with a NUL byte")?;
         // SAFETY: dlopen with a NUL-terminated path. RTLD_LOCAL keeps the C kernels' symbols out
         // of the global namespace the session's JIT searches for external declarations.
@@ -219,7 +220,7 @@ impl CLibrary {
         Ok(address)
     }
 
-    fn setup(&self, kernel: &Kernel, size: i32) -> Result<()> {
+    pub(crate) fn setup(&self, kernel: &Kernel, size: i32) -> Result<()> {
         let address = self.symbol(&format!("{}_setup", kernel.name))?;
         // SAFETY: every kernels/*.c defines `void NAME_setup(int n)`, built in this run.
         let setup: extern "C" fn(i32) = unsafe { std::mem::transmute::<*mut c_void, extern "C" fn(i32)>(address) };
@@ -228,7 +229,7 @@ impl CLibrary {
     }
 
     /// One timed run: the same two clocks as the C-Lisp side reads, around one call.
-    fn run(&self, kernel: &Kernel) -> Result<Run> {
+    pub(crate) fn run(&self, kernel: &Kernel) -> Result<Run> {
         let address = self.symbol(&format!("{}_run", kernel.name))?;
         // SAFETY: every kernels/*.c defines `int64_t NAME_run(void)`, built in this run.
         let run: extern "C" fn() -> i64 =
@@ -259,11 +260,14 @@ fn dl_error() -> String {
 }
 
 /// A scratch directory for the C sources and libraries, removed when dropped.
-struct ScratchDirectory(PathBuf);
+pub(crate) struct ScratchDirectory(pub(crate) PathBuf);
 
 impl ScratchDirectory {
-    fn new() -> Result<ScratchDirectory> {
-        let path = std::env::temp_dir().join(format!("quasi-bench-{}", std::process::id()));
+    pub(crate) fn new() -> Result<ScratchDirectory> {
+        // Unique within the process too: tests make theirs at the same time.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let index = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("quasi-bench-{}-{index}", std::process::id()));
         std::fs::create_dir_all(&path).with_context(|| format!("cannot create {}", path.display()))?;
         Ok(ScratchDirectory(path))
     }
@@ -290,15 +294,21 @@ const C_BUILDS: [(&str, &[&str]); 3] = [
     ("clang -fwrapv", &["-O3", "-march=native", "-ffp-contract=off", "-fwrapv", "-falign-functions=64"]),
 ];
 
-fn build_library(clang: &str, directory: &Path, flags: &[&str], index: usize) -> Result<(PathBuf, Duration)> {
-    let output_path = directory.join(format!("libkernels{index}.so"));
-    let sources: Vec<PathBuf> = KERNELS.iter().map(|kernel| directory.join(format!("{}.c", kernel.name))).collect();
+/// Builds `sources` (in `directory`) with `flags` into `directory/NAME.so`.
+pub(crate) fn build_library(
+    clang: &str,
+    directory: &Path,
+    flags: &[&str],
+    sources: &[PathBuf],
+    name: &str,
+) -> Result<(PathBuf, Duration)> {
+    let output_path = directory.join(format!("{name}.so"));
     let start = Instant::now();
     let output = Command::new(clang)
         .args(flags)
         .args(["-fPIC", "-shared", "-o"])
         .arg(&output_path)
-        .args(&sources)
+        .args(sources)
         .arg("-lm")
         .output()
         .with_context(|| format!("cannot run {clang} (set CLANG or --clang)"))?;
@@ -314,9 +324,10 @@ fn c_libraries(options: &Options, directory: &Path) -> Result<Vec<CLibrary>> {
     for kernel in &KERNELS {
         std::fs::write(directory.join(format!("{}.c", kernel.name)), kernel.c)?;
     }
+    let sources: Vec<PathBuf> = KERNELS.iter().map(|kernel| directory.join(format!("{}.c", kernel.name))).collect();
     let mut libraries = Vec::new();
     for (index, (_, flags)) in C_BUILDS.iter().enumerate() {
-        match build_library(&options.clang, directory, flags, index) {
+        match build_library(&options.clang, directory, flags, &sources, &format!("libkernels{index}")) {
             Ok((path, time)) => {
                 if index == 0 {
                     println!(
@@ -340,20 +351,20 @@ fn c_libraries(options: &Options, directory: &Path) -> Result<Vec<CLibrary>> {
 
 /// Timings and checksums of one implementation of one kernel.
 #[derive(Default)]
-struct Measured {
+pub(crate) struct Measured {
     cpu: Vec<Duration>,
     wall: Vec<Duration>,
-    checksum: String,
+    pub(crate) checksum: String,
 }
 
 impl Measured {
-    fn add(&mut self, run: Run) {
+    pub(crate) fn add(&mut self, run: Run) {
         self.cpu.push(run.cpu);
         self.wall.push(run.wall);
         self.checksum = run.checksum;
     }
 
-    fn cpu(&self) -> Samples {
+    pub(crate) fn cpu(&self) -> Samples {
         Samples::new(self.cpu.clone())
     }
 }
@@ -445,7 +456,7 @@ fn geometric_mean(pairs: impl Iterator<Item = (Duration, Duration)>) -> String {
     format!("{:.2}", (logs.iter().sum::<f64>() / logs.len() as f64).exp())
 }
 
-fn ratio(numerator: Duration, denominator: Duration) -> String {
+pub(crate) fn ratio(numerator: Duration, denominator: Duration) -> String {
     if denominator.is_zero() {
         return "-".into();
     }
@@ -453,7 +464,7 @@ fn ratio(numerator: Duration, denominator: Duration) -> String {
 }
 
 /// Whether two checksums agree ("-" when there is no reference).
-fn compare(ours: &str, reference: &str) -> &'static str {
+pub(crate) fn compare(ours: &str, reference: &str) -> &'static str {
     match (ours, reference) {
         (_, "") => "-",
         _ if ours == reference => "same",

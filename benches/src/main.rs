@@ -2,7 +2,7 @@
 //!
 //! Harness-less on purpose: a run prints measurements side by side and never asserts a time
 //! (machines differ; ratios taken in one run are what compares). Sections:
-//! `quasi-bench [latency] [startup] [kernels] [staging] [session] [sim] [ffi] [--iterations N] [--runs N] [--reps N] [--quick]`.
+//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [ffi] [--iterations N] [--runs N] [--reps N] [--quick]`.
 
 mod ffi;
 mod kernels;
@@ -12,6 +12,7 @@ mod sim;
 mod staging;
 mod startup;
 mod stats;
+mod wrap;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -25,6 +26,7 @@ pub struct Options {
     pub latency: bool,
     pub startup: bool,
     pub kernels: bool,
+    pub wrap: bool,
     pub staging: bool,
     pub session: bool,
     pub sim: bool,
@@ -43,11 +45,12 @@ pub struct Options {
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] [session] [sim] [ffi] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [ffi] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
   kernels   eight compute kernels in C-Lisp (:opt 3 and the default level) against clang -O3 -march=native
+  wrap      what C-Lisp's wrapping int costs quicksort's data-dependent scans: C forms, exact and not
   staging   expansion share of a 64-way unrolled macro cell; MetaOCaml vector-add variants;
             the cost of collecting phase times
   session   a long session: memory retained per definition and per expression cell after
@@ -56,7 +59,7 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [staging] 
             against compiled C-Lisp on the CPU, and Numba's CUDA simulator when
             QUASI_NUMBA_PYTHON names a Python with numba (QUASI_NUMBA_BUDGET: its seconds, 150)
   ffi       (include …) of C headers, first and cached, against clang -fsyntax-only; load-library
-Without a section name, all seven run (start-up first, so its first Session::new is cold).
+Without a section name, all eight run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5) and repetitions (3), for a first look.";
 
 fn parse_options() -> Result<Options> {
@@ -64,6 +67,7 @@ fn parse_options() -> Result<Options> {
         latency: false,
         startup: false,
         kernels: false,
+        wrap: false,
         staging: false,
         session: false,
         sim: false,
@@ -89,6 +93,7 @@ fn parse_options() -> Result<Options> {
             "latency" => options.latency = true,
             "startup" => options.startup = true,
             "kernels" => options.kernels = true,
+            "wrap" => options.wrap = true,
             "staging" => options.staging = true,
             "session" => options.session = true,
             "sim" => options.sim = true,
@@ -115,6 +120,7 @@ fn parse_options() -> Result<Options> {
     if !(options.latency
         || options.startup
         || options.kernels
+        || options.wrap
         || options.staging
         || options.session
         || options.sim
@@ -124,11 +130,12 @@ fn parse_options() -> Result<Options> {
             options.latency,
             options.startup,
             options.kernels,
+            options.wrap,
             options.staging,
             options.session,
             options.sim,
             options.ffi,
-        ) = (true, true, true, true, true, true, true);
+        ) = (true, true, true, true, true, true, true, true);
     }
     Ok(options)
 }
@@ -145,6 +152,9 @@ fn main() -> Result<()> {
     }
     if options.kernels {
         kernels::run(&options)?;
+    }
+    if options.wrap {
+        wrap::run(&options)?;
     }
     if options.staging {
         staging::run(&options)?;
