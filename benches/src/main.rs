@@ -2,7 +2,7 @@
 //!
 //! Harness-less on purpose: a run prints measurements side by side and never asserts a time
 //! (machines differ; ratios taken in one run are what compares). Sections:
-//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [ffi] [--iterations N] [--runs N] [--reps N] [--quick]`.
+//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [ffi] [--iterations N] [--runs N] [--reps N] [--placements N] [--quick]`.
 
 mod ffi;
 mod kernels;
@@ -39,13 +39,15 @@ pub struct Options {
     pub runs: usize,
     /// Timed repetitions per kernel and language.
     pub reps: usize,
+    /// Kernel bench: times everything is loaded anew (new code addresses on both sides).
+    pub placements: usize,
     /// The `quasi` binary (start-up); by default the one next to this binary.
     pub quasi: Option<PathBuf>,
     /// The C compiler for the reference kernels.
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [ffi] [--iterations N] [--warmup N] [--runs N] [--reps N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [ffi] [--iterations N] [--warmup N] [--runs N] [--reps N] [--placements N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
@@ -60,7 +62,8 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [st
             QUASI_NUMBA_PYTHON names a Python with numba (QUASI_NUMBA_BUDGET: its seconds, 150)
   ffi       (include …) of C headers, first and cached, against clang -fsyntax-only; load-library
 Without a section name, all eight run (start-up first, so its first Session::new is cold).
---quick  fewer iterations (50), runs (5) and repetitions (3), for a first look.";
+--quick  fewer iterations (50), runs (5), repetitions (3) and placements (2), for a first look.
+--placements N  kernels: times everything is loaded anew at new addresses (3); ratios are judged on the median.";
 
 fn parse_options() -> Result<Options> {
     let mut options = Options {
@@ -76,6 +79,7 @@ fn parse_options() -> Result<Options> {
         warmup: 20,
         runs: 25,
         reps: 7,
+        placements: 3,
         quasi: std::env::var_os("QUASI_BIN").map(PathBuf::from),
         clang: std::env::var("CLANG").unwrap_or_else(|_| "clang-19".to_string()),
     };
@@ -102,11 +106,13 @@ fn parse_options() -> Result<Options> {
             "--warmup" => options.warmup = number("--warmup")?,
             "--runs" => options.runs = number("--runs")?,
             "--reps" => options.reps = number("--reps")?,
+            "--placements" => options.placements = number("--placements")?,
             "--quick" => {
                 options.iterations = 50;
                 options.warmup = 5;
                 options.runs = 5;
                 options.reps = 3;
+                options.placements = 2;
             }
             "--quasi" => options.quasi = Some(PathBuf::from(args.next().context("--quasi needs a path")?)),
             "--clang" => options.clang = args.next().context("--clang needs a path")?,
