@@ -289,7 +289,7 @@ impl Drop for ScratchDirectory {
 /// on a 64-byte line, as Quasi does at levels 2 and 3 (`backend::align_functions`): where code
 /// lies within a line moves the same machine code by up to a third (fib: 32.7–43.5 ms on Zen 4),
 /// which would otherwise decide ratios by luck.
-const C_BUILDS: [(&str, &[&str]); 3] = [
+pub(crate) const C_BUILDS: [(&str, &[&str]); 3] = [
     ("clang", &["-O3", "-march=native", "-ffp-contract=off", "-falign-functions=64"]),
     ("clang default", &["-O3", "-march=native", "-falign-functions=64"]),
     ("clang -fwrapv", &["-O3", "-march=native", "-ffp-contract=off", "-fwrapv", "-falign-functions=64"]),

@@ -3,7 +3,8 @@
 //! with C's undefined overflow (the reference of the kernel goal) and with `-fwrapv`, the
 //! partition loop in three more C forms (`kernels/quicksort_forms.c`: 64-bit indices, not exact;
 //! exact with a wrap check per step; exact and versioned, one check per block of four), and
-//! C-Lisp's twin at `:opt 3`, all timed interleaved in one process.
+//! C-Lisp's twin at `:opt 3` with `int` indices and with `int64` ones, all timed interleaved in
+//! one process.
 //!
 //! Why it matters: quicksort's scans `while (a[i] < pivot) i++` stop on data, so no loop bound
 //! proves that `i` never wraps and the index must be sign-extended on every step (or checked);
@@ -12,7 +13,8 @@
 use anyhow::{Context, Result};
 
 use crate::kernels::{
-    build_library, compare, ratio, CLibrary, ClispKernels, Kernel, Measured, ScratchDirectory, COMMON_HEADER, KERNELS,
+    build_library, compare, ratio, CLibrary, ClispKernels, Kernel, Measured, ScratchDirectory, COMMON_HEADER, C_BUILDS,
+    KERNELS,
 };
 use crate::stats::{ms_of, Samples};
 use crate::{new_table, Options};
@@ -29,9 +31,6 @@ const WIDE: Kernel = Kernel {
     clisp: include_str!("../kernels/quicksort_wide.cl"),
     c: "",
 };
-
-/// The reference flags of the kernel bench (`kernels::C_BUILDS[0]`).
-const REFERENCE: [&str; 4] = ["-O3", "-march=native", "-ffp-contract=off", "-falign-functions=64"];
 
 /// Each C build: its name, whether its `int` arithmetic is exact under §4, the source, and the
 /// flags beyond the reference's.
@@ -50,7 +49,8 @@ fn build(clang: &str, scratch: &ScratchDirectory) -> Result<Vec<CLibrary>> {
     std::fs::write(scratch.0.join("quicksort_forms.c"), FORMS_SOURCE)?;
     let mut libraries = Vec::new();
     for (index, (_, _, source, extra)) in BUILDS.iter().enumerate() {
-        let flags: Vec<&str> = REFERENCE.iter().chain(extra.iter()).copied().collect();
+        // The kernel bench's reference flags, and more.
+        let flags: Vec<&str> = C_BUILDS[0].1.iter().chain(extra.iter()).copied().collect();
         let (path, _) = build_library(clang, &scratch.0, &flags, &[scratch.0.join(source)], &format!("libqs{index}"))?;
         libraries.push(CLibrary::open(&path)?);
     }
