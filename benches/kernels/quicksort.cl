@@ -35,16 +35,16 @@
     (call quicksort a lo j)
     (set lo (add j 1))))
 
-(define ((quicksort-run int64))
-  (declare a (ptr int))
-  (declare n int)
+; -1 if a[0..n) is unsorted, else the sum of a[i] * (i + 1), wrapping.
+(define ((quicksort-checksum int64) (a (ptr int)) (n int))
   (declare i int)
   (declare sum int64)
-  (set a quicksort-data)
-  (set n quicksort-n)
-  (call quicksort a 0 (sub n 1))
   (for ((set i 1) (lt i n) (set i (add i 1)))
     (if (gt (load (ptradd a (sub i 1))) (load (ptradd a i))) (ret (int64 -1))))
   (for ((set i 0) (lt i n) (set i (add i 1)))
     (set sum (add sum (mul (sext (load (ptradd a i)) int64) (sext (add i 1) int64)))))
   (ret sum))
+
+(define ((quicksort-run int64))
+  (call quicksort quicksort-data 0 (sub quicksort-n 1))
+  (ret (call quicksort-checksum quicksort-data quicksort-n)))

@@ -37,9 +37,9 @@ const WIDE: Kernel = Kernel {
 const BUILDS: [(&str, &str, &str, &[&str]); 5] = [
     ("clang, int indices (reference)", "no: overflow is UB", "quicksort.c", &[]),
     ("clang -fwrapv, int indices", "yes", "quicksort.c", &["-fwrapv"]),
-    ("clang -fwrapv, int64 indices", "no: never wraps", "quicksort_forms.c", &["-fwrapv", "-DFORM=1"]),
-    ("clang -fwrapv, wrap checked per step", "yes", "quicksort_forms.c", &["-fwrapv", "-DFORM=2"]),
-    ("clang -fwrapv, versioned: 1 check per 4 steps", "yes", "quicksort_forms.c", &["-fwrapv", "-DFORM=3"]),
+    ("clang -fwrapv, int64 indices", "no: never wraps", "quicksort_forms.c", &["-fwrapv", "-DQUICKSORT_FORM=1"]),
+    ("clang -fwrapv, wrap checked per step", "yes", "quicksort_forms.c", &["-fwrapv", "-DQUICKSORT_FORM=2"]),
+    ("clang -fwrapv, versioned: 1 check per 4 steps", "yes", "quicksort_forms.c", &["-fwrapv", "-DQUICKSORT_FORM=3"]),
 ];
 
 /// Builds every form of `BUILDS` into `scratch`, in order.
