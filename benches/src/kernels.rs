@@ -425,6 +425,9 @@ pub fn run(options: &Options) -> Result<()> {
     // the same machine code has run up to 1.5x slower in one than another (fib: 50-77 ms on
     // either side, in spells of seconds that also follow the shared machine), so a single
     // placement can decide a ratio by luck.
+    // Earlier placements' libraries and sessions stay loaded until the end, so that no later one
+    // is mapped where they were.
+    let mut loaded = Vec::new();
     for placement in 0..options.placements {
         let libraries = open_copies(&builds, placement)?;
         let start = Instant::now();
@@ -467,6 +470,7 @@ pub fn run(options: &Options) -> Result<()> {
                 measured.end_placement();
             }
         }
+        loaded.push((libraries, clisp, clisp_default));
     }
     print_results(&results, options);
     Ok(())
