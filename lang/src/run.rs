@@ -375,6 +375,7 @@ impl Runner {
             fault: Some(Fault::Lost),
             allocations: Vec::new(),
         };
+        let number = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
         let done = Arc::new(Mutex::new(Vec::new()));
         let (messages, received) = mpsc::channel();
         let (answer, answers) = mpsc::channel();
@@ -383,7 +384,7 @@ impl Runner {
         let entries = entries.to_vec();
         let job: Job = Box::new(move || {
             RUNNING.with(|slot| *slot.borrow_mut() = Some(running));
-            let mut report = guarded_call(&entries, result_size, capture);
+            let mut report = guarded_call(&entries, result_size, capture.then_some(number));
             let running = RUNNING.with(|slot| slot.borrow_mut().take());
             if let Some(running) = running {
                 report.rest.items =
@@ -398,7 +399,7 @@ impl Runner {
         // Items first, then output: an item's output was written before it was noted.
         let look = || {
             let items = std::mem::take(&mut *done.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
-            let (output, errors) = if capture { Capture::take_written() } else { Default::default() };
+            let (output, errors) = if capture { Capture::take_written(number) } else { Default::default() };
             Progress { items, output, errors }
         };
         // The interrupter watches only calls that run for a while: most calls are over in
@@ -468,9 +469,23 @@ struct Capture {
 struct CaptureFiles {
     files: [i32; 3],
     taken: [usize; 3],
+    /// The call (`Runner::call`'s number) whose output the files hold now; 0 between calls. A
+    /// waiting thread takes output only from its own call.
+    owner: u64,
 }
 
-static CAPTURE_FILES: Mutex<CaptureFiles> = Mutex::new(CaptureFiles { files: [-1; 3], taken: [0; 3] });
+static CAPTURE_FILES: Mutex<CaptureFiles> = Mutex::new(CaptureFiles { files: [-1; 3], taken: [0; 3], owner: 0 });
+
+/// Numbers `Runner::call`s, for `CaptureFiles::owner`.
+static NEXT_CALL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Held by a call that captures its output, from redirecting the descriptors until restoring
+/// them. The descriptors and memory files are the process's: two sessions capturing at once (a
+/// program embedding several, or tests running side by side) would each save the other's
+/// redirection as "the original" and one would leave stdout pointing into a memory file for
+/// good, the other reading its neighbour's output. So captured calls of different sessions take
+/// turns; calls that do not capture never wait.
+static CAPTURED_CALL: Mutex<()> = Mutex::new(());
 
 fn capture_files() -> std::sync::MutexGuard<'static, CaptureFiles> {
     CAPTURE_FILES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -519,9 +534,10 @@ impl CaptureFiles {
 }
 
 impl Capture {
-    fn start(target: i32) -> Option<Capture> {
+    fn start(target: i32, call: u64) -> Option<Capture> {
         let slot = usize::try_from(target).ok().filter(|slot| *slot < 3)?;
         let mut captured = capture_files();
+        captured.owner = call;
         // SAFETY: plain fd syscalls; the memory file lives for the process, `saved` is closed in
         // `finish`.
         unsafe {
@@ -559,6 +575,7 @@ impl Capture {
             libc::lseek(captured.files[slot], 0, libc::SEEK_SET);
         }
         captured.taken[slot] = 0;
+        captured.owner = 0;
         rest
     }
 
@@ -566,7 +583,7 @@ impl Capture {
     /// last time. C's stdout buffer (a memory file makes it fully buffered) is flushed first,
     /// but only if its lock is free: compiled code may hold it, or have faulted inside printf
     /// while holding it.
-    fn take_written() -> (Vec<u8>, Vec<u8>) {
+    fn take_written(call: u64) -> (Vec<u8>, Vec<u8>) {
         // SAFETY: `stdout` is C's stream; ftrylockfile never blocks, and the stream is unlocked
         // again right after the flush it allowed.
         unsafe {
@@ -576,6 +593,10 @@ impl Capture {
             }
         }
         let mut captured = capture_files();
+        if captured.owner != call {
+            // Not begun (another session's captured call still runs) or already over.
+            return Default::default();
+        }
         (captured.take(1), captured.take(2))
     }
 }
@@ -629,10 +650,15 @@ pub(crate) fn guarded_here<T, F: FnOnce() -> T>(work: F) -> Result<T, i32> {
     }
 }
 
-fn guarded_call(entries: &[usize], result_size: usize, capture: bool) -> CallReport {
+/// `capture`: the call's number when its output is captured.
+fn guarded_call(entries: &[usize], result_size: usize, capture: Option<u64>) -> CallReport {
     // Eight-byte aligned, as every value type the entry may store needs at most that.
     let mut buffer = vec![0u64; result_size.div_ceil(8).max(1)];
-    let (capture_out, capture_err) = if capture { (Capture::start(1), Capture::start(2)) } else { (None, None) };
+    let exclusive = capture.map(|_| CAPTURED_CALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    let (capture_out, capture_err) = match capture {
+        Some(call) => (Capture::start(1, call), Capture::start(2, call)),
+        None => (None, None),
+    };
     let mut faulted = false;
     for &address in entries {
         // SAFETY: `address` is an entry the session linked from a checked cell; its type is
@@ -650,6 +676,7 @@ fn guarded_call(entries: &[usize], result_size: usize, capture: bool) -> CallRep
     unsafe { libc::fflush(std::ptr::null_mut()) };
     let output = capture_out.map(Capture::finish).unwrap_or_default();
     let errors = capture_err.map(Capture::finish).unwrap_or_default();
+    drop(exclusive);
     let fault = faulted.then(|| {
         let (mut code, mut site, mut signal, mut fault_address, mut pc, mut detail) = (0, 0, 0, 0, 0, 0);
         // SAFETY: reads the thread-local fault record the guard just wrote.
@@ -696,4 +723,50 @@ pub(crate) fn signal_name(signal: i32) -> String {
         (libc::SIGSYS, "SIGSYS"),
     ];
     names.iter().find(|(number, _)| *number == signal).map_or_else(|| format!("{signal}"), |(_, name)| name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Session, SessionConfig, Stream};
+
+    /// The file a descriptor refers to, as (device, inode).
+    fn identity(descriptor: i32) -> (u64, u64) {
+        // SAFETY: fstat of a descriptor into a zeroed stat only reads.
+        unsafe {
+            let mut status: libc::stat = std::mem::zeroed();
+            assert_eq!(libc::fstat(descriptor, &mut status), 0, "descriptor {descriptor} is open");
+            (status.st_dev, status.st_ino)
+        }
+    }
+
+    /// Two sessions in one process capturing at once (as tests side by side, or a program
+    /// embedding two, do): each gets its own output, and stdout is the process's own again after.
+    /// Before captured calls took turns, one session saved the other's redirection as the
+    /// original and stdout stayed in a memory file: the test binary's own report went missing.
+    #[test]
+    fn sessions_capturing_at_once_take_turns() {
+        // Other tests' captured calls may have stdout redirected right now: look between them.
+        let standard_output = || {
+            let _turn = CAPTURED_CALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            identity(1)
+        };
+        let before = standard_output();
+        let workers = ["left", "right"].map(|tag| {
+            thread::spawn(move || {
+                let config = SessionConfig { capture_output: true, load_prelude: false, ..SessionConfig::default() };
+                let mut session = Session::new(config).expect("a session starts");
+                assert!(!session.eval("(define ((printf int) (format (ptr int8)) ...))").failed());
+                for round in 0..200 {
+                    let outcome = session.eval(&format!("(call printf \"{tag} {round}\\n\")"));
+                    assert!(!outcome.failed(), "{:?}", outcome.diagnostics);
+                    assert_eq!(outcome.written(Stream::Stdout), format!("{tag} {round}\n"));
+                }
+            })
+        });
+        for worker in workers {
+            worker.join().expect("every captured call got its own output");
+        }
+        assert_eq!(standard_output(), before, "stdout is the process's own again");
+    }
 }
