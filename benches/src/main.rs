@@ -65,6 +65,11 @@ Without a section name, all eight run (start-up first, so its first Session::new
 --quick  fewer iterations (50), runs (5), repetitions (3) and placements (2), for a first look.
 --placements N  kernels: times everything is loaded anew at new addresses (3); ratios are judged on the median.";
 
+/// The C compiler of the reference builds unless `--clang` names one: `CLANG`, or clang-19.
+pub fn default_clang() -> String {
+    std::env::var("CLANG").unwrap_or_else(|_| "clang-19".to_string())
+}
+
 fn parse_options() -> Result<Options> {
     let mut options = Options {
         latency: false,
@@ -81,7 +86,7 @@ fn parse_options() -> Result<Options> {
         reps: 7,
         placements: 3,
         quasi: std::env::var_os("QUASI_BIN").map(PathBuf::from),
-        clang: std::env::var("CLANG").unwrap_or_else(|_| "clang-19".to_string()),
+        clang: default_clang(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {

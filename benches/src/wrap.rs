@@ -132,10 +132,9 @@ mod tests {
     /// checksum at the unit-test size (clang-19, which the test command installs, builds the C).
     #[test]
     fn every_form_sorts_alike() -> Result<()> {
-        let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang-19".to_string());
         let scratch = ScratchDirectory::new()?;
         let kernel = quicksort()?;
-        for (library, (name, ..)) in build(&clang, &scratch)?.iter().zip(BUILDS) {
+        for (library, (name, ..)) in build(&crate::default_clang(), &scratch)?.iter().zip(BUILDS) {
             library.setup(kernel, kernel.test_size)?;
             assert_eq!(library.run(kernel)?.checksum, kernel.test_checksum, "{name}");
         }
