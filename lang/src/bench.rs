@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::abi::RT_CLOCK as CLOCK;
 use crate::check::{Env, FunctionEntry, FunctionKind};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
-use crate::run::CLOCK;
 use crate::timing::{AutotuneReport, BenchReport, Throughput, VariantReport};
 use crate::types::{Signature, Ty};
 use crate::value;

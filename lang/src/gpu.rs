@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys};
 
-use crate::codegen::{self, LAUNCH_ARG_WORDS};
+use crate::abi::{
+    ArgKind, CopyDirection, Direction, LaunchArg, LAUNCH_DIMENSIONS, RT_GPU, RT_GPU_ALLOC, RT_GPU_COPY, RT_GPU_FREE,
+    RT_GPU_LAUNCH, RT_GPU_LEN, SIM_CHECK, SIM_FRAME, SIM_SYNC,
+};
 use crate::timing::DeviceTiming;
 use crate::types::Ty;
 
@@ -245,15 +248,15 @@ impl Gpu {
     /// The runtime functions compiled host code calls, and this runtime's own address.
     pub fn runtime_symbols(&self) -> Vec<(String, usize)> {
         vec![
-            (codegen::RT_GPU.to_string(), self as *const Gpu as usize),
-            (codegen::RT_GPU_ALLOC.to_string(), runtime_alloc as *const () as usize),
-            (codegen::RT_GPU_FREE.to_string(), runtime_free as *const () as usize),
-            (codegen::RT_GPU_LEN.to_string(), runtime_len as *const () as usize),
-            (codegen::RT_GPU_COPY.to_string(), runtime_copy as *const () as usize),
-            (codegen::RT_GPU_LAUNCH.to_string(), runtime_launch as *const () as usize),
-            (codegen::SIM_FRAME.to_string(), self.simulator.frame_address()),
-            (codegen::SIM_SYNC.to_string(), sim::runtime_sync as *const () as usize),
-            (codegen::SIM_CHECK.to_string(), sim::runtime_check as *const () as usize),
+            (RT_GPU.to_string(), self as *const Gpu as usize),
+            (RT_GPU_ALLOC.to_string(), runtime_alloc as *const () as usize),
+            (RT_GPU_FREE.to_string(), runtime_free as *const () as usize),
+            (RT_GPU_LEN.to_string(), runtime_len as *const () as usize),
+            (RT_GPU_COPY.to_string(), runtime_copy as *const () as usize),
+            (RT_GPU_LAUNCH.to_string(), runtime_launch as *const () as usize),
+            (SIM_FRAME.to_string(), self.simulator.frame_address()),
+            (SIM_SYNC.to_string(), sim::runtime_sync as *const () as usize),
+            (SIM_CHECK.to_string(), sim::runtime_check as *const () as usize),
         ]
     }
 
@@ -298,7 +301,7 @@ impl Gpu {
         self.lock().error_site.take()
     }
 
-    /// The message of the last failed host GPU form (`FAULT_GPU`).
+    /// The message of the last failed host GPU form (`abi::FaultCode::Gpu`).
     pub fn take_error(&self) -> Option<String> {
         self.lock().error.take()
     }
@@ -391,18 +394,19 @@ extern "C" fn runtime_launch(
     name: *const u8,
     name_length: i64,
     dimensions: *const i64,
-    args: *const i64,
+    args: *const LaunchArg,
     arg_count: i64,
 ) -> i32 {
-    // SAFETY: codegen passes the kernel's name (a constant of `name_length` bytes), six
-    // dimensions and `arg_count` descriptors of `LAUNCH_ARG_WORDS` words, all in memory that
-    // lives across this call.
+    // SAFETY: codegen passes the kernel's name (a constant of `name_length` bytes),
+    // `LAUNCH_DIMENSIONS` dimensions and `arg_count` descriptors laid out as `LaunchArg`s (word
+    // by word, 8-aligned), all in memory that lives across this call.
     let (name, dimensions, words) = unsafe {
         let name = std::str::from_utf8(std::slice::from_raw_parts(name, name_length.max(0) as usize))
             .unwrap_or("?")
             .to_string();
-        let dimensions: [i64; 6] = std::slice::from_raw_parts(dimensions, 6).try_into().unwrap_or([1; 6]);
-        let words = std::slice::from_raw_parts(args, arg_count.max(0) as usize * LAUNCH_ARG_WORDS).to_vec();
+        let dimensions: [i64; LAUNCH_DIMENSIONS] =
+            std::slice::from_raw_parts(dimensions, LAUNCH_DIMENSIONS).try_into().unwrap_or([1; LAUNCH_DIMENSIONS]);
+        let words = std::slice::from_raw_parts(args, arg_count.max(0) as usize).to_vec();
         (name, dimensions, words)
     };
     // SAFETY: as in `with_runtime`.
@@ -415,7 +419,7 @@ extern "C" fn runtime_launch(
 
 /// A launch in the simulator: arguments are prepared under the runtime's lock, the kernel
 /// runs without it (a fault may end the launch by a long jump), then results are copied back.
-fn simulate_launch(gpu: &Gpu, name: &str, dimensions: [i64; 6], words: &[i64]) -> i32 {
+fn simulate_launch(gpu: &Gpu, name: &str, dimensions: [i64; 6], words: &[LaunchArg]) -> i32 {
     let prepared = catch_unwind(AssertUnwindSafe(|| gpu.lock().prepare_simulation(name, dimensions, words)));
     let (kernel, values, regions, bytes) = match prepared {
         Ok(Ok(prepared)) => prepared,
@@ -469,28 +473,6 @@ fn check_dimensions(name: &str, dimensions: [i64; 6]) -> Result<(), String> {
     Ok(())
 }
 
-fn descriptors(words: &[i64]) -> Vec<ArgDescriptor> {
-    words
-        .chunks(LAUNCH_ARG_WORDS)
-        .map(|word| ArgDescriptor {
-            kind: word[0],
-            value: word[1],
-            count: u64::try_from(word[2]).ok(),
-            element_size: word[3].max(1) as u64,
-            direction: word[4],
-        })
-        .collect()
-}
-
-/// One launch argument as codegen describes it (see `codegen::LAUNCH_ARG_WORDS`).
-struct ArgDescriptor {
-    kind: i64,
-    value: i64,
-    count: Option<u64>,
-    element_size: u64,
-    direction: i64,
-}
-
 /// A host array moved through a temporary device buffer for one launch.
 struct Staged {
     device: sys::CUdeviceptr,
@@ -498,14 +480,6 @@ struct Staged {
     bytes: u64,
     copy_back: bool,
 }
-
-const KIND_SCALAR: i64 = 0;
-const KIND_DEVICE_POINTER: i64 = 1;
-const KIND_BUFFER: i64 = 2;
-const KIND_HOST: i64 = 3;
-const DIRECTION_IN: i64 = 1;
-const DIRECTION_OUT: i64 = 2;
-const DIRECTION_INOUT: i64 = 3;
 
 fn gb_per_second(bytes: u64, duration: Duration) -> String {
     format!("{:.1} GB/s", bytes as f64 / duration.as_secs_f64().max(1e-12) / 1e9)
@@ -625,16 +599,16 @@ impl State {
                 Ok(buffer.pointer)
             }
         };
-        match direction {
-            0 => {
+        match CopyDirection::from_code(direction) {
+            Some(CopyDirection::HostToDevice) => {
                 let target = check(self.buffer(destination as u64, "gpu-copy")?, "destination")?;
                 self.copy_to_device(target, source as u64, bytes)
             }
-            1 => {
+            Some(CopyDirection::DeviceToHost) => {
                 let origin = check(self.buffer(source as u64, "gpu-copy")?, "source")?;
                 self.copy_to_host(destination as u64, origin, bytes)
             }
-            _ => {
+            Some(CopyDirection::DeviceToDevice) | None => {
                 let target = check(self.buffer(destination as u64, "gpu-copy")?, "destination")?;
                 let origin = check(self.buffer(source as u64, "gpu-copy")?, "source")?;
                 if let Mode::Sim { .. } = self.mode {
@@ -767,14 +741,13 @@ impl State {
         Ok(function)
     }
 
-    fn launch(&mut self, name: &str, dimensions: [i64; 6], words: &[i64]) -> Result<(), String> {
+    fn launch(&mut self, name: &str, dimensions: [i64; 6], descriptors: &[LaunchArg]) -> Result<(), String> {
         check_dimensions(name, dimensions)?;
         let function = self.function(name)?;
         let generation = self.generation;
-        let descriptors = descriptors(words);
         let mut values: Vec<u64> = Vec::with_capacity(descriptors.len());
         let mut staged: Vec<Staged> = Vec::new();
-        let prepared = self.prepare_arguments(name, &descriptors, &mut values, &mut staged);
+        let prepared = self.prepare_arguments(name, descriptors, &mut values, &mut staged);
         let launched = prepared.and_then(|bytes| self.run_kernel(name, function, dimensions, &mut values, bytes));
         let copied = match &launched {
             Ok(()) => staged
@@ -798,26 +771,23 @@ impl State {
     fn prepare_arguments(
         &mut self,
         name: &str,
-        descriptors: &[ArgDescriptor],
+        descriptors: &[LaunchArg],
         values: &mut Vec<u64>,
         staged: &mut Vec<Staged>,
     ) -> Result<Option<u64>, String> {
         let mut moved: Option<u64> = None;
         for (index, arg) in descriptors.iter().enumerate() {
-            let bytes = arg.count.map(|count| count * arg.element_size);
-            let times = match arg.direction {
-                DIRECTION_INOUT => 2,
-                DIRECTION_IN | DIRECTION_OUT => 1,
-                _ => 0,
-            };
+            let bytes = arg.annotated_count().map(|count| count * arg.element_bytes());
+            let direction = Direction::from_code(arg.direction);
+            let times = u64::from(direction.reads()) + u64::from(direction.writes());
             if let (Some(bytes), true) = (bytes, times > 0) {
                 moved = Some(moved.unwrap_or(0) + bytes * times);
             }
-            match arg.kind {
-                KIND_SCALAR | KIND_DEVICE_POINTER => values.push(arg.value as u64),
-                KIND_BUFFER => {
+            match ArgKind::from_code(arg.kind) {
+                Some(ArgKind::Scalar | ArgKind::DevicePointer) => values.push(arg.value as u64),
+                Some(ArgKind::Buffer) => {
                     let buffer = self.buffer(arg.value as u64, "launch")?;
-                    if let Some(count) = arg.count.filter(|count| *count > buffer.length) {
+                    if let Some(count) = arg.annotated_count().filter(|count| *count > buffer.length) {
                         return Err(format!(
                             "argument {} of `{name}` is a buffer of {} elements, but its annotation needs {count}",
                             index + 1,
@@ -826,16 +796,16 @@ impl State {
                     }
                     values.push(buffer.pointer);
                 }
-                KIND_HOST => {
+                Some(ArgKind::Host) => {
                     let bytes = bytes
                         .ok_or_else(|| format!("argument {} of `{name}` is host memory without a size", index + 1))?;
                     if let Mode::Sim { .. } = self.mode {
                         let memory = sim::Allocation::zeroed(bytes as usize)?;
-                        if matches!(arg.direction, DIRECTION_IN | DIRECTION_INOUT) {
+                        if direction.reads() {
                             self.copy_simulated("h2d", memory.start() as u64, arg.value as u64, bytes)?;
                         }
                         values.push(memory.start() as u64);
-                        let copy_back = matches!(arg.direction, DIRECTION_OUT | DIRECTION_INOUT);
+                        let copy_back = direction.writes();
                         self.sim_staged.push(SimStaged { memory, host: arg.value as u64, copy_back });
                         continue;
                     }
@@ -844,13 +814,8 @@ impl State {
                     let device = unsafe { result::malloc_sync(bytes.max(1) as usize) }.map_err(|error| {
                         format!("staging argument {} of `{name}` failed: {}", index + 1, cuda_error(error))
                     })?;
-                    staged.push(Staged {
-                        device,
-                        host: arg.value as u64,
-                        bytes,
-                        copy_back: matches!(arg.direction, DIRECTION_OUT | DIRECTION_INOUT),
-                    });
-                    if matches!(arg.direction, DIRECTION_IN | DIRECTION_INOUT) {
+                    staged.push(Staged { device, host: arg.value as u64, bytes, copy_back: direction.writes() });
+                    if direction.reads() {
                         self.copy_to_device(device, arg.value as u64, bytes)?;
                     } else {
                         // SAFETY: the temporary just allocated, `bytes` long.
@@ -858,7 +823,7 @@ impl State {
                     }
                     values.push(device);
                 }
-                _ => return Err(format!("argument {} of `{name}` has an unknown kind (a bug in Quasi)", index + 1)),
+                None => return Err(format!("argument {} of `{name}` has an unknown kind (a bug in Quasi)", index + 1)),
             }
         }
         Ok(moved)
@@ -871,7 +836,7 @@ impl State {
         &mut self,
         name: &str,
         dimensions: [i64; 6],
-        words: &[i64],
+        words: &[LaunchArg],
     ) -> Result<(Arc<sim::SimKernel>, Vec<u64>, Vec<sim::Region>, Option<u64>), String> {
         check_dimensions(name, dimensions)?;
         let kernel = match self.sim_kernels.get(name) {
@@ -881,7 +846,7 @@ impl State {
         };
         self.sim_staged.clear();
         let mut values = Vec::new();
-        let bytes = self.prepare_arguments(name, &descriptors(words), &mut values, &mut Vec::new())?;
+        let bytes = self.prepare_arguments(name, words, &mut values, &mut Vec::new())?;
         let mut regions: Vec<sim::Region> = self
             .buffers
             .iter()

@@ -8,6 +8,7 @@
 //! the stages before them (`scripts/module-graph` checks that there is no cycle).
 #![deny(missing_docs)]
 
+mod abi;
 mod backend;
 mod bench;
 mod check;

@@ -11,6 +11,8 @@ use std::sync::{mpsc, Arc, Mutex, Once};
 use std::thread;
 use std::time::Duration;
 
+use crate::abi::{runtime_symbol, FaultCode, GuardCode, EXITS, RT_CLOCK, RT_FAULT, RT_ITEM_DONE, RT_SESSION_ALLOC};
+
 /// How often the waiting thread collects what a running call has written: the latency of
 /// streamed output, and the rate of an idle wake-up while compiled code runs.
 const STREAM_INTERVAL: Duration = Duration::from_millis(30);
@@ -59,8 +61,9 @@ extern "C" {
 /// How a guarded call ended abnormally.
 #[derive(Clone, Debug)]
 pub(crate) enum Fault {
-    /// A check in compiled code: the code and the fault site id.
-    Check { code: u64, site: u32 },
+    /// A check in compiled code: the code (`None`: one the ABI does not know) and the fault
+    /// site id.
+    Check { code: Option<FaultCode>, site: u32 },
     /// A signal (SIGSEGV…) at an address, raised by the instruction at `pc`; `write` tells
     /// whether a segmentation fault was a store; `raised`, that the program sent the signal
     /// itself (`raise`, `kill`), so there is no faulting instruction.
@@ -74,15 +77,6 @@ pub(crate) enum Fault {
     /// The executor thread is gone.
     Lost,
 }
-
-/// The guard's own fault codes (csrc/guard.c).
-const CODE_SIGNAL: i64 = 100;
-const CODE_INTERRUPT: i64 = 101;
-const CODE_EXIT: i64 = 102;
-const CODE_ABORT: i64 = 103;
-/// The functions that end a C program, which user code reaches through `quasi#NAME`, in the
-/// order of the guard's `which`.
-const EXITS: [&str; 4] = ["exit", "_exit", "_Exit", "quick_exit"];
 
 /// What a running call did since the last look: the top-level items of batched code it
 /// finished, then what it wrote to stdout and stderr (when captured), following on from the
@@ -100,7 +94,7 @@ impl Progress {
     }
 }
 
-/// A top-level item of batched code finished (`codegen::RT_ITEM_DONE`).
+/// A top-level item of batched code finished (`abi::RT_ITEM_DONE`).
 pub(crate) struct ItemDone {
     /// The bytes of its value (none without one).
     pub value: Vec<u8>,
@@ -140,7 +134,7 @@ thread_local! {
     static RUNNING: std::cell::RefCell<Option<Running>> = const { std::cell::RefCell::new(None) };
 }
 
-/// `codegen::RT_ITEM_DONE`: on the executor thread, after each top-level item of batched code.
+/// `abi::RT_ITEM_DONE`: on the executor thread, after each top-level item of batched code.
 /// Flushes C's streams, as the end of a call does, so the item's output is all written, and
 /// notes the item's value and where its output ends.
 extern "C" fn item_done(value: *const u8, size: i64) {
@@ -272,26 +266,23 @@ extern "C" fn monotonic_nanoseconds() -> i64 {
     now.tv_sec * 1_000_000_000 + now.tv_nsec
 }
 
-/// The runtime clock compiled code calls: monotonic nanoseconds (the bench loop reads it).
-pub(crate) const CLOCK: &str = "quasi#now";
-
 /// Addresses of the runtime functions compiled code may call, by link name.
 pub(crate) fn runtime_symbols() -> Vec<(String, usize)> {
     vec![
-        (crate::codegen::RT_FAULT.to_string(), fault_trampoline as *const () as usize),
-        (crate::codegen::RT_SESSION_ALLOC.to_string(), session_alloc as *const () as usize),
-        (crate::codegen::RT_ITEM_DONE.to_string(), item_done as *const () as usize),
-        (CLOCK.to_string(), monotonic_nanoseconds as *const () as usize),
-        ("quasi#print".to_string(), quasi_rt_print as *const () as usize),
-        ("quasi#fprint".to_string(), quasi_rt_fprint as *const () as usize),
-        ("quasi#dprint".to_string(), quasi_rt_dprint as *const () as usize),
-        ("quasi#ptr_print".to_string(), quasi_rt_ptr_print as *const () as usize),
-        ("quasi#int64_print".to_string(), quasi_rt_int64_print as *const () as usize),
-        ("quasi#exit".to_string(), quasi_rt_exit as *const () as usize),
-        ("quasi#_exit".to_string(), quasi_rt__exit as *const () as usize),
-        ("quasi#_Exit".to_string(), quasi_rt__Exit as *const () as usize),
-        ("quasi#quick_exit".to_string(), quasi_rt_quick_exit as *const () as usize),
-        ("quasi#abort".to_string(), quasi_rt_abort as *const () as usize),
+        (RT_FAULT.to_string(), fault_trampoline as *const () as usize),
+        (RT_SESSION_ALLOC.to_string(), session_alloc as *const () as usize),
+        (RT_ITEM_DONE.to_string(), item_done as *const () as usize),
+        (RT_CLOCK.to_string(), monotonic_nanoseconds as *const () as usize),
+        (runtime_symbol("print"), quasi_rt_print as *const () as usize),
+        (runtime_symbol("fprint"), quasi_rt_fprint as *const () as usize),
+        (runtime_symbol("dprint"), quasi_rt_dprint as *const () as usize),
+        (runtime_symbol("ptr_print"), quasi_rt_ptr_print as *const () as usize),
+        (runtime_symbol("int64_print"), quasi_rt_int64_print as *const () as usize),
+        (runtime_symbol("exit"), quasi_rt_exit as *const () as usize),
+        (runtime_symbol("_exit"), quasi_rt__exit as *const () as usize),
+        (runtime_symbol("_Exit"), quasi_rt__Exit as *const () as usize),
+        (runtime_symbol("quick_exit"), quasi_rt_quick_exit as *const () as usize),
+        (runtime_symbol("abort"), quasi_rt_abort as *const () as usize),
     ]
 }
 
@@ -299,9 +290,8 @@ pub(crate) fn runtime_symbols() -> Vec<(String, usize)> {
 /// runtime (`print`…), and the functions that would end the process (`exit`, `abort`…), which
 /// end the running cell instead.
 pub(crate) fn runtime_function(name: &str) -> Option<String> {
-    matches!(name, "print" | "fprint" | "dprint" | "ptr_print" | "int64_print" | "abort")
-        .then(|| format!("quasi#{name}"))
-        .or_else(|| EXITS.contains(&name).then(|| format!("quasi#{name}")))
+    let provided = matches!(name, "print" | "fprint" | "dprint" | "ptr_print" | "int64_print" | "abort");
+    (provided || EXITS.contains(&name)).then(|| runtime_symbol(name))
 }
 
 /// Finds a symbol in the running process (libc, libm, loaded libraries).
@@ -681,18 +671,18 @@ fn guarded_call(entries: &[usize], result_size: usize, capture: Option<u64>) -> 
         let (mut code, mut site, mut signal, mut fault_address, mut pc, mut detail) = (0, 0, 0, 0, 0, 0);
         // SAFETY: reads the thread-local fault record the guard just wrote.
         unsafe { quasi_fault_info(&mut code, &mut site, &mut signal, &mut fault_address, &mut pc, &mut detail) };
-        match code {
-            CODE_SIGNAL => Fault::Signal {
+        match GuardCode::from_code(code) {
+            Some(GuardCode::Signal) => Fault::Signal {
                 signal: signal as i32,
                 address: fault_address,
                 pc,
                 write: detail != 0,
                 raised: site == -2,
             },
-            CODE_INTERRUPT => Fault::Interrupted { pc },
-            CODE_EXIT => Fault::Exit { function: EXITS[site.clamp(0, 3) as usize], status: detail as i32 },
-            CODE_ABORT => Fault::Abort,
-            _ => Fault::Check { code: code as u64, site: site as u32 },
+            Some(GuardCode::Interrupt) => Fault::Interrupted { pc },
+            Some(GuardCode::Exit) => Fault::Exit { function: EXITS[site.clamp(0, 3) as usize], status: detail as i32 },
+            Some(GuardCode::Abort) => Fault::Abort,
+            None => Fault::Check { code: FaultCode::from_code(code as u64), site: site as u32 },
         }
     });
     let allocations = ALLOCATIONS.with(|allocations| std::mem::take(&mut *allocations.borrow_mut()));
@@ -726,47 +716,5 @@ pub(crate) fn signal_name(signal: i32) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Session, SessionConfig, Stream};
-
-    /// The file a descriptor refers to, as (device, inode).
-    fn identity(descriptor: i32) -> (u64, u64) {
-        // SAFETY: fstat of a descriptor into a zeroed stat only reads.
-        unsafe {
-            let mut status: libc::stat = std::mem::zeroed();
-            assert_eq!(libc::fstat(descriptor, &mut status), 0, "descriptor {descriptor} is open");
-            (status.st_dev, status.st_ino)
-        }
-    }
-
-    /// Two sessions in one process capturing at once (as tests side by side, or a program
-    /// embedding two, do): each gets its own output, and stdout is the process's own again after.
-    /// Before captured calls took turns, one session saved the other's redirection as the
-    /// original and stdout stayed in a memory file: the test binary's own report went missing.
-    #[test]
-    fn sessions_capturing_at_once_take_turns() {
-        // Other tests' captured calls may have stdout redirected right now: look between them.
-        let standard_output = || {
-            let _turn = CAPTURED_CALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            identity(1)
-        };
-        let before = standard_output();
-        let workers = ["left", "right"].map(|tag| {
-            thread::spawn(move || {
-                let config = SessionConfig { capture_output: true, load_prelude: false, ..SessionConfig::default() };
-                let mut session = Session::new(config).expect("a session starts");
-                assert!(!session.eval("(define ((printf int) (format (ptr int8)) ...))").failed());
-                for round in 0..200 {
-                    let outcome = session.eval(&format!("(call printf \"{tag} {round}\\n\")"));
-                    assert!(!outcome.failed(), "{:?}", outcome.diagnostics);
-                    assert_eq!(outcome.written(Stream::Stdout), format!("{tag} {round}\n"));
-                }
-            })
-        });
-        for worker in workers {
-            worker.join().expect("every captured call got its own output");
-        }
-        assert_eq!(standard_output(), before, "stdout is the process's own again");
-    }
-}
+#[path = "run_tests.rs"]
+mod tests;

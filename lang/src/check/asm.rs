@@ -1,8 +1,7 @@
 //! Inline assembly: the `asm` form, and the constraint strings and templates it takes, checked
 //! here because LLVM ends the process on malformed ones.
 
-use super::body::BodyChecker;
-use super::{arity, cast_note, syntax, type_error};
+use super::context::{arity, cast_note, syntax, type_error, BodyChecker};
 use crate::reader::{Sexp, SexpKind};
 use crate::tree::{AsmExpr, Expr, ExprKind};
 use crate::types::Ty;

@@ -2,58 +2,15 @@
 //! forms. Expressions are in `expr`, calls in `call`, GPU forms in `gpu`, inline assembly in `asm`:
 //! each adds an `impl BodyChecker` block of its own.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
-use super::cell::CellChecker;
-use super::{arity, cast_note, global_memory_pointer, syntax, type_error, MAX_LOCAL_BYTES};
+use super::context::{arity, cast_note, global_memory_pointer, syntax, type_error, BodyChecker, MAX_LOCAL_BYTES};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, Span};
-use crate::tree::{Dialect, Expr, ExprKind, Local, Place, Placement, Stmt, MAX_NESTING};
+use crate::tree::{Expr, ExprKind, Local, Place, Stmt, MAX_NESTING};
 use crate::types::Ty;
 
-pub(super) struct BodyChecker<'c, 'a> {
-    pub(super) cell: &'c mut CellChecker<'a>,
-    pub name: String,
-    pub ret: Ty,
-    pub top_level: bool,
-    pub locals: Vec<Local>,
-    pub(super) scopes: Vec<HashMap<String, usize>>,
-    loop_depth: usize,
-    pub uses: BTreeSet<String>,
-    pub warnings: Vec<Diagnostic>,
-    reported_unknown: BTreeSet<String>,
-    /// Statements and expressions being checked, outermost first (see `MAX_NESTING`).
-    nesting: usize,
-    reported_nesting: bool,
-    /// The body is a kernel's: host-only constructs are errors at once.
-    pub kernel: bool,
-    /// What of the body needs the GPU or the host.
-    pub placement: Placement,
-    /// C-Lisp's rules, or a Brilisp program's, where a global's name is its address.
-    pub dialect: Dialect,
-}
-
 impl<'c, 'a> BodyChecker<'c, 'a> {
-    pub(super) fn new(cell: &'c mut CellChecker<'a>, name: String, ret: Ty, top_level: bool) -> Self {
-        BodyChecker {
-            cell,
-            name,
-            ret,
-            top_level,
-            locals: Vec::new(),
-            scopes: vec![HashMap::new()],
-            loop_depth: 0,
-            uses: BTreeSet::new(),
-            warnings: Vec::new(),
-            reported_unknown: BTreeSet::new(),
-            nesting: 0,
-            reported_nesting: false,
-            kernel: false,
-            placement: Placement::default(),
-            dialect: Dialect::CLisp,
-        }
-    }
-
     pub fn error(&mut self, diagnostic: Diagnostic) {
         self.cell.error(diagnostic);
     }

@@ -8,9 +8,8 @@
 
 use std::collections::HashMap;
 
-use super::body::BodyChecker;
+use super::context::{cast_note, literal_of, syntax, type_error, BodyChecker};
 use super::expr::cast_op;
-use super::{cast_note, literal_of, syntax, type_error};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind, Span};
 use crate::tree::{Dialect, Expr, ExprKind, Place, Stmt};

@@ -1,9 +1,8 @@
 //! Calls: session functions (through slots, inline or to themselves), C functions, libdevice and
 //! LLVM intrinsics.
 
-use super::body::BodyChecker;
+use super::context::{arity, cast_note, syntax, type_error, BodyChecker};
 use super::env::{FunctionEntry, FunctionKind};
-use super::{arity, cast_note, syntax, type_error};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{device_only_intrinsic, host_intrinsic, intrinsic_name, is_libdevice, IntrinsicError};
 use crate::reader::{Sexp, Span};

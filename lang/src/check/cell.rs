@@ -5,38 +5,17 @@
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
-use super::body::{is_statement_form, BodyChecker};
-use super::env::{Env, FunctionEntry, FunctionKind, ResolveExtern};
-use super::{define_attributes, parse_prototype, syntax, Overlay, MAX_VALUE_BYTES};
+use super::body::is_statement_form;
+use super::context::{define_attributes, parse_prototype, syntax, BodyChecker, CellChecker, TopForm, MAX_VALUE_BYTES};
+use super::env::{FunctionEntry, FunctionKind};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{check_intrinsic, IntrinsicError, IntrinsicFacts};
 use crate::reader::{Sexp, Span};
 use crate::tree::{
     always_returns, visit_exprs, Callee, Constant, DefinitionSource, Dialect, FunctionDef, GlobalDef, GlobalEntry,
-    Invalidation, Placement, Stmt, StructDef, TopItem, TypedCell, MAX_NESTING,
+    Invalidation, Placement, Stmt, StructDef, TopItem, MAX_NESTING,
 };
 use crate::types::{parse_type, Signature, StructEntry, Ty};
-
-/// Checks one cell against the session: collects its declarations, checks its bodies, and
-/// re-checks the session functions that what it redefines touches.
-pub(super) struct CellChecker<'a> {
-    pub(super) env: &'a Env,
-    pub(super) resolve: ResolveExtern<'a>,
-    pub(super) errors: Vec<Diagnostic>,
-    pub(super) cell: TypedCell,
-    pub(super) overlay: Overlay,
-    /// Inline functions called by code checked in this cell.
-    pub(super) inline_used: BTreeSet<String>,
-    /// What LLVM said about each intrinsic declaration checked in this cell, by name.
-    pub(super) intrinsics: HashMap<String, Result<IntrinsicFacts, IntrinsicError>>,
-}
-
-/// A top-level form of the cell, wrappers removed, with the rules it follows.
-#[derive(Clone, Copy)]
-pub(super) struct TopForm<'f> {
-    pub form: &'f Sexp,
-    pub dialect: Dialect,
-}
 
 impl<'a> CellChecker<'a> {
     pub(super) fn error(&mut self, diagnostic: Diagnostic) {

@@ -5,13 +5,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
 use super::call::intrinsic_error;
-use super::cell::CellChecker;
-use super::cell::TopForm;
-use super::env::{FunctionEntry, FunctionKind};
-use super::{
-    define_attributes, global_memory_pointer, literal_of, parse_prototype, syntax, type_error, Attributes, Prototype,
-    MAX_LOCAL_BYTES, MAX_SHARED_BYTES, MAX_VALUE_BYTES,
+use super::context::{
+    define_attributes, global_memory_pointer, literal_of, parse_prototype, syntax, type_error, Attributes, CellChecker,
+    Prototype, TopForm, MAX_LOCAL_BYTES, MAX_SHARED_BYTES, MAX_VALUE_BYTES,
 };
+use super::env::{FunctionEntry, FunctionKind};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{intrinsic_name, is_libdevice};
 use crate::reader::{Sexp, SexpKind, Span};

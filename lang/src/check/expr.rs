@@ -2,8 +2,7 @@
 
 use std::rc::Rc;
 
-use super::body::BodyChecker;
-use super::{arity, cast_note, define_attributes, syntax, type_error, typed_literal};
+use super::context::{arity, cast_note, define_attributes, syntax, type_error, typed_literal, BodyChecker};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind};
 use crate::tree::{BinOp, CastOp, Dialect, Expr, ExprKind, FloatCmp, IntCmp, Place};

@@ -5,10 +5,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
-use super::body::BodyChecker;
-use super::cell::CellChecker;
+use super::context::{arity, cast_note, syntax, type_error, BodyChecker, CellChecker};
 use super::env::{defined, FunctionEntry, FunctionKind};
-use super::{arity, cast_note, syntax, type_error};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, Span};
 use crate::tree::{

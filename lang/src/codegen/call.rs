@@ -8,10 +8,11 @@ use inkwell::types::{BasicMetadataTypeEnum, BasicType, StructType};
 use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
 
-use super::{
+use super::lowering::{
     is_aggregate, no_value, signature_symbol, slot_symbol, trap_symbol, CodegenError, FaultSite, FunctionState,
-    Lowering, Result, Thunk, Value, FAULT_DIVIDE_BY_ZERO, FAULT_DIVIDE_OVERFLOW, FAULT_STALE_POINTER, RT_FAULT,
+    Lowering, Result, Thunk, Value,
 };
+use crate::abi::{FaultCode, RT_FAULT};
 use crate::reader::Span;
 use crate::tree::{Callee, Expr, FunctionAddress};
 use crate::types::{Signature, Ty};
@@ -28,7 +29,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     ) -> Result<()> {
         let int_type = right.get_type();
         let is_zero = self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_zero(), "")?;
-        self.fault_if(state, is_zero, FAULT_DIVIDE_BY_ZERO, span)?;
+        self.fault_if(state, is_zero, FaultCode::DivideByZero, span)?;
         if signed {
             let bits = int_type.get_bit_width();
             let min = int_type.const_int(1u64 << (bits - 1), false);
@@ -36,7 +37,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             let is_minus_one =
                 self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_all_ones(), "")?;
             let overflows = self.builder.build_and(is_min, is_minus_one, "")?;
-            self.fault_if(state, overflows, FAULT_DIVIDE_OVERFLOW, span)?;
+            self.fault_if(state, overflows, FaultCode::DivideOverflow, span)?;
         }
         Ok(())
     }
@@ -45,7 +46,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     pub(super) fn emit_fault_body(
         &mut self,
         function: FunctionValue<'ctx>,
-        code: u64,
+        code: FaultCode,
         span: Span,
         name: &str,
     ) -> Result<()> {
@@ -56,7 +57,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.call_fault(code, site)
     }
 
-    pub(super) fn emit_trap(&mut self, name: &str, code: u64, span: Span, detail: String) -> Result<()> {
+    pub(super) fn emit_trap(&mut self, name: &str, code: FaultCode, span: Span, detail: String) -> Result<()> {
         let symbol = trap_symbol(name, &self.module.get_name().to_string_lossy());
         let trap =
             self.module.add_function(&symbol, self.context.void_type().fn_type(&[], false), Some(Linkage::External));
@@ -89,7 +90,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             function: name.to_string(),
             detail: thunk.signature.to_string(),
         });
-        self.call_fault(FAULT_STALE_POINTER, site)?;
+        self.call_fault(FaultCode::StalePointer, site)?;
         self.builder.position_at_end(call_block);
         let slot = self.external_global(&slot_symbol(name));
         let pointer =
@@ -132,7 +133,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         &mut self,
         state: &FunctionState<'ctx>,
         condition: IntValue<'ctx>,
-        code: u64,
+        code: FaultCode,
         span: Span,
     ) -> Result<()> {
         if self.device.is_some() {
@@ -161,7 +162,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Calls the runtime's fault function, which never returns.
-    fn call_fault(&mut self, code: u64, site: u32) -> Result<()> {
+    fn call_fault(&mut self, code: FaultCode, site: u32) -> Result<()> {
         let i64_type = self.context.i64_type();
         let fault_type = self.context.void_type().fn_type(&[i64_type.into(), i64_type.into()], false);
         let fault = self.runtime_function(RT_FAULT, fault_type);
@@ -171,7 +172,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         fault.add_attribute(AttributeLoc::Function, self.context.create_enum_attribute(cold, 0));
         self.builder.build_call(
             fault,
-            &[i64_type.const_int(code, false).into(), i64_type.const_int(u64::from(site), false).into()],
+            &[i64_type.const_int(code.code(), false).into(), i64_type.const_int(u64::from(site), false).into()],
             "",
         )?;
         self.builder.build_unreachable()?;

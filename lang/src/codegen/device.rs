@@ -2,50 +2,24 @@
 //! the host side of GPU forms (runtime calls, launch descriptors).
 
 use std::collections::HashMap;
-use std::rc::Rc;
 
 use inkwell::context::Context;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
 use inkwell::targets::TargetData;
 use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
-use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue};
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 
-use super::sim::{SimLowering, SimTarget};
-
-use super::{
-    no_value, CodegenError, FunctionState, Lowering, LoweringTarget, Naming, Result, FAULT_GPU, LAUNCH_ARG_WORDS,
-    RT_GPU, RT_GPU_LAUNCH,
+use super::lowering::{
+    no_value, CodegenError, DeviceState, DeviceUnit, FunctionState, Lowering, LoweringTarget, Naming, Result,
+    SimLowering,
+};
+use crate::abi::{
+    ArgKind, Direction, FaultCode, LaunchArg, LAUNCH_ARG_WORDS, LAUNCH_DIMENSIONS, RT_GPU, RT_GPU_LAUNCH,
 };
 use crate::reader::Span;
-use crate::tree::FunctionDef;
 use crate::types::Ty;
-
-/// What the PTX builder gives codegen: the device code of one launched function.
-pub(crate) struct DeviceUnit<'u> {
-    /// The launched function first, then every session function it calls, transitively.
-    pub members: &'u [Rc<FunctionDef>],
-    /// The session's globals: device code gets its own copies.
-    pub globals: &'u HashMap<String, crate::tree::GlobalEntry>,
-    pub structs: &'u HashMap<String, crate::types::StructEntry>,
-    /// Set when the device code is lowered for the host, for the simulator (`super::sim`).
-    pub sim: Option<SimTarget>,
-}
-
-/// Device code's extra state: its member functions and its copies of globals.
-pub(super) struct DeviceState<'ctx, 'n> {
-    pub(super) unit: &'n DeviceUnit<'n>,
-    pub(super) functions: HashMap<String, FunctionValue<'ctx>>,
-    globals: std::cell::RefCell<HashMap<String, PointerValue<'ctx>>>,
-    pub(super) shared_bytes: std::cell::Cell<u64>,
-    /// For the simulator: the device globals' storage to make, and the barriers and checked
-    /// accesses met so far (each call site is numbered for the simulator's reports).
-    pub(super) sim: Option<SimLowering>,
-    /// For the simulator: the globals' storage, and each shared array's offset.
-    pub(super) sim_globals: std::cell::RefCell<Vec<super::sim::SimGlobal>>,
-    pub(super) sim_shared: std::cell::RefCell<HashMap<String, u64>>,
-}
 
 /// A lowered device module: its kernel entry's PTX name and the shared memory it declares.
 pub(crate) struct DeviceModule<'ctx> {
@@ -269,7 +243,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         span: Span,
     ) -> Result<()> {
         let failed = self.builder.build_int_compare(IntPredicate::NE, status, status.get_type().const_zero(), "")?;
-        self.fault_if(state, failed, FAULT_GPU, span)
+        self.fault_if(state, failed, FaultCode::Gpu, span)
     }
 
     /// `(launch …)`: the arguments are evaluated, then described to the runtime, which moves
@@ -301,33 +275,33 @@ impl<'ctx> Lowering<'ctx, '_> {
                 None => word.const_all_ones(),
             });
         }
-        let dimensions_memory = self.temporary_of(state, word.array_type(6).into())?;
+        let dimensions_memory = self.temporary_of(state, word.array_type(LAUNCH_DIMENSIONS as u32).into())?;
         for (index, dimension) in dimensions.into_iter().enumerate() {
-            self.store_word(dimensions_memory, 6, index, dimension)?;
+            self.store_word(dimensions_memory, LAUNCH_DIMENSIONS as u32, index, dimension)?;
         }
         let words = (launch.args.len() * LAUNCH_ARG_WORDS).max(1) as u32;
         let descriptor = self.temporary_of(state, word.array_type(words).into())?;
         for (index, ((arg, value), count)) in launch.args.iter().zip(values).zip(counts).enumerate() {
             let kind = match arg.kind {
-                crate::tree::LaunchArgKind::Scalar => 0,
-                crate::tree::LaunchArgKind::DevicePointer => 1,
-                crate::tree::LaunchArgKind::Buffer => 2,
-                crate::tree::LaunchArgKind::Host => 3,
+                crate::tree::LaunchArgKind::Scalar => ArgKind::Scalar,
+                crate::tree::LaunchArgKind::DevicePointer => ArgKind::DevicePointer,
+                crate::tree::LaunchArgKind::Buffer => ArgKind::Buffer,
+                crate::tree::LaunchArgKind::Host => ArgKind::Host,
             };
             let direction = match arg.direction {
-                None => 0,
-                Some(crate::tree::Direction::In) => 1,
-                Some(crate::tree::Direction::Out) => 2,
-                Some(crate::tree::Direction::InOut) => 3,
+                None => Direction::None,
+                Some(crate::tree::Direction::In) => Direction::In,
+                Some(crate::tree::Direction::Out) => Direction::Out,
+                Some(crate::tree::Direction::InOut) => Direction::InOut,
             };
             let fields = [
-                word.const_int(kind, false),
-                value,
-                count,
-                word.const_int(arg.element_size, false),
-                word.const_int(direction, false),
+                (LaunchArg::KIND, word.const_int(kind as u64, false)),
+                (LaunchArg::VALUE, value),
+                (LaunchArg::COUNT, count),
+                (LaunchArg::ELEMENT_SIZE, word.const_int(arg.element_size, false)),
+                (LaunchArg::DIRECTION, word.const_int(direction as u64, false)),
             ];
-            for (field, field_value) in fields.into_iter().enumerate() {
+            for (field, field_value) in fields {
                 self.store_word(descriptor, words, index * LAUNCH_ARG_WORDS + field, field_value)?;
             }
         }

@@ -7,10 +7,8 @@ use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
-use super::{
-    is_aggregate, no_value, CodegenError, FunctionState, Lowering, Result, Value, FAULT_GPU, RT_GPU_ALLOC, RT_GPU_COPY,
-    RT_GPU_FREE, RT_GPU_LEN, RT_SESSION_ALLOC,
-};
+use super::lowering::{is_aggregate, no_value, CodegenError, FunctionState, Lowering, Result, Value};
+use crate::abi::{CopyDirection, FaultCode, RT_GPU_ALLOC, RT_GPU_COPY, RT_GPU_FREE, RT_GPU_LEN, RT_SESSION_ALLOC};
 use crate::reader::Span;
 use crate::tree::{BinOp, CastOp, Expr, ExprKind, FloatCmp, IntCmp, Place};
 use crate::types::Ty;
@@ -245,7 +243,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.context.i64_type().const_zero(),
                     "",
                 )?;
-                self.fault_if(state, failed, FAULT_GPU, expr.span)?;
+                self.fault_if(state, failed, FaultCode::Gpu, expr.span)?;
                 handle.into()
             }
             ExprKind::GpuFree(buffer) => {
@@ -263,7 +261,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.context.i64_type().const_zero(),
                     "",
                 )?;
-                self.fault_if(state, failed, FAULT_GPU, expr.span)?;
+                self.fault_if(state, failed, FaultCode::Gpu, expr.span)?;
                 length.into()
             }
             ExprKind::GpuCopy(direction, destination, source, count) => {
@@ -277,11 +275,11 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let source = self.as_word(source)?;
                 let count = self.index(state, count)?;
                 let code = match direction {
-                    crate::tree::CopyDirection::HostToDevice => 0,
-                    crate::tree::CopyDirection::DeviceToHost => 1,
-                    crate::tree::CopyDirection::DeviceToDevice => 2,
+                    crate::tree::CopyDirection::HostToDevice => CopyDirection::HostToDevice,
+                    crate::tree::CopyDirection::DeviceToHost => CopyDirection::DeviceToHost,
+                    crate::tree::CopyDirection::DeviceToDevice => CopyDirection::DeviceToDevice,
                 };
-                let direction = self.context.i64_type().const_int(code, false);
+                let direction = self.context.i64_type().const_int(code as u64, false);
                 let status = self.call_gpu(
                     RT_GPU_COPY,
                     self.context.i32_type().into(),

@@ -1,7 +1,7 @@
 //! Device code lowered for the host, for the GPU simulator (`gpu::sim`): the same members as
 //! for NVPTX, with what NVPTX's special registers, barriers and memory spaces are replaced by.
 //!
-//! - `(tid.x)` and the other indices read the simulator's frame (`SimFrame`), whose address
+//! - `(tid.x)` and the other indices read the simulator's frame (`abi::SimFrame`), whose address
 //!   is the symbol `SIM_FRAME`: the simulator writes the running thread's indices there
 //!   before it runs or resumes the thread.
 //! - `(syncthreads)` calls `SIM_SYNC`, which suspends the thread's fiber until every thread of
@@ -17,79 +17,11 @@
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, PointerValue};
 use inkwell::AddressSpace;
 
-use super::{no_value, CodegenError, Lowering, Result};
+use super::lowering::{no_value, CodegenError, Lowering, Result, SimGlobal, SimLowering, SimSite};
+use crate::abi::{sim_check_tag, SimFrame, SIM_CHECK, SIM_FRAME, SIM_SYNC};
 use crate::reader::Span;
 use crate::tree::FunctionDef;
 use crate::types::Ty;
-
-/// The frame compiled simulator code reads: the running thread's indices and its block's
-/// shared memory. Its address is the symbol `SIM_FRAME` of the session's JIT.
-#[repr(C)]
-pub(crate) struct SimFrame {
-    /// `tid.x y z`, `ctaid.x y z` (block), `ntid.x y z` (block size), `nctaid.x y z` (grid).
-    pub index: [i32; 12],
-    /// The running block's shared memory.
-    pub shared: *mut u8,
-}
-
-pub(crate) const SIM_FRAME: &str = "quasi#sim_frame";
-/// `void (ptr frame, i32 site)`: a barrier.
-pub(crate) const SIM_SYNC: &str = "quasi#sim_sync";
-/// `ptr (ptr frame, ptr address, i64 bytes, i64 site_and_write)`: the address to use.
-pub(crate) const SIM_CHECK: &str = "quasi#sim_check";
-
-/// How device code is lowered for the simulator.
-#[derive(Clone, Debug)]
-pub(crate) struct SimTarget {
-    /// Whether loads and stores are checked.
-    pub check: bool,
-    /// Makes the symbols of this build's globals and entry unique in the session.
-    pub prefix: String,
-}
-
-/// Storage the simulator makes for a device global: its symbol, initial bytes and alignment.
-#[derive(Clone, Debug)]
-pub(crate) struct SimGlobal {
-    pub name: String,
-    pub symbol: String,
-    pub image: Vec<u8>,
-}
-
-/// A barrier or checked access in simulated code, by the number the code passes.
-#[derive(Clone, Debug)]
-pub(crate) struct SimSite {
-    pub span: Span,
-    pub function: String,
-}
-
-/// What lowering for the simulator collects.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct SimLowering {
-    /// Filled when lowering is done (from `DeviceState::sim_globals`).
-    pub globals: Vec<SimGlobal>,
-    pub sites: Vec<SimSite>,
-    /// Whether the code has a barrier: without one, threads run one after another, no fibers.
-    pub barrier: bool,
-    prefix: String,
-    check: bool,
-}
-
-impl SimLowering {
-    pub(super) fn new(target: &SimTarget) -> SimLowering {
-        SimLowering { prefix: target.prefix.clone(), check: target.check, ..SimLowering::default() }
-    }
-}
-
-/// The offset of a special register in `SimFrame::index`.
-fn index_slot(register: &str, axis: u8) -> u64 {
-    let base = match register {
-        "tid" => 0,
-        "ctaid" => 3,
-        "ntid" => 6,
-        _ => 9,
-    };
-    base + u64::from(axis.min(2))
-}
 
 /// The special register an NVVM intrinsic reads (`llvm.nvvm.read.ptx.sreg.tid.x`).
 fn intrinsic_register(link: &str) -> Option<(&str, u8)> {
@@ -120,7 +52,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// A special register: a load from the frame (the simulator sets it per thread).
     pub(super) fn sim_index(&mut self, register: &str, axis: u8) -> Result<BasicValueEnum<'ctx>> {
         let int = self.context.i32_type();
-        let slot = self.context.i64_type().const_int(index_slot(register, axis), false);
+        let slot = self.context.i64_type().const_int(SimFrame::slot(register, axis), false);
         // SAFETY: the slot is below 12, inside `SimFrame::index`.
         let pointer = unsafe { self.builder.build_in_bounds_gep(int, self.frame(), &[slot], "")? };
         Ok(self.builder.build_load(int, pointer, "")?)
@@ -169,7 +101,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         } else {
             self.builder.build_address_space_cast(pointer, ptr, "")?
         };
-        let tag = word.const_int((u64::from(site) << 1) | u64::from(write), false);
+        let tag = word.const_int(sim_check_tag(site, write), false);
         let checked = self
             .builder
             .build_call(check, &[self.frame().into(), generic.into(), bytes.into(), tag.into()], "")?

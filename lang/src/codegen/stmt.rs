@@ -7,8 +7,9 @@ use inkwell::basic_block::BasicBlock;
 use inkwell::values::{FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 
+use super::lowering::{is_aggregate, CodegenError, FunctionState, Lowering, Result, Value};
 use super::versioning::{self, Bound, Check, NestPlan};
-use super::{is_aggregate, CodegenError, FunctionState, Lowering, Result, Value, RT_ITEM_DONE};
+use crate::abi::RT_ITEM_DONE;
 use crate::tree::{address_taken, Expr, FunctionDef, Stmt, TopItem};
 use crate::types::Ty;
 

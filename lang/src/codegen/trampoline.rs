@@ -20,7 +20,8 @@ use inkwell::targets::{TargetData, TargetTriple};
 use inkwell::values::BasicMetadataValueEnum;
 use inkwell::AddressSpace;
 
-use super::{CodegenError, Lowering, LoweringTarget, Naming, Result, RT_ITEM_DONE};
+use super::lowering::{CodegenError, Lowering, LoweringTarget, Naming, Result};
+use crate::abi::RT_ITEM_DONE;
 use crate::types::{Signature, Ty};
 
 /// Words of a signature's argument block: the slot's address, then a pointer and a constant

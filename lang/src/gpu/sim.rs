@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use corosensei::stack::{DefaultStack, Stack};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
-use crate::codegen::{SimFrame, SimSite};
+use crate::abi::{sim_check_site, SimFrame};
+use crate::codegen::SimSite;
 use crate::source::Span;
 
 /// Bytes before and after every simulated allocation that no access may touch.
@@ -536,7 +537,7 @@ pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, byt
     if run.check_failed.is_none() {
         // SAFETY: as above.
         let frame = unsafe { &*frame };
-        let write = tag & 1 == 1;
+        let (site, write) = sim_check_site(tag);
         let thread = [frame.index[0], frame.index[1], frame.index[2]];
         let block = [frame.index[3], frame.index[4], frame.index[5]];
         let message = format!(
@@ -547,7 +548,7 @@ pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, byt
             triple(thread),
             describe(run, address)
         );
-        run.check_failed = Some(Failure { message, site: Some((tag >> 1) as u32) });
+        run.check_failed = Some(Failure { message, site: Some(site) });
     }
     let words = (bytes.max(8) as usize).div_ceil(8);
     if run.scratch.len() < words {

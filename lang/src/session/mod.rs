@@ -988,7 +988,7 @@ impl Pipeline for Session {
         let prefix = format!("cell#{}q{}", self.history.cell_count, self.history.quiet_count);
         let cell = if with_clock {
             let mut env = self.env.clone();
-            env.functions.insert(run::CLOCK.to_string(), bench::clock_entry());
+            env.functions.insert(crate::abi::RT_CLOCK.to_string(), bench::clock_entry());
             self.check(&env, forms, &prefix)
         } else {
             self.check(&self.env, forms, &prefix)

@@ -3,8 +3,8 @@
 //! definitions that cells and `:defs` print.
 
 use super::Session;
+use crate::abi::FaultCode;
 use crate::check::{FunctionEntry, FunctionKind};
-use crate::codegen;
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::ExpansionSite;
 use crate::run::{self, Fault};
@@ -20,17 +20,17 @@ impl Session {
             Fault::Check { code, site } => {
                 let site = self.program.fault_site(*site);
                 let (kind, message, span) = match (code, site) {
-                    (&codegen::FAULT_DIVIDE_BY_ZERO, Some(site)) => (
+                    (Some(FaultCode::DivideByZero), Some(site)) => (
                         Kind::RuntimeFault,
                         format!("integer division by zero in function `{}`", display_function(&site.function)),
                         site.span,
                     ),
-                    (&codegen::FAULT_DIVIDE_OVERFLOW, Some(site)) => (
+                    (Some(FaultCode::DivideOverflow), Some(site)) => (
                         Kind::RuntimeFault,
                         format!("integer overflow in division in function `{}`", display_function(&site.function)),
                         site.span,
                     ),
-                    (&codegen::FAULT_UNRESOLVED, Some(site)) => (
+                    (Some(FaultCode::Unresolved), Some(site)) => (
                         Kind::UnknownName,
                         format!(
                             "`{}` was called, but nothing defines it: no session function, library or process symbol",
@@ -38,7 +38,7 @@ impl Session {
                         ),
                         site.span,
                     ),
-                    (&codegen::FAULT_INVALIDATED, Some(site)) => (
+                    (Some(FaultCode::Invalidated), Some(site)) => (
                         Kind::Type,
                         format!(
                             "`{}` was invalidated by the redefinition of {}; redefine `{}`",
@@ -46,12 +46,12 @@ impl Session {
                         ),
                         site.span,
                     ),
-                    (&codegen::FAULT_GPU, Some(site)) => (
+                    (Some(FaultCode::Gpu), Some(site)) => (
                         Kind::Gpu,
                         self.gpu.runtime.take_error().unwrap_or_else(|| "the GPU runtime failed".into()),
                         site.span,
                     ),
-                    (&codegen::FAULT_STALE_POINTER, Some(site)) => (
+                    (Some(FaultCode::StalePointer), Some(site)) => (
                         Kind::RuntimeFault,
                         format!(
                             "`{}` was called through a pointer from (fn-ptr {}) made for its old type `{}`; it has another type now",
@@ -59,7 +59,7 @@ impl Session {
                         ),
                         site.span,
                     ),
-                    (&codegen::FAULT_DEVICE_ONLY, Some(site)) => (
+                    (Some(FaultCode::DeviceOnly), Some(site)) => (
                         Kind::Gpu,
                         format!("`{}` is device code now: host code compiled earlier cannot call it", site.function),
                         site.span,
@@ -67,7 +67,7 @@ impl Session {
                     _ => (Kind::RuntimeFault, "a runtime check failed".to_string(), item_span),
                 };
                 let mut diagnostic = Diagnostic::error(kind, message).with_label(span, "");
-                let stale = *code == codegen::FAULT_STALE_POINTER;
+                let stale = *code == Some(FaultCode::StalePointer);
                 if (kind != Kind::RuntimeFault || stale) && span != item_span {
                     diagnostic = diagnostic.with_secondary(item_span, "while running this");
                 }
@@ -186,7 +186,7 @@ pub(super) fn assembly_error(message: String, cell: &TypedCell) -> Diagnostic {
     diagnostic
 }
 
-pub(super) fn lowering_error(error: codegen::CodegenError, cell: &TypedCell) -> Diagnostic {
+pub(super) fn lowering_error(error: crate::codegen::CodegenError, cell: &TypedCell) -> Diagnostic {
     let mut diagnostic = Diagnostic::internal(format!("code generation failed: {error}"));
     if let Some(function) = cell.functions.first() {
         diagnostic = diagnostic.with_label(function.span, "");
