@@ -1,17 +1,26 @@
-//! Back end: the LLVM context cells are lowered into, the host's target machines per `:opt`
-//! level, the pass pipeline of each level, and object and assembly emission.
+//! Back end: every module Quasi compiles goes through `Backend::compile(module, Target, Emit)` —
+//! a cell for the host at its `:opt` level, device code as PTX for a GPU architecture or for
+//! the simulator, a promoted body in the background compiler, a scratch module for a listing.
+//! It owns what that takes: the LLVM context modules are lowered into (with the handler that
+//! collects LLVM's errors about their code), the target machines (the host's per level, made on
+//! first use, and NVPTX's for the last architecture asked for), each level's pass pipeline, the
+//! code-generation pipeline reused across modules (`csrc/emit.cpp`), the object cache of
+//! `quasi run`, and the crash guard around LLVM (a crash ends one compile, not the session).
 //!
-//! It knows nothing of cells, names or the JIT: it takes an inkwell module and gives back
-//! optimised IR or bytes. Device code has its own NVPTX machine in `gpu::ptx`.
+//! It knows nothing of cells, names or the JIT: it takes an inkwell module and gives back bytes
+//! and, when asked, listings.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::rc::Rc;
+use std::sync::Once;
+use std::time::{Duration, Instant};
 
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{
-    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetData, TargetMachine, TargetTriple,
+    CodeModel, FileType, InitializationConfig, RelocMode, Target as LlvmTarget, TargetData, TargetMachine, TargetTriple,
 };
 use inkwell::OptimizationLevel;
 
@@ -20,8 +29,74 @@ mod cache;
 pub(crate) use cache::ObjectKey;
 pub use cache::{ObjectCache, BUDGET as CACHE_BUDGET, CACHE_VARIABLE};
 
-use crate::diagnostics::Diagnostic;
+use crate::guard;
 use crate::jit::LlvmDiagnostics;
+
+/// The NVPTX target triple.
+const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
+
+/// What a module is compiled for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// The host CPU at an `:opt` level (0 to 3): an object file to link.
+    Host(u8),
+    /// PTX for an NVIDIA GPU architecture (`sm_90`), optimised at O3: PTX text.
+    Nvptx(String),
+    /// Device code lowered for the host, for the GPU simulator, optimised at O3: an object file.
+    Sim,
+}
+
+/// What `compile` is asked to give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Emit {
+    /// The code to load: an object file, or PTX.
+    Code,
+    /// The code and the listings of its stages (`Listing`), for `:ir`, `:asm`, `:ptx`.
+    Listing,
+}
+
+/// A compiled module.
+pub(crate) struct Compiled {
+    /// The object file (host and simulator targets) or the PTX text (NVPTX); for a host
+    /// listing, the assembly.
+    pub code: Vec<u8>,
+    /// With `Emit::Listing`: the IR before and after the passes and the assembly (the PTX).
+    pub listing: Option<Listing>,
+    /// Time in the pass pipeline; `None` when none ran (level 0, or the object came from the
+    /// cache).
+    pub optimise: Option<Duration>,
+    /// Time in code generation, or in reading the object cache.
+    pub emit: Duration,
+}
+
+/// The stages of a compiled module, as text.
+pub(crate) struct Listing {
+    pub ir: String,
+    pub optimised: String,
+    pub assembly: String,
+}
+
+/// Why a module did not compile. Never the user's program's fault, except `Rejected`
+/// (inline assembly the assembler refused).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BackendError {
+    /// LLVM has no target machine for the target.
+    #[error("{0}")]
+    Machine(String),
+    /// LLVM's pass pipeline failed.
+    #[error("LLVM passes failed: {0}")]
+    Passes(String),
+    /// LLVM could not emit the code.
+    #[error("LLVM could not emit code: {0}")]
+    Emit(String),
+    /// LLVM crashed (with this signal) in the passes or code generation; the module was leaked.
+    #[error("LLVM crashed ({})", crate::guard::signal_name(*.0))]
+    Crashed(i32),
+    /// LLVM reported errors about the code through the context: inline assembly the assembler
+    /// rejected, a construct the target cannot select.
+    #[error("{}", .0.join("; "))]
+    Rejected(Vec<String>),
+}
 
 /// The back end's level per `:opt` level. Level 1 keeps LLVM's fast instruction selection and
 /// register allocation (`None`): its IR passes already give the code most of its speed, and
@@ -41,7 +116,7 @@ fn pass_pipeline(level: u8) -> &'static str {
 /// Sets up LLVM's native target once per process.
 pub(crate) fn initialise_llvm() -> Result<(), String> {
     static INIT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    INIT.get_or_init(|| Target::initialize_native(&InitializationConfig::default())).clone()
+    INIT.get_or_init(|| LlvmTarget::initialize_native(&InitializationConfig::default())).clone()
 }
 
 extern "C" {
@@ -99,6 +174,12 @@ pub(crate) struct Backend {
     emitters: [OnceCell<Emitter>; 4],
     /// One machine per level, made when a level is first used (a machine costs ~1 ms).
     machines: [OnceCell<TargetMachine>; 4],
+    /// The NVPTX machine of the last GPU architecture compiled for. Shared out (`Rc`) rather
+    /// than borrowed: a crash in LLVM leaves the code that used it by a long jump, which must
+    /// not leave the cell borrowed.
+    nvptx: RefCell<Option<(String, Rc<TargetMachine>)>>,
+    /// Where host objects are kept between processes (`quasi run`), if anywhere.
+    cache: Option<ObjectCache>,
 }
 
 impl Backend {
@@ -114,22 +195,138 @@ impl Backend {
             host: OnceCell::new(),
             emitters: Default::default(),
             machines: Default::default(),
+            nvptx: RefCell::new(None),
+            cache: None,
         })
     }
 
-    /// The host target triple.
-    pub(crate) fn triple(&self) -> TargetTriple {
-        TargetTriple::create(&self.triple.as_str().to_string_lossy())
+    /// The triple code for `target` is lowered for.
+    pub(crate) fn triple(&self, target: &Target) -> TargetTriple {
+        match target {
+            Target::Nvptx(_) => TargetTriple::create(NVPTX_TRIPLE),
+            Target::Host(_) | Target::Sim => TargetTriple::create(&self.triple.as_str().to_string_lossy()),
+        }
+    }
+
+    /// The data layout code for `target` is lowered for.
+    pub(crate) fn target_data(&self, target: &Target) -> Result<TargetData, BackendError> {
+        match target {
+            Target::Host(level) => Ok(self.machine(*level)?.get_target_data()),
+            Target::Sim => Ok(self.machine(SIM_LEVEL)?.get_target_data()),
+            Target::Nvptx(arch) => self.with_nvptx_machine(arch, |machine| machine.get_target_data()),
+        }
+    }
+
+    /// Makes `cache` the object cache of host code: `compile` takes a host module's object from
+    /// it when the same IR was compiled before by a back end like this one, and stores what it
+    /// emits (`quasi run`). `None`: compile everything.
+    pub(crate) fn set_object_cache(&mut self, cache: Option<ObjectCache>) {
+        self.cache = cache;
+    }
+
+    /// The object cache, if there is one.
+    pub(crate) fn object_cache(&self) -> Option<&ObjectCache> {
+        self.cache.as_ref()
+    }
+
+    /// Compiles `module` for `target`: runs the target's pass pipeline, then its code generation,
+    /// behind the crash guard. LLVM's errors about the code are the module's
+    /// (`BackendError::Rejected`); a crash leaks the module, which LLVM left mid-way.
+    pub(crate) fn compile(&self, module: Module<'_>, target: &Target, emit: Emit) -> Result<Compiled, BackendError> {
+        // Errors left over from earlier work (an inspection command) belong to no module.
+        self.take_llvm_errors();
+        let ir = (emit == Emit::Listing).then(|| module.print_to_string().to_string());
+        let worked = guard::guarded_here(|| self.optimise_and_emit(&module, target, emit));
+        let (optimise, optimised, code, assembly, emit_time) = match worked {
+            Ok(result) => result?,
+            Err(signal) => {
+                // LLVM stopped mid-way through the module: it is never touched again.
+                std::mem::forget(module);
+                return Err(BackendError::Crashed(signal));
+            }
+        };
+        let errors = self.take_llvm_errors();
+        if !errors.is_empty() {
+            return Err(BackendError::Rejected(errors));
+        }
+        let listing = match (ir, optimised) {
+            (Some(ir), Some(optimised)) => Some(Listing { ir, optimised, assembly: assembly.unwrap_or_default() }),
+            _ => None,
+        };
+        Ok(Compiled { code, listing, optimise, emit: emit_time })
+    }
+
+    /// `compile` of a host module at `level` through the object cache, if there is one: the
+    /// object of the same IR compiled before by a back end like this one is taken from it, and
+    /// what is compiled is stored (`quasi run`: a program run again skips LLVM).
+    pub(crate) fn compile_cached(&self, module: Module<'_>, level: u8) -> Result<Compiled, BackendError> {
+        let target = Target::Host(level);
+        let Some(cache) = &self.cache else { return self.compile(module, &target, Emit::Code) };
+        let lookup_start = Instant::now();
+        let key = self.object_key(&module, level);
+        if let Some(object) = cache.lookup(&key) {
+            return Ok(Compiled { code: object, listing: None, optimise: None, emit: lookup_start.elapsed() });
+        }
+        let lookup = lookup_start.elapsed();
+        let mut compiled = self.compile(module, &target, Emit::Code)?;
+        cache.store(&key, &compiled.code);
+        compiled.emit += lookup;
+        Ok(compiled)
+    }
+
+    /// The passes and code generation of `compile`: the time in each, the optimised IR and the
+    /// assembly when listings are asked for, and the code.
+    #[allow(clippy::type_complexity)]
+    fn optimise_and_emit(
+        &self,
+        module: &Module<'_>,
+        target: &Target,
+        emit: Emit,
+    ) -> Result<(Option<Duration>, Option<String>, Vec<u8>, Option<String>, Duration), BackendError> {
+        let listing = emit == Emit::Listing;
+        let passes_start = Instant::now();
+        match target {
+            Target::Host(level) => self.optimise(module, *level)?,
+            Target::Sim => self.optimise(module, SIM_LEVEL)?,
+            Target::Nvptx(arch) => self.with_nvptx_machine(arch, |machine| {
+                module
+                    .run_passes("default<O3>", machine, PassBuilderOptions::create())
+                    .map_err(|error| BackendError::Passes(error.to_string()))
+            })??,
+        }
+        let optimise = (*target != Target::Host(0)).then(|| passes_start.elapsed());
+        let optimised = listing.then(|| module.print_to_string().to_string());
+        let emit_start = Instant::now();
+        let (code, assembly) = match target {
+            // A listing's code is its assembly: nothing will link it.
+            Target::Host(level) if listing => {
+                let assembly = self.emit_assembly(module, *level)?;
+                (assembly.clone().into_bytes(), Some(assembly))
+            }
+            Target::Host(level) => (self.emit_object(module, *level)?, None),
+            Target::Sim => (self.emit_object(module, SIM_LEVEL)?, None),
+            Target::Nvptx(arch) => {
+                let ptx = self.with_nvptx_machine(arch, |machine| {
+                    machine
+                        .write_to_memory_buffer(module, FileType::Assembly)
+                        .map_err(|error| BackendError::Emit(error.to_string()))
+                })??;
+                let text = String::from_utf8_lossy(ptx.as_slice()).trim_end_matches('\0').to_string();
+                let assembly = listing.then(|| text.clone());
+                (text.into_bytes(), assembly)
+            }
+        };
+        Ok((optimise, optimised, code, assembly, emit_start.elapsed()))
     }
 
     /// The target machine of an optimisation level, made on first use.
-    pub(crate) fn machine(&self, level: u8) -> Result<&TargetMachine, Diagnostic> {
+    fn machine(&self, level: u8) -> Result<&TargetMachine, BackendError> {
         let index = level.min(3) as usize;
         if let Some(machine) = self.machines[index].get() {
             return Ok(machine);
         }
-        let target = Target::from_triple(&self.triple)
-            .map_err(|error| Diagnostic::internal(format!("no LLVM target: {error}")))?;
+        let target = LlvmTarget::from_triple(&self.triple)
+            .map_err(|error| BackendError::Machine(format!("no LLVM target: {error}")))?;
         let (cpu, features) = self.host();
         let machine = target
             .create_target_machine(
@@ -140,8 +337,44 @@ impl Backend {
                 RelocMode::PIC,
                 CodeModel::Default,
             )
-            .ok_or_else(|| Diagnostic::internal("LLVM could not create a target machine for this CPU"))?;
+            .ok_or_else(|| BackendError::Machine("LLVM could not create a target machine for this CPU".into()))?;
         Ok(self.machines[index].get_or_init(|| machine))
+    }
+
+    /// Runs `work` with the NVPTX machine for `arch`, made when another architecture (or none)
+    /// was used last.
+    fn with_nvptx_machine<T>(&self, arch: &str, work: impl FnOnce(&TargetMachine) -> T) -> Result<T, BackendError> {
+        static INIT: Once = Once::new();
+        INIT.call_once(|| LlvmTarget::initialize_nvptx(&InitializationConfig::default()));
+        let machine = self.nvptx_machine(arch)?;
+        Ok(work(&machine))
+    }
+
+    /// The NVPTX machine for `arch`.
+    fn nvptx_machine(&self, arch: &str) -> Result<Rc<TargetMachine>, BackendError> {
+        let mut nvptx = self.nvptx.borrow_mut();
+        if nvptx.as_ref().is_none_or(|(made_for, _)| made_for != arch) {
+            let triple = TargetTriple::create(NVPTX_TRIPLE);
+            let target = LlvmTarget::from_triple(&triple)
+                .map_err(|error| BackendError::Machine(format!("LLVM has no NVPTX target: {error}")))?;
+            let machine = target
+                .create_target_machine(
+                    &triple,
+                    arch,
+                    "",
+                    OptimizationLevel::Aggressive,
+                    RelocMode::Default,
+                    CodeModel::Default,
+                )
+                .ok_or_else(|| {
+                    BackendError::Machine(format!("LLVM could not make an NVPTX target machine for {arch}"))
+                })?;
+            *nvptx = Some((arch.to_string(), Rc::new(machine)));
+        }
+        match nvptx.as_ref() {
+            Some((_, machine)) => Ok(machine.clone()),
+            None => Err(BackendError::Machine("no NVPTX target machine".into())),
+        }
     }
 
     /// The host CPU's name and features.
@@ -154,25 +387,20 @@ impl Backend {
 
     /// The object cache's key for `module` compiled at `level`: its IR, and what of the back
     /// end the engine binary does not fix (the CPU and features, the level).
-    pub(crate) fn object_key(&self, module: &Module<'_>, level: u8) -> ObjectKey {
+    fn object_key(&self, module: &Module<'_>, level: u8) -> ObjectKey {
         let (cpu, features) = self.host();
         let ir = module.print_to_string();
         ObjectKey::new(&format!("cpu {cpu}\nfeatures {features}\nlevel {level}"), ir.to_bytes())
     }
 
-    /// The data layout code is lowered for at `level`.
-    pub(crate) fn target_data(&self, level: u8) -> Result<TargetData, Diagnostic> {
-        Ok(self.machine(level)?.get_target_data())
-    }
-
     /// Runs the pass pipeline of `level` over `module` (level 0 runs none).
-    pub(crate) fn optimise(&self, module: &Module<'_>, level: u8) -> Result<(), Diagnostic> {
+    fn optimise(&self, module: &Module<'_>, level: u8) -> Result<(), BackendError> {
         if level == 0 {
             return Ok(());
         }
         module
             .run_passes(pass_pipeline(level), self.machine(level)?, PassBuilderOptions::create())
-            .map_err(|error| Diagnostic::internal(format!("LLVM passes failed: {error}")))?;
+            .map_err(|error| BackendError::Passes(error.to_string()))?;
         if level >= 2 {
             align_functions(module);
         }
@@ -180,13 +408,13 @@ impl Backend {
     }
 
     /// The object file of `module`, compiled at `level`.
-    pub(crate) fn emit_object(&self, module: &Module<'_>, level: u8) -> Result<Vec<u8>, Diagnostic> {
+    fn emit_object(&self, module: &Module<'_>, level: u8) -> Result<Vec<u8>, BackendError> {
         let index = level.min(3) as usize;
         let emitter = match self.emitters[index].get() {
             Some(emitter) => emitter,
             None => {
                 let emitter = Emitter::new(self.machine(level)?)
-                    .ok_or_else(|| Diagnostic::internal("LLVM cannot emit object files for this CPU"))?;
+                    .ok_or_else(|| BackendError::Machine("LLVM cannot emit object files for this CPU".into()))?;
                 self.emitters[index].get_or_init(|| emitter)
             }
         };
@@ -194,18 +422,18 @@ impl Backend {
     }
 
     /// The assembly listing of `module`, compiled at `level`.
-    pub(crate) fn emit_assembly(&self, module: &Module<'_>, level: u8) -> Result<String, Diagnostic> {
+    fn emit_assembly(&self, module: &Module<'_>, level: u8) -> Result<String, BackendError> {
         let buffer = self
             .machine(level)?
             .write_to_memory_buffer(module, FileType::Assembly)
-            .map_err(|error| Diagnostic::internal(format!("LLVM could not emit assembly: {error}")))?;
+            .map_err(|error| BackendError::Emit(error.to_string()))?;
         Ok(String::from_utf8_lossy(buffer.as_slice()).into_owned())
     }
 
     /// Compiles a small loop with an external call at `level`, for nothing but its side effects:
     /// the machine's subtarget, the pass pipelines and the code paths a first cell would pay
     /// for are made and touched now (`Session::prepare`).
-    pub(crate) fn warm_up(&self, level: u8) -> Result<(), Diagnostic> {
+    pub(crate) fn warm_up(&self, level: u8) -> Result<(), BackendError> {
         const IR: &str = "declare i32 @printf(ptr, ...)
 define i32 @quasi_warm_up(i32 %n) {
 entry:
@@ -226,11 +454,13 @@ exit:
         let module = self
             .context
             .create_module_from_ir(buffer)
-            .map_err(|error| Diagnostic::internal(format!("the warm-up module does not parse: {error}")))?;
+            .map_err(|error| BackendError::Machine(format!("the warm-up module does not parse: {error}")))?;
+        let target = Target::Host(level);
         module.set_triple(&self.triple);
-        module.set_data_layout(&self.target_data(level)?.get_data_layout());
-        self.optimise(&module, level)?;
-        self.emit_object(&module, level).map(drop)
+        module.set_data_layout(&self.target_data(&target)?.get_data_layout());
+        // Not through the object cache: the point is to exercise the machine.
+        let worked = guard::guarded_here(|| self.optimise_and_emit(&module, &target, Emit::Code));
+        worked.map_err(BackendError::Crashed)?.map(drop)
     }
 
     /// Errors LLVM reported about the context's code since the last call (inline assembly the
@@ -239,6 +469,9 @@ exit:
         self.llvm_diagnostics.take_errors()
     }
 }
+
+/// The level device code for the simulator is optimised at.
+const SIM_LEVEL: u8 = 3;
 
 /// Where optimised code runs fast should not depend on where the session's earlier cells
 /// happened to end: every function defined at levels 2 and 3 starts on a cache line (the code
@@ -263,7 +496,7 @@ mod tests {
         let buffer = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), name);
         let module = backend.context.create_module_from_ir(buffer).expect("the IR parses");
         module.set_triple(&backend.triple);
-        module.set_data_layout(&backend.target_data(3).expect("a data layout").get_data_layout());
+        module.set_data_layout(&backend.target_data(&Target::Host(3)).expect("a data layout").get_data_layout());
         module
     }
 
@@ -284,8 +517,7 @@ mod tests {
         for (index, level) in [1u8, 3, 1, 2, 1, 3].into_iter().enumerate() {
             let name = format!("f{index}");
             let module = module(&backend, &name, &source(&name));
-            backend.optimise(&module, level).expect("optimised");
-            let object = backend.emit_object(&module, level).expect("emitted");
+            let object = backend.compile(module, &Target::Host(level), Emit::Code).expect("compiled").code;
             let symbols = [format!("{name}_a"), format!("{name}_b")];
             let (code, addresses) = jit.link(&object, &name, &symbols).expect("linked");
             kept.push(code);
@@ -338,6 +570,34 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// One entry point for every target: PTX text for NVPTX (listings with it), objects for the
+    /// host and the simulator, and LLVM's errors about the code as `Rejected`.
+    #[test]
+    fn compile_serves_every_target() {
+        let backend = Backend::new().expect("a back end");
+        let source = "define void @k(ptr %p) {\n  store i32 7, ptr %p\n  ret void\n}\n";
+        let nvptx = Target::Nvptx("sm_90".into());
+        let buffer = MemoryBuffer::create_from_memory_range_copy(source.as_bytes(), "k");
+        let device = backend.context.create_module_from_ir(buffer).expect("the IR parses");
+        device.set_triple(&backend.triple(&nvptx));
+        device.set_data_layout(&backend.target_data(&nvptx).expect("NVPTX's layout").get_data_layout());
+        let ptx = backend.compile(device, &nvptx, Emit::Listing).expect("PTX");
+        let text = String::from_utf8(ptx.code).expect("PTX is text");
+        assert!(text.contains(".target sm_90"), "{text}");
+        let listing = ptx.listing.expect("a listing");
+        assert!(listing.ir.contains("store i32 7") && listing.assembly == text);
+        for target in [Target::Host(0), Target::Host(2), Target::Sim] {
+            let compiled = backend.compile(module(&backend, "k", source), &target, Emit::Code).expect("an object");
+            assert!(compiled.code.starts_with(b"\x7fELF"), "{target:?}");
+        }
+        let rejected = "define void @bad() {\n  call void asm sideeffect \"frobnicate\", \"\"()\n  ret void\n}\n";
+        match backend.compile(module(&backend, "bad", rejected), &Target::Host(1), Emit::Code) {
+            Err(BackendError::Rejected(errors)) => assert!(errors.iter().any(|error| error.contains("frobnicate"))),
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("compiled"),
         }
     }
 }

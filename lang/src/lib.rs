@@ -18,6 +18,7 @@ mod cost;
 mod diagnostics;
 mod expand;
 mod gpu;
+mod guard;
 mod header;
 mod inspect;
 mod intrinsics;

@@ -7,11 +7,12 @@
 use std::ffi::c_void;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, Once};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use crate::abi::{runtime_symbol, FaultCode, GuardCode, EXITS, RT_CLOCK, RT_FAULT, RT_ITEM_DONE, RT_SESSION_ALLOC};
+use crate::guard;
 
 /// How often the waiting thread collects what a running call has written: the latency of
 /// streamed output, and the rate of an idle wake-up while compiled code runs.
@@ -28,17 +29,7 @@ const INTERRUPT_POLL: Duration = Duration::from_millis(5);
 const STACK_SIZE: usize = 64 << 20;
 
 extern "C" {
-    fn quasi_guarded_call(entry: extern "C" fn(*mut c_void), out: *mut c_void) -> i64;
-    fn quasi_fault_info(
-        code: *mut i64,
-        site: *mut i64,
-        signal: *mut i64,
-        address: *mut usize,
-        pc: *mut usize,
-        detail: *mut i64,
-    );
     fn quasi_fault(code: i64, site: i64);
-    fn quasi_install_fault_handlers();
     fn quasi_request_interrupt(executor: libc::pthread_t) -> i32;
     fn quasi_rt_exit(status: i32);
     fn quasi_rt__exit(status: i32);
@@ -302,15 +293,11 @@ pub(crate) fn process_symbol(name: &str) -> Option<usize> {
     (!address.is_null()).then_some(address as *const () as usize)
 }
 
-static INSTALL_HANDLERS: Once = Once::new();
-
 impl Runner {
     /// The executor, which stops the running call when `interrupt` is set. Its threads start
     /// with the first call.
     pub fn new(interrupt: Arc<AtomicBool>) -> Runner {
-        // SAFETY: installs process-wide handlers once; they chain to the previous handlers
-        // for faults outside guarded calls.
-        INSTALL_HANDLERS.call_once(|| unsafe { quasi_install_fault_handlers() });
+        guard::install_handlers();
         Runner { interrupt, threads: std::cell::OnceCell::new() }
     }
 
@@ -605,41 +592,6 @@ pub(crate) fn complete_text(pending: &mut Vec<u8>, bytes: &[u8]) -> String {
     text
 }
 
-/// Runs `work` on this thread behind the fault guard, for LLVM's code generation of device
-/// code (on the session's thread): LLVM's back ends crash on some inputs (NVPTX's
-/// SeparateConstOffsetFromGEP on one kernel), and a crash then ends `work`, not the session.
-/// `Err` holds the signal. What `work` was changing must then be leaked, never used or freed.
-pub(crate) fn guarded_here<T, F: FnOnce() -> T>(work: F) -> Result<T, i32> {
-    struct Job<F, T> {
-        work: Option<F>,
-        result: Option<std::thread::Result<T>>,
-    }
-    extern "C" fn trampoline<F: FnOnce() -> T, T>(job: *mut c_void) {
-        // SAFETY: `guarded_here` passes its own `Job`, alive across the call.
-        let job = unsafe { &mut *(job as *mut Job<F, T>) };
-        if let Some(work) = job.work.take() {
-            // A panic must not unwind into the guard's C frame.
-            job.result = Some(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
-        }
-    }
-    let mut job = Job { work: Some(work), result: None };
-    // SAFETY: the trampoline matches the guard's entry type and takes the job it is given.
-    let faulted = unsafe { quasi_guarded_call(trampoline::<F, T>, (&mut job as *mut Job<F, T>).cast()) != 0 };
-    if faulted {
-        let (mut code, mut site, mut signal, mut address, mut pc, mut detail) = (0, 0, 0, 0, 0, 0);
-        // SAFETY: reads the thread-local fault record the guard just wrote.
-        unsafe { quasi_fault_info(&mut code, &mut site, &mut signal, &mut address, &mut pc, &mut detail) };
-        // The work's state was left mid-way: forgotten, not dropped.
-        std::mem::forget(job);
-        return Err(signal as i32);
-    }
-    match job.result {
-        Some(Ok(value)) => Ok(value),
-        Some(Err(panic)) => std::panic::resume_unwind(panic),
-        None => Err(0),
-    }
-}
-
 /// `capture`: the call's number when its output is captured.
 fn guarded_call(entries: &[usize], result_size: usize, capture: Option<u64>) -> CallReport {
     // Eight-byte aligned, as every value type the entry may store needs at most that.
@@ -649,16 +601,16 @@ fn guarded_call(entries: &[usize], result_size: usize, capture: Option<u64>) -> 
         Some(call) => (Capture::start(1, call), Capture::start(2, call)),
         None => (None, None),
     };
-    let mut faulted = false;
+    let mut ended = Ok(());
     for &address in entries {
         // SAFETY: `address` is an entry the session linked from a checked cell; its type is
         // `void (ptr)` by construction in codegen, and the buffer is large enough for every
         // value it stores. The guard stays armed until the call returns or faults.
-        faulted = unsafe {
+        ended = unsafe {
             let entry: extern "C" fn(*mut c_void) = std::mem::transmute::<usize, extern "C" fn(*mut c_void)>(address);
-            quasi_guarded_call(entry, buffer.as_mut_ptr().cast()) != 0
+            guard::guarded_call(entry, buffer.as_mut_ptr().cast())
         };
-        if faulted {
+        if ended.is_err() {
             break;
         }
     }
@@ -667,52 +619,24 @@ fn guarded_call(entries: &[usize], result_size: usize, capture: Option<u64>) -> 
     let output = capture_out.map(Capture::finish).unwrap_or_default();
     let errors = capture_err.map(Capture::finish).unwrap_or_default();
     drop(exclusive);
-    let fault = faulted.then(|| {
-        let (mut code, mut site, mut signal, mut fault_address, mut pc, mut detail) = (0, 0, 0, 0, 0, 0);
-        // SAFETY: reads the thread-local fault record the guard just wrote.
-        unsafe { quasi_fault_info(&mut code, &mut site, &mut signal, &mut fault_address, &mut pc, &mut detail) };
-        match GuardCode::from_code(code) {
-            Some(GuardCode::Signal) => Fault::Signal {
-                signal: signal as i32,
-                address: fault_address,
-                pc,
-                write: detail != 0,
-                raised: site == -2,
-            },
-            Some(GuardCode::Interrupt) => Fault::Interrupted { pc },
-            Some(GuardCode::Exit) => Fault::Exit { function: EXITS[site.clamp(0, 3) as usize], status: detail as i32 },
-            Some(GuardCode::Abort) => Fault::Abort,
-            None => Fault::Check { code: FaultCode::from_code(code as u64), site: site as u32 },
+    let fault = ended.err().map(|record| match GuardCode::from_code(record.code) {
+        Some(GuardCode::Signal) => Fault::Signal {
+            signal: record.signal as i32,
+            address: record.address,
+            pc: record.pc,
+            write: record.detail != 0,
+            raised: record.site == -2,
+        },
+        Some(GuardCode::Interrupt) => Fault::Interrupted { pc: record.pc },
+        Some(GuardCode::Exit) => {
+            Fault::Exit { function: EXITS[record.site.clamp(0, 3) as usize], status: record.detail as i32 }
         }
+        Some(GuardCode::Abort) => Fault::Abort,
+        None => Fault::Check { code: FaultCode::from_code(record.code as u64), site: record.site as u32 },
     });
     let allocations = ALLOCATIONS.with(|allocations| std::mem::take(&mut *allocations.borrow_mut()));
     let result = buffer.iter().flat_map(|word| word.to_ne_bytes()).take(result_size).collect();
     CallReport { result, rest: Progress { items: Vec::new(), output, errors }, fault, allocations }
-}
-
-/// A signal's conventional name (SIGTERM), or its number.
-pub(crate) fn signal_name(signal: i32) -> String {
-    let names = [
-        (libc::SIGSEGV, "SIGSEGV"),
-        (libc::SIGBUS, "SIGBUS"),
-        (libc::SIGFPE, "SIGFPE"),
-        (libc::SIGILL, "SIGILL"),
-        (libc::SIGTRAP, "SIGTRAP"),
-        (libc::SIGTERM, "SIGTERM"),
-        (libc::SIGHUP, "SIGHUP"),
-        (libc::SIGQUIT, "SIGQUIT"),
-        (libc::SIGUSR1, "SIGUSR1"),
-        (libc::SIGUSR2, "SIGUSR2"),
-        (libc::SIGALRM, "SIGALRM"),
-        (libc::SIGVTALRM, "SIGVTALRM"),
-        (libc::SIGPROF, "SIGPROF"),
-        (libc::SIGXCPU, "SIGXCPU"),
-        (libc::SIGXFSZ, "SIGXFSZ"),
-        (libc::SIGSTKFLT, "SIGSTKFLT"),
-        (libc::SIGPWR, "SIGPWR"),
-        (libc::SIGSYS, "SIGSYS"),
-    ];
-    names.iter().find(|(number, _)| *number == signal).map_or_else(|| format!("{signal}"), |(_, name)| name.to_string())
 }
 
 #[cfg(test)]

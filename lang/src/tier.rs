@@ -22,7 +22,7 @@ use inkwell::module::{Linkage, Module};
 use inkwell::values::{AsValueRef, FunctionValue};
 use inkwell::AddressSpace;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError, Emit, Target};
 use crate::codegen;
 
 /// The level background promotion compiles at.
@@ -302,12 +302,10 @@ fn promote(backend: &Backend, job: &Job) -> Result<Vec<u8>, String> {
         }
     }
     module.verify().map_err(|error| format!("the promoted module does not verify: {error}"))?;
-    backend.take_llvm_errors();
-    backend.optimise(&module, PROMOTED_LEVEL).map_err(|diagnostic| diagnostic.message)?;
-    let object = backend.emit_object(&module, PROMOTED_LEVEL).map_err(|diagnostic| diagnostic.message)?;
-    match backend.take_llvm_errors().into_iter().next() {
-        Some(error) => Err(error),
-        None => Ok(object),
+    match backend.compile(module, &Target::Host(PROMOTED_LEVEL), Emit::Code) {
+        Ok(compiled) => Ok(compiled.code),
+        Err(BackendError::Rejected(errors)) => Err(errors.into_iter().next().unwrap_or_default()),
+        Err(error) => Err(error.to_string()),
     }
 }
 

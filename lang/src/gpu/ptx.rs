@@ -9,16 +9,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Instant;
 
 use inkwell::module::{FlagBehavior, Linkage, Module};
-use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
-use inkwell::OptimizationLevel;
 
 use super::{CompiledPtx, Gpu};
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError, Emit, Target};
 use crate::check::{self, Env, MAX_SHARED_BYTES};
 use crate::codegen::{self, DeviceUnit};
 use crate::diagnostics::{Diagnostic, Kind};
@@ -36,8 +33,6 @@ const ARCHES: &[&str] = &[
     "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
 ];
 
-const TRIPLE: &str = "nvptx64-nvidia-cuda";
-
 /// The session's GPU side: the runtime, the target, and what PTX was built from.
 pub(crate) struct SessionGpu {
     pub runtime: Box<Gpu>,
@@ -50,7 +45,6 @@ pub(crate) struct SessionGpu {
     /// The functions each session function launches, for the functions that launch any: kept
     /// as definitions are committed (`note_defined`), so a cell never walks every function.
     launches: HashMap<String, Vec<String>>,
-    machine: Option<(String, TargetMachine)>,
     pub(super) builds: u64,
     /// Threads per block of the last launch of each function the session compiled whose block
     /// is constant, for the occupancy `:ptx` reports.
@@ -101,7 +95,6 @@ impl SessionGpu {
             built: HashMap::new(),
             sim_built: HashMap::new(),
             launches: HashMap::new(),
-            machine: None,
             builds: 0,
             last_block: HashMap::new(),
             launched: BTreeSet::new(),
@@ -231,7 +224,8 @@ impl SessionGpu {
             let Some(root) = check::defined(source.env, &name) else { continue };
             let now = Built::of(source, &root, &self.arch);
             if !self.listed.get(&name).is_some_and(|(built, _)| built.is_current(&now)) {
-                let ptx = self.build_ptx(source, &root).map(|(_, listing)| listing.ptx);
+                let ptx =
+                    self.build_ptx(source, &root, Emit::Code).map(|(ptx, _)| ptx.text.to_string_lossy().into_owned());
                 self.listed.insert(name.clone(), (now, ptx));
             }
             if let Some((_, ptx)) = self.listed.get(&name) {
@@ -249,7 +243,7 @@ impl SessionGpu {
             return;
         }
         let start = Instant::now();
-        let built = self.build_ptx(source, &root).map(|(ptx, _)| Arc::new(ptx));
+        let built = self.build_ptx(source, &root, Emit::Code).map(|(ptx, _)| Arc::new(ptx));
         timing.device.push(DeviceTiming {
             label: "ptx".into(),
             duration: start.elapsed(),
@@ -272,29 +266,30 @@ impl SessionGpu {
             };
             return Err(Diagnostic::error(Kind::UnknownName, message));
         };
-        self.build_ptx(source, &root).map(|(_, listing)| listing)
+        let (_, listing) = self.build_ptx(source, &root, Emit::Listing)?;
+        listing.ok_or_else(|| Diagnostic::internal("the back end gave no PTX listing"))
     }
 
-    /// Compiles `root`'s device code to PTX.
+    /// Compiles `root`'s device code to PTX; with `Emit::Listing`, the listing too.
     fn build_ptx(
         &mut self,
         source: &DeviceSource<'_>,
         root: &Rc<FunctionDef>,
-    ) -> Result<(CompiledPtx, PtxListing), Diagnostic> {
+        emit: Emit,
+    ) -> Result<(CompiledPtx, Option<PtxListing>), Diagnostic> {
         let gpu_error = |message: String| Diagnostic::error(Kind::Gpu, message);
         let name = root.name.clone();
+        let arch = self.arch.clone();
         let members = launchable(source, root)?;
-        self.nvptx_machine().map_err(gpu_error)?;
-        let Some((arch, machine)) = &self.machine else { return Err(gpu_error("no NVPTX target".into())) };
-        let triple = TargetTriple::create(TRIPLE);
-        let target_data = machine.get_target_data();
-        source.backend.take_llvm_errors();
+        let target = Target::Nvptx(arch.clone());
+        let backend = source.backend;
+        let target_data = backend.target_data(&target).map_err(|error| gpu_error(error.to_string()))?;
         let unit =
             DeviceUnit { members: &members, globals: &source.env.globals, structs: &source.env.structs, sim: None };
         let lowered = codegen::lower_device(
-            &source.backend.context,
+            &backend.context,
             &target_data,
-            &triple,
+            &backend.triple(&target),
             &unit,
             source.struct_names,
             &format!("ptx#{name}"),
@@ -316,64 +311,33 @@ impl SessionGpu {
         let missing_libdevice = if lowered.libdevice.is_empty() {
             Vec::new()
         } else {
-            link_libdevice(&module, &source.backend.context, &lowered.entry, lowered.libdevice)
+            link_libdevice(&module, &backend.context, &lowered.entry, lowered.libdevice)
         };
-        let ir = crate::inspect::trim_ir(&module.print_to_string().to_string());
-        let compiled = crate::run::guarded_here(|| {
-            module
-                .run_passes("default<O3>", machine, PassBuilderOptions::create())
-                .map_err(|error| gpu_error(format!("LLVM passes failed on `{name}`: {error}")))?;
-            let optimised = crate::inspect::trim_ir(&module.print_to_string().to_string());
-            let buffer = machine
-                .write_to_memory_buffer(&module, FileType::Assembly)
-                .map_err(|error| gpu_error(format!("LLVM could not emit PTX for `{name}`: {error}")))?;
-            Ok((optimised, buffer))
+        let compiled = backend.compile(module, &target, emit).map_err(|error| match error {
+            BackendError::Crashed(signal) => llvm_crashed(&name, signal, &arch),
+            BackendError::Rejected(errors) => gpu_error(format!(
+                "LLVM could not compile `{name}` for {arch}: {}",
+                errors.first().map(|error| error.trim()).unwrap_or_default()
+            )),
+            BackendError::Passes(error) => gpu_error(format!("LLVM passes failed on `{name}`: {error}")),
+            BackendError::Emit(error) => gpu_error(format!("LLVM could not emit PTX for `{name}`: {error}")),
+            BackendError::Machine(error) => gpu_error(error),
+        })?;
+        let listing = compiled.listing.map(|listing| PtxListing {
+            ir: crate::inspect::trim_ir(&listing.ir),
+            optimised: crate::inspect::trim_ir(&listing.optimised),
+            ptx: listing.assembly,
         });
-        let (optimised, buffer) = match compiled {
-            Ok(result) => result?,
-            Err(signal) => {
-                // LLVM stopped mid-way through the module: it is never touched again.
-                std::mem::forget(module);
-                return Err(llvm_crashed(&name, signal, arch));
-            }
-        };
-        let errors = source.backend.take_llvm_errors();
-        if let Some(error) = errors.first() {
-            return Err(gpu_error(format!("LLVM could not compile `{name}` for {arch}: {}", error.trim())));
-        }
-        let ptx = String::from_utf8_lossy(buffer.as_slice()).trim_end_matches('\0').to_string();
         self.builds += 1;
-        let text = std::ffi::CString::new(ptx.clone()).map_err(|_| gpu_error("LLVM's PTX holds a NUL byte".into()))?;
+        let text =
+            std::ffi::CString::new(compiled.code).map_err(|_| gpu_error("LLVM's PTX holds a NUL byte".into()))?;
         let compiled = CompiledPtx {
             text,
             entry: lowered.entry,
             fingerprint: format!("{name}#{}", self.builds),
             missing_libdevice,
         };
-        Ok((compiled, PtxListing { ir, optimised, ptx }))
-    }
-
-    /// The NVPTX target machine for the session's `:gpu-arch`.
-    fn nvptx_machine(&mut self) -> Result<(), String> {
-        static INIT: Once = Once::new();
-        INIT.call_once(|| Target::initialize_nvptx(&InitializationConfig::default()));
-        if self.machine.as_ref().is_some_and(|(arch, _)| *arch == self.arch) {
-            return Ok(());
-        }
-        let triple = TargetTriple::create(TRIPLE);
-        let target = Target::from_triple(&triple).map_err(|error| format!("LLVM has no NVPTX target: {error}"))?;
-        let machine = target
-            .create_target_machine(
-                &triple,
-                &self.arch,
-                "",
-                OptimizationLevel::Aggressive,
-                RelocMode::Default,
-                CodeModel::Default,
-            )
-            .ok_or_else(|| format!("LLVM could not make an NVPTX target machine for {}", self.arch))?;
-        self.machine = Some((self.arch.clone(), machine));
-        Ok(())
+        Ok((compiled, listing))
     }
 
     /// `:gpu-arch [sm_XX]`.
@@ -398,12 +362,12 @@ impl SessionGpu {
     }
 }
 
-/// A crash inside LLVM's code generation as a diagnostic (`run::guarded_here`): `error[gpu]`, as
+/// A crash inside LLVM's code generation as a diagnostic (`BackendError::Crashed`): `error[gpu]`, as
 /// for other device code LLVM cannot compile (not an internal error of Quasi's).
 pub(super) fn llvm_crashed(name: &str, signal: i32, target: &str) -> Diagnostic {
     Diagnostic::error(
         Kind::Gpu,
-        format!("LLVM crashed ({}) compiling `{name}` for {target}", crate::run::signal_name(signal)),
+        format!("LLVM crashed ({}) compiling `{name}` for {target}", crate::guard::signal_name(signal)),
     )
     .with_note("a bug in LLVM's back end on this code; the kernel was not built, and the session is intact")
 }

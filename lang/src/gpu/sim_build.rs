@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::ptx::{launchable, Built, DeviceSource, SessionGpu};
 use super::sim::{Allocation, SimKernel};
+use crate::backend::{BackendError, Emit, Target};
 use crate::check::{self, MAX_SHARED_BYTES};
 use crate::codegen::{self, CodegenError, DeviceUnit, SimLowering, SimTarget};
 use crate::link::Program;
@@ -107,7 +108,8 @@ fn compile(
 ) -> Result<Compiled, String> {
     let members = launchable(source, root).map_err(|diagnostic| diagnostic.message)?;
     let backend = source.backend;
-    let target_data = backend.target_data(3).map_err(|diagnostic| diagnostic.message)?;
+    let sim = Target::Sim;
+    let target_data = backend.target_data(&sim).map_err(|error| error.to_string())?;
     let unit = DeviceUnit {
         members: &members,
         globals: &source.env.globals,
@@ -117,7 +119,7 @@ fn compile(
     let lowered = codegen::lower_device(
         &backend.context,
         &target_data,
-        &backend.triple(),
+        &backend.triple(&sim),
         &unit,
         source.struct_names,
         &format!("sim#{}", target.prefix),
@@ -132,18 +134,12 @@ fn compile(
             lowered.shared_bytes
         ));
     }
-    let module = lowered.module;
-    let object = crate::run::guarded_here(|| {
-        backend.optimise(&module, 3)?;
-        backend.emit_object(&module, 3)
-    });
-    let object = match object {
-        Ok(object) => object.map_err(|diagnostic| diagnostic.message)?,
-        Err(signal) => {
-            // LLVM stopped mid-way through the module: it is never touched again.
-            std::mem::forget(module);
-            return Err(super::ptx::llvm_crashed(&root.name, signal, "the simulator").message);
+    let object = match backend.compile(lowered.module, &sim, Emit::Code) {
+        Ok(compiled) => compiled.code,
+        Err(BackendError::Crashed(signal)) => {
+            return Err(super::ptx::llvm_crashed(&root.name, signal, "the simulator").message)
         }
+        Err(error) => return Err(error.to_string()),
     };
     let sim = lowered.sim.unwrap_or_default();
     Ok(Compiled { object, entry: lowered.entry, sim, shared_bytes: lowered.shared_bytes })

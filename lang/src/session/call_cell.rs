@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::Session;
+use crate::backend::{BackendError, Emit, Target};
 use crate::codegen::{self, block_words, is_trampoline_scalar};
 use crate::diagnostics::Diagnostic;
 use crate::link::Program;
@@ -144,25 +145,27 @@ impl Session {
     ) -> Result<Trampoline, Vec<Diagnostic>> {
         let block: Box<[AtomicU64]> = (0..block_words(signature)).map(|_| AtomicU64::new(0)).collect();
         let symbol = format!("call#trampoline{}", self.trampolines.by_signature.len());
-        let level = self.opt_level;
-        let target_data = self.backend.target_data(level).map_err(|error| vec![error])?;
+        let target = Target::Host(self.opt_level);
+        let internal = |error: BackendError| vec![Diagnostic::internal(error.to_string())];
+        let target_data = self.backend.target_data(&target).map_err(internal)?;
         let backend = &self.backend;
         let lowered = timing.time(Phase::Codegen, || {
             codegen::lower_trampoline(
                 &backend.context,
                 &target_data,
-                &backend.triple(),
+                &backend.triple(&target),
                 &symbol,
                 signature,
                 block.as_ptr() as usize,
             )
         });
         let module = lowered.map_err(|error| vec![Diagnostic::internal(format!("code generation failed: {error}"))])?;
+        let compiled = backend.compile(module, &target, Emit::Code).map_err(internal)?;
         let link_start = Instant::now();
-        let object = backend.emit_object(&module, level).map_err(|error| vec![error])?;
-        drop(module);
-        let entry = self.program.link_pinned(&object, &symbol, &symbol).map_err(|error| vec![error])?;
-        timing.add(Phase::Link, link_start.elapsed());
+        let entry = self.program.link_pinned(&compiled.code, &symbol, &symbol).map_err(|error| vec![error])?;
+        // A trampoline's passes are part of making it, as its emission is: all in `link`.
+        let optimise = compiled.optimise.unwrap_or_default();
+        timing.add(Phase::Link, optimise + compiled.emit + link_start.elapsed());
         Ok(Trampoline { entry, block })
     }
 }

@@ -8,6 +8,7 @@ use super::history::DefinitionKey;
 use super::report::{function_note, struct_line};
 use super::tiering::TierState;
 use super::{device_source, EvalMode, Session, SessionConfig, SessionError, BATCH_OPT_LEVEL};
+use crate::backend::{BackendError, Emit, Target};
 use crate::check::{self, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule, TopLevel};
 use crate::command::{self, Command, OptSetting, TimeSetting};
@@ -284,7 +285,7 @@ impl Session {
         let needs_code = device.is_none()
             && stages.iter().any(|stage| matches!(stage, Stage::Ir | Stage::OptimisedIr | Stage::Assembly));
         let code = if needs_code {
-            match self.scratch_listings(&cell, stages) {
+            match self.scratch_listings(&cell) {
                 Ok(code) => Some(code),
                 Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),
             }
@@ -344,29 +345,26 @@ impl Session {
     }
 
     /// IR before and after passes and assembly of a checked cell, from a module never linked.
-    fn scratch_listings(&self, cell: &TypedCell, stages: &[Stage]) -> Result<(String, String, String), Diagnostic> {
+    fn scratch_listings(&self, cell: &TypedCell) -> Result<(String, String, String), Diagnostic> {
         let names = self.program.scratch_names(cell);
-        let level = self.opt_level;
-        let target_data = self.backend.target_data(level)?;
+        let target = Target::Host(self.opt_level);
+        let internal = |error: BackendError| Diagnostic::internal(error.to_string());
+        let target_data = self.backend.target_data(&target).map_err(internal)?;
         let CellModule { module, .. } = codegen::lower(
             &self.backend.context,
             &target_data,
-            &self.backend.triple(),
+            &self.backend.triple(&target),
             cell,
             "inspect",
             &names.naming(),
             TopLevel::PerItem,
         )
         .map_err(|error| Diagnostic::internal(format!("code generation failed: {error}")))?;
-        let ir = inspect::trim_ir(&module.print_to_string().to_string());
-        self.backend.optimise(&module, level)?;
-        let optimised = inspect::trim_ir(&module.print_to_string().to_string());
-        let assembly = if stages.contains(&Stage::Assembly) {
-            inspect::trim_assembly(&self.backend.emit_assembly(&module, level)?)
-        } else {
-            String::new()
-        };
-        Ok((ir, optimised, assembly))
+        let compiled = self.backend.compile(module, &target, Emit::Listing).map_err(internal)?;
+        let listing = compiled.listing.ok_or_else(|| Diagnostic::internal("the back end gave no listing"))?;
+        let ir = inspect::trim_ir(&listing.ir);
+        let optimised = inspect::trim_ir(&listing.optimised);
+        Ok((ir, optimised, inspect::trim_assembly(&listing.assembly)))
     }
 
     /// `:limits [NAME VALUE]`.

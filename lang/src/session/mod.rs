@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{Backend, ObjectCache};
+use crate::backend::{Backend, ObjectCache, Target};
 use crate::bench::{self, Pipeline, QuietCell};
 use crate::check::{self, Env, FunctionEntry, FunctionKind, Resolution};
 use crate::codegen::{self, CellModule, TopLevel};
@@ -44,7 +44,7 @@ use crate::{Item, Outcome, Stream};
 
 use self::call_cell::Trampolines;
 use self::history::{DefinitionKey, History};
-use self::report::{assembly_error, explain_expansions, function_note, lowering_error, struct_line};
+use self::report::{backend_error, explain_expansions, function_note, lowering_error, struct_line};
 use self::tiering::Tiering;
 use self::top_level::TopLevelRun;
 
@@ -190,8 +190,6 @@ pub struct Session {
     script_argv: Option<ScriptArgv>,
     /// The GPU runtime, the target and the PTX built.
     gpu: SessionGpu,
-    /// Where compiled objects are kept between processes (`quasi run`), if anywhere.
-    object_cache: Option<ObjectCache>,
 }
 
 impl Session {
@@ -231,7 +229,6 @@ impl Session {
             script_argv: None,
             gpu,
             config,
-            object_cache: None,
         };
         if session.config.load_prelude {
             session.load_prelude()?;
@@ -275,7 +272,7 @@ impl Session {
     /// Makes now the target machine and pipelines of another level than the session's, for a
     /// prepared session that may be set to it (`quasi run --opt 1` of a `quasi server`).
     pub fn prepare_level(&mut self, level: u8) -> Result<(), SessionError> {
-        self.backend.warm_up(level).map_err(|diagnostic| SessionError::Llvm(diagnostic.message))
+        self.backend.warm_up(level).map_err(|error| SessionError::Llvm(error.to_string()))
     }
 
     /// Starts the executor's threads now instead of with the first call: for a prepared session
@@ -318,7 +315,7 @@ impl Session {
     /// same IR is compiled again with the same back end (`quasi run`: a program run again skips
     /// the optimiser and code generation). `None`: compile everything.
     pub fn set_object_cache(&mut self, cache: Option<ObjectCache>) {
-        self.object_cache = cache;
+        self.backend.set_object_cache(cache);
     }
 
     /// The number of cells evaluated so far (failed ones included).
@@ -368,7 +365,7 @@ impl Session {
     pub fn run_file(&mut self, path: &str, text: String, args: &[String]) -> (Outcome, i32) {
         let (mut outcome, status) = self.run_script(path, text, args);
         // What kept the object cache from being read or written: the run is not worse for it.
-        let problems = self.object_cache.as_ref().map(ObjectCache::take_problems).unwrap_or_default();
+        let problems = self.backend.object_cache().map(ObjectCache::take_problems).unwrap_or_default();
         outcome.diagnostics.extend(problems.into_iter().map(|problem| Diagnostic::warning(Kind::Io, problem)));
         (outcome, status)
     }
@@ -687,17 +684,16 @@ impl Session {
         tier: bool,
         timing: &mut PhaseTimes,
     ) -> Result<(Linked, Option<Bitcode>), Vec<Diagnostic>> {
-        let level = self.opt_level;
-        let target_data = self.backend.target_data(level).map_err(|error| vec![error])?;
+        let target = Target::Host(self.opt_level);
+        let target_data =
+            self.backend.target_data(&target).map_err(|error| vec![Diagnostic::internal(error.to_string())])?;
         let names = self.program.name_cell(cell, &self.env);
-        // Errors left over from inspection commands belong to no cell.
-        self.backend.take_llvm_errors();
         let backend = &self.backend;
         let lowered = timing.time(Phase::Codegen, || {
             codegen::lower(
                 &backend.context,
                 &target_data,
-                &backend.triple(),
+                &backend.triple(&target),
                 cell,
                 module_name,
                 &names.naming(),
@@ -709,34 +705,15 @@ impl Session {
         // The background compiler starts from the module as lowered (tiered compilation).
         let promotable = cell.functions.iter().chain(&cell.recompiled).any(|function| !function.placement.device_only);
         let bitcode = (tier && promotable).then(|| Arc::from(module.write_bitcode_to_memory().as_slice()));
-        // The object cache: the object of this very IR from an earlier process, if any.
-        let cache_start = Instant::now();
-        let cached = self.object_cache.as_ref().map(|cache| (cache, backend.object_key(&module, level)));
-        let hit = cached.as_ref().and_then(|(cache, key)| cache.lookup(key));
-        let cache_time = cache_start.elapsed();
-        let (object, link_start) = match hit {
-            Some(object) => (object, Instant::now()),
-            None => {
-                if level > 0 {
-                    timing.time(Phase::Optimise, || backend.optimise(&module, level)).map_err(|error| vec![error])?;
-                }
-                let link_start = Instant::now();
-                let object = backend.emit_object(&module, level).map_err(|error| vec![error])?;
-                // Inline assembly the assembler rejects is reported through the context, not as an error.
-                let llvm_errors = backend.take_llvm_errors();
-                if !llvm_errors.is_empty() {
-                    return Err(llvm_errors.into_iter().map(|message| assembly_error(message, cell)).collect());
-                }
-                if let Some((cache, key)) = &cached {
-                    cache.store(key, &object);
-                }
-                (object, link_start)
-            }
-        };
-        drop(module);
+        let compiled = backend.compile_cached(module, self.opt_level).map_err(|error| backend_error(error, cell))?;
+        if let Some(optimise) = compiled.optimise {
+            timing.add(Phase::Optimise, optimise);
+        }
+        let link_start = Instant::now();
         let emitted = Emitted { entries, fault_sites, traps };
-        let linked = self.program.link(cell, names, &object, module_name, emitted).map_err(|error| vec![error])?;
-        timing.add(Phase::Link, cache_time + link_start.elapsed());
+        let linked =
+            self.program.link(cell, names, &compiled.code, module_name, emitted).map_err(|error| vec![error])?;
+        timing.add(Phase::Link, compiled.emit + link_start.elapsed());
         Ok((linked, bitcode))
     }
 

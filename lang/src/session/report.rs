@@ -4,6 +4,7 @@
 
 use super::Session;
 use crate::abi::FaultCode;
+use crate::backend::BackendError;
 use crate::check::{FunctionEntry, FunctionKind};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::ExpansionSite;
@@ -91,7 +92,7 @@ impl Session {
                 let place = place.unwrap_or_default();
                 let what = match *signal {
                     other if *raised && other != libc::SIGABRT => {
-                        format!("the program raised signal {}", run::signal_name(other))
+                        format!("the program raised signal {}", crate::guard::signal_name(other))
                     }
                     // First: a fiber's stack is often mapped just below the executor's, inside the
                     // looser window `run::is_stack_overflow` allows.
@@ -114,7 +115,7 @@ impl Session {
                         "the program aborted (SIGABRT; glibc does this when it finds the heap corrupted, e.g. a double free)"
                             .to_string()
                     }
-                    other => format!("the program raised signal {}", run::signal_name(other)),
+                    other => format!("the program raised signal {}", crate::guard::signal_name(other)),
                 };
                 Diagnostic::error(Kind::RuntimeFault, what).with_label(item_span, "").with_note(note)
             }
@@ -177,13 +178,22 @@ pub(super) fn explain_expansions(mut diagnostics: Vec<Diagnostic>, sites: &[Expa
     diagnostics
 }
 
-pub(super) fn assembly_error(message: String, cell: &TypedCell) -> Diagnostic {
+fn assembly_error(message: String, cell: &TypedCell) -> Diagnostic {
     let mut diagnostic = Diagnostic::error(Kind::Syntax, format!("LLVM rejected inline assembly: {}", message.trim()))
         .with_note("the session is unchanged");
     if let Some(span) = cell.asm_spans.first() {
         diagnostic = diagnostic.with_label(*span, "");
     }
     diagnostic
+}
+
+/// What the back end's failure on a cell's module says: inline assembly the assembler rejected
+/// is the cell's syntax error (at its first `asm`); anything else is Quasi's or LLVM's.
+pub(super) fn backend_error(error: BackendError, cell: &TypedCell) -> Vec<Diagnostic> {
+    match error {
+        BackendError::Rejected(messages) => messages.into_iter().map(|message| assembly_error(message, cell)).collect(),
+        other => vec![Diagnostic::internal(other.to_string())],
+    }
 }
 
 pub(super) fn lowering_error(error: crate::codegen::CodegenError, cell: &TypedCell) -> Diagnostic {
