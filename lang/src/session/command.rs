@@ -14,7 +14,7 @@ use crate::codegen::{self, CellModule, TopLevel};
 use crate::command::{self, Command, OptSetting, TimeSetting};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand;
-use crate::gpu::ptx;
+use crate::gpu;
 use crate::inspect::{self, Stage};
 use crate::reader::{self, Sexp};
 use crate::source::Span;
@@ -77,14 +77,14 @@ impl Session {
             Command::Expand { text, single_level } => return self.expand_command(text, single_level),
             Command::Inspect { stages, subject } => return self.inspect_command(stages, subject),
             Command::Ptx(subject) => {
-                let default = || self.history.last_expansion.as_deref().and_then(ptx::default_ptx_subject);
+                let default = || self.history.last_expansion.as_deref().and_then(gpu::default_ptx_subject);
                 match subject.map(str::to_string).or_else(default) {
                     Some(name) => {
                         let mut outcome = self.inspect_command(&[Stage::Ptx], Some(&name));
                         // The listing ends with what NVIDIA's assembler makes of it.
                         if let Some(Item::Listing { language: Language::Ptx, text, .. }) = outcome.items.last() {
                             let block = self.gpu.last_block(&name);
-                            let line = ptx::ptxas_line(&self.gpu.arch, &name, text, block);
+                            let line = gpu::ptxas_line(&self.gpu.arch, &name, text, block);
                             outcome.items.push(message(line));
                         }
                         return outcome;

@@ -28,8 +28,8 @@ use crate::check::{self, Env, FunctionEntry, FunctionKind, Resolution};
 use crate::codegen::{self, CellModule, TopLevel};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{self, ExpandedCell, Stage};
-use crate::gpu::ptx::{DeviceSource, SessionGpu};
 use crate::gpu::Mode as GpuMode;
+use crate::gpu::{DeviceSource, SessionGpu};
 use crate::intrinsics;
 use crate::jit::library::{Libraries, LIBRARY_PATH_VARIABLE};
 use crate::jit::Jit;
@@ -203,7 +203,7 @@ impl Session {
         let gpu = SessionGpu::new(config.defer_device);
         let mode = match config.gpu {
             Some(mode) => Some(mode),
-            None => crate::gpu::mode_from_environment().map_err(SessionError::Setting)?,
+            None => GpuMode::from_environment().map_err(SessionError::Setting)?,
         };
         if let Some(mode) = mode {
             gpu.runtime.set_mode(mode);

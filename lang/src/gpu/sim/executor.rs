@@ -1,5 +1,5 @@
-//! The GPU simulator (`:gpu sim`): launches run on the CPU, the kernel compiled for the host by
-//! the same codegen (`codegen::sim`), with CUDA's thread model.
+//! The simulator's executor: runs a launch's threads on the CPU, the kernel compiled for the
+//! host by the same codegen (`codegen::sim`), with CUDA's thread model.
 //!
 //! Strategy (measured; ARCHITECTURE.md explains the choice): a kernel without a barrier runs
 //! its threads one after another on one fiber, a plain call per thread. A kernel with a
@@ -589,7 +589,3 @@ fn describe(run: &Run, address: usize) -> String {
     }
     format!("address {address:#x} is in no buffer, shared memory or memory of the thread's own")
 }
-
-#[cfg(test)]
-#[path = "sim_tests.rs"]
-mod tests;

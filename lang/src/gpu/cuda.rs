@@ -1,0 +1,439 @@
+//! The CUDA device: `Device` over cudarc's thin `result` layer on libcuda, loaded at run time
+//! (nothing CUDA is needed to build Quasi or to run it without a GPU). The driver starts in
+//! the background when a session starts (or, deferred, on the thread that first needs it);
+//! launches are timed with CUDA events; after a kernel fault the context is reset and made
+//! again, and memory of the old one is lost (a new epoch).
+//!
+//! cudarc's loader panics when libcuda is missing, so `start_device` asks `is_culib_present`
+//! before anything else. The device's lock guards its bookkeeping only: driver calls that read
+//! or write the program's memory run without it.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{result, sys};
+
+use super::device::{gb_per_second, moved_bytes, Copy, CopyKind, Device, Launch, LaunchError, Memory, Rows};
+
+/// The PTX of one launched function, ready to load.
+#[derive(Debug)]
+pub(crate) struct CompiledPtx {
+    /// The PTX text, NUL-terminated as `cuModuleLoadData` wants it.
+    pub text: std::ffi::CString,
+    /// The kernel entry's name in the PTX.
+    pub entry: String,
+    /// Changes whenever the device code or the target changes: the module cache's key.
+    pub fingerprint: String,
+    /// libdevice functions the PTX still declares (libdevice was not found to link).
+    pub missing_libdevice: Vec<String>,
+}
+
+/// The CUDA handles of the one device Quasi uses (ordinal 0, its primary context).
+#[derive(Clone, Copy)]
+struct Handles {
+    device: sys::CUdevice,
+    context: sys::CUcontext,
+    start: sys::CUevent,
+    end: sys::CUevent,
+}
+
+// SAFETY: CUDA driver handles are identifiers valid in every thread of the process once the
+// context is made current there (`CudaDevice::handles` does that before each use).
+unsafe impl Send for Handles {}
+
+enum Start {
+    /// Not started: it starts, on the thread that first needs it, when a GPU form first runs.
+    Deferred,
+    /// Driver initialisation and context creation, running in the background (~80 ms).
+    Starting(JoinHandle<Result<Handles, String>>),
+    Ready(Handles),
+    /// Why there is no device: the message of every host GPU form.
+    Absent(String),
+}
+
+struct Loaded {
+    fingerprint: String,
+    epoch: u64,
+    module: sys::CUmodule,
+    function: sys::CUfunction,
+}
+
+// SAFETY: as for `Handles`: module and function handles are process-wide identifiers.
+unsafe impl Send for Loaded {}
+
+struct State {
+    start: Start,
+    /// Incremented by every context reset: memory and modules of an older epoch are gone.
+    epoch: u64,
+    /// Memory of the current epoch not yet freed (freed with the device).
+    allocations: HashSet<u64>,
+    /// The PTX of every launched function, or why it could not be built.
+    kernels: HashMap<String, Result<Arc<CompiledPtx>, String>>,
+    loaded: HashMap<String, Loaded>,
+}
+
+/// The CUDA device.
+pub(crate) struct CudaDevice {
+    state: Mutex<State>,
+    rows: Rows,
+}
+
+/// A driver error as a sentence: its name and CUDA's description.
+fn cuda_error(error: result::DriverError) -> String {
+    let name =
+        error.error_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", error.0));
+    match error.error_string() {
+        Ok(text) => format!("{name} ({})", text.to_string_lossy()),
+        Err(_) => name,
+    }
+}
+
+/// Whether this process can use a CUDA device, and which: `Err` says why not, starting with
+/// "no CUDA device". Initialises the driver, like the session's background start-up.
+pub fn probe() -> Result<String, String> {
+    let handles = start_device()?;
+    let name = result::device::get_name(handles.device).unwrap_or_else(|_| "a CUDA device".into());
+    close(handles);
+    Ok(name)
+}
+
+fn start_device() -> Result<Handles, String> {
+    // SAFETY: only tries to open the driver library; cudarc's other entry points panic when
+    // it is missing, so this comes first.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no CUDA device: the CUDA driver (libcuda.so) is not installed".into());
+    }
+    let fail = |what: &str, error: result::DriverError| format!("no CUDA device: {what} failed: {}", cuda_error(error));
+    result::init().map_err(|error| fail("cuInit", error))?;
+    let count = result::device::get_count().map_err(|error| fail("cuDeviceGetCount", error))?;
+    if count < 1 {
+        return Err("no CUDA device: the driver found none".into());
+    }
+    let device = result::device::get(0).map_err(|error| fail("cuDeviceGet", error))?;
+    open_context(device).map_err(|error| fail("creating the context", error))
+}
+
+/// Retains the primary context of `device`, makes it current and makes the timing events.
+fn open_context(device: sys::CUdevice) -> Result<Handles, result::DriverError> {
+    // SAFETY: `device` came from `device::get`; the context is released in `close`.
+    let context = unsafe { result::primary_ctx::retain(device)? };
+    // SAFETY: `context` is the live primary context just retained.
+    unsafe { result::ctx::set_current(context)? };
+    let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?;
+    let end = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?;
+    Ok(Handles { device, context, start, end })
+}
+
+fn close(handles: Handles) {
+    // SAFETY: the events and the retained context belong to these handles, which are not used
+    // again; errors on the way out have nobody to report to.
+    unsafe {
+        let _ = result::ctx::set_current(handles.context);
+        let _ = result::event::destroy(handles.start);
+        let _ = result::event::destroy(handles.end);
+        let _ = result::primary_ctx::release(handles.device);
+    }
+}
+
+impl CudaDevice {
+    /// A device whose driver starts in the background now, so that the first GPU cell waits
+    /// only if it comes before the driver is ready; `defer`: the driver starts when a GPU form
+    /// first needs it, on that thread (for a session that a process forks before it runs
+    /// anything: CUDA does not survive a fork).
+    pub(crate) fn new(defer: bool, rows: Rows) -> CudaDevice {
+        let start = if defer {
+            Start::Deferred
+        } else {
+            match std::thread::Builder::new().name("quasi-gpu-start".into()).spawn(start_device) {
+                Ok(handle) => Start::Starting(handle),
+                Err(error) => Start::Absent(format!("no CUDA device: could not start the driver's thread: {error}")),
+            }
+        };
+        let state =
+            State { start, epoch: 0, allocations: HashSet::new(), kernels: HashMap::new(), loaded: HashMap::new() };
+        CudaDevice { state: Mutex::new(state), rows }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind: keep using it.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waits until the driver's start-up, begun by `new`, has ended (whether a device came
+    /// up or not); a deferred start stays deferred.
+    pub(crate) fn wait_for_start(&self) {
+        let mut state = self.lock();
+        if let Start::Starting(_) = &state.start {
+            let _ = state.handles();
+        }
+    }
+
+    /// Registers the PTX of a launched function (or why it has none).
+    pub(crate) fn install(&self, name: &str, ptx: Result<Arc<CompiledPtx>, String>) {
+        self.lock().kernels.insert(name.to_string(), ptx);
+    }
+
+    /// The handles, made current on this thread, and the epoch; waits for the start-up.
+    fn handles(&self) -> Result<(Handles, u64), String> {
+        let mut state = self.lock();
+        let handles = state.handles()?;
+        Ok((handles, state.epoch))
+    }
+
+    /// The loaded function of a launched function's PTX, loading (and timing) it if needed.
+    fn function(&self, name: &str) -> Result<sys::CUfunction, String> {
+        let mut state = self.lock();
+        let ptx = match state.kernels.get(name) {
+            Some(Ok(ptx)) => ptx.clone(),
+            Some(Err(message)) => return Err(format!("`{name}` cannot run on the GPU: {message}")),
+            None => return Err(format!("there is no PTX for `{name}` (a bug in Quasi)")),
+        };
+        if let Some(missing) = ptx.missing_libdevice.first() {
+            return Err(format!("`{name}` calls libdevice's `{missing}`, but libdevice was not found (set QUASI_LIBDEVICE to libdevice.10.bc)"));
+        }
+        let epoch = state.epoch;
+        if let Some(loaded) =
+            state.loaded.get(name).filter(|loaded| loaded.fingerprint == ptx.fingerprint && loaded.epoch == epoch)
+        {
+            return Ok(loaded.function);
+        }
+        state.handles()?;
+        if let Some(old) = state.loaded.remove(name).filter(|old| old.epoch == epoch) {
+            // SAFETY: a module of the current context that nothing uses any more.
+            let _ = unsafe { result::module::unload(old.module) };
+        }
+        let start = Instant::now();
+        // SAFETY: the text is NUL-terminated PTX; the entry name has no NUL (PTX identifiers).
+        let (module, function) = unsafe {
+            let module = result::module::load_data(ptx.text.as_ptr() as *const c_void)
+                .map_err(|error| format!("the driver rejected the PTX of `{name}`: {}", cuda_error(error)))?;
+            let entry = std::ffi::CString::new(ptx.entry.clone()).map_err(|_| "a kernel name with NUL".to_string())?;
+            let function = result::module::get_function(module, entry)
+                .map_err(|error| format!("the PTX of `{name}` has no entry: {}", cuda_error(error)))?;
+            (module, function)
+        };
+        self.rows.record("load".into(), start.elapsed(), None, format!("module of `{name}`"));
+        state.loaded.insert(name.to_string(), Loaded { fingerprint: ptx.fingerprint.clone(), epoch, module, function });
+        Ok(function)
+    }
+
+    /// After a kernel fault the context is unusable: it is reset and made again, and every
+    /// buffer made before becomes stale.
+    fn recover(&self) -> String {
+        let mut state = self.lock();
+        let Start::Ready(handles) =
+            std::mem::replace(&mut state.start, Start::Absent("the GPU context was lost".into()))
+        else {
+            return "the GPU context was lost".into();
+        };
+        let ordinal = handles.device;
+        close(handles);
+        // SAFETY: resets the primary context of a device `device::get` returned; nothing of
+        // the old context is used after this (its memory and modules are of an older epoch).
+        let reset = unsafe { sys::cuDevicePrimaryCtxReset_v2(ordinal).result() };
+        state.epoch += 1;
+        state.loaded.clear();
+        state.allocations.clear();
+        match reset.and_then(|()| open_context(ordinal)) {
+            Ok(handles) => {
+                state.start = Start::Ready(handles);
+                "the GPU context was recreated, and buffers made before are stale".into()
+            }
+            Err(error) => {
+                let message =
+                    format!("no CUDA device: the GPU could not be reset after a kernel fault: {}", cuda_error(error));
+                state.start = Start::Absent(message.clone());
+                message
+            }
+        }
+    }
+}
+
+impl State {
+    /// The handles, made current on this thread; waits for the start-up if it is still
+    /// running, and starts a deferred driver.
+    fn handles(&mut self) -> Result<Handles, String> {
+        if let Start::Deferred = &self.start {
+            self.start = match start_device() {
+                Ok(handles) => Start::Ready(handles),
+                Err(message) => Start::Absent(message),
+            };
+        }
+        if let Start::Starting(_) = &self.start {
+            let Start::Starting(handle) = std::mem::replace(&mut self.start, Start::Deferred) else {
+                unreachable!("just matched")
+            };
+            let started = handle.join().unwrap_or_else(|_| Err("no CUDA device: the driver's start-up failed".into()));
+            self.start = match started {
+                Ok(handles) => Start::Ready(handles),
+                Err(message) => Start::Absent(message),
+            };
+        }
+        match &self.start {
+            Start::Ready(handles) => {
+                // SAFETY: the context is live (retained by this device).
+                unsafe { result::ctx::set_current(handles.context) }
+                    .map_err(|error| format!("the CUDA context cannot be used: {}", cuda_error(error)))?;
+                Ok(*handles)
+            }
+            Start::Absent(message) => Err(message.clone()),
+            _ => Err("no CUDA device".into()),
+        }
+    }
+}
+
+impl Device for CudaDevice {
+    fn place(&self) -> &'static str {
+        "on the device"
+    }
+
+    fn describe(&self) -> String {
+        let named = self
+            .handles()
+            .map(|(handles, _)| result::device::get_name(handles.device).unwrap_or_else(|_| "a CUDA device".into()));
+        match named {
+            Ok(name) => format!("GPU: the device, {name}"),
+            Err(message) => format!("GPU: the device, but {message}; `:gpu sim` runs launches on the CPU"),
+        }
+    }
+
+    fn alloc(&self, bytes: u64, _what: String) -> Result<Memory, String> {
+        let (_, epoch) = self.handles()?;
+        // SAFETY: the context is current; the memory is owned by the new allocation, freed by
+        // `free` or with the device.
+        let pointer = unsafe {
+            let pointer = result::malloc_sync(bytes.max(1) as usize)
+                .map_err(|error| format!("`gpu-alloc` of {bytes} bytes failed: {}", cuda_error(error)))?;
+            result::memset_d8_sync(pointer, 0, bytes as usize)
+                .map_err(|error| format!("zeroing a new buffer failed: {}", cuda_error(error)))?;
+            pointer
+        };
+        self.lock().allocations.insert(pointer);
+        Ok(Memory { address: pointer, epoch })
+    }
+
+    fn free(&self, memory: Memory) -> Result<(), String> {
+        self.handles()?;
+        // SAFETY: the memory belongs to this device's current epoch (the runtime checked it is
+        // not lost) and is not used after this.
+        unsafe { result::free_sync(memory.address) }
+            .map_err(|error| format!("`gpu-free` failed: {}", cuda_error(error)))?;
+        self.lock().allocations.remove(&memory.address);
+        Ok(())
+    }
+
+    fn is_lost(&self, memory: Memory) -> bool {
+        memory.epoch != self.lock().epoch
+    }
+
+    fn copy(&self, copy: Copy) -> Result<(), String> {
+        self.handles()?;
+        let start = Instant::now();
+        let bytes = copy.bytes as usize;
+        // SAFETY: device ranges lie inside live buffers of the current context (checked by the
+        // runtime). C-Lisp promises nothing about host pointers: like C's memcpy, the copy
+        // reads or writes `bytes` at the program's pointer.
+        let copied = unsafe {
+            match copy.kind {
+                CopyKind::HostToDevice => {
+                    result::memcpy_htod_sync(copy.target, std::slice::from_raw_parts(copy.source as *const u8, bytes))
+                        .map_err(|error| format!("copying to the GPU failed: {}", cuda_error(error)))
+                }
+                CopyKind::DeviceToHost => {
+                    result::memcpy_dtoh_sync(std::slice::from_raw_parts_mut(copy.target as *mut u8, bytes), copy.source)
+                        .map_err(|error| format!("copying from the GPU failed: {}", cuda_error(error)))
+                }
+                CopyKind::DeviceToDevice => result::memcpy_dtod_sync(copy.target, copy.source, bytes)
+                    .map_err(|error| format!("`gpu-copy` failed: {}", cuda_error(error))),
+            }
+        };
+        copied?;
+        let elapsed = start.elapsed();
+        self.rows.record(
+            copy.kind.label().into(),
+            elapsed,
+            Some(copy.bytes),
+            gb_per_second(moved_bytes(&copy), elapsed),
+        );
+        Ok(())
+    }
+
+    fn read(&self, address: u64, bytes: u64) -> Result<Vec<u8>, String> {
+        self.handles()?;
+        let mut read = vec![0u8; bytes as usize];
+        // SAFETY: the range lies inside a live buffer (the runtime read its length).
+        unsafe { result::memcpy_dtoh_sync(&mut read, address) }.map_err(cuda_error)?;
+        Ok(read)
+    }
+
+    fn prepare(&self, name: &str) -> Result<(), String> {
+        self.function(name).map(drop)
+    }
+
+    fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
+        let function = self.function(launch.name)?;
+        let (handles, _) = self.handles()?;
+        let name = launch.name;
+        // Each parameter points at its value; CUDA reads as many bytes as the parameter has.
+        let mut values = launch.values.to_vec();
+        let mut parameters: Vec<*mut c_void> =
+            values.iter_mut().map(|value| value as *mut u64 as *mut c_void).collect();
+        let dimensions = launch.dimensions;
+        let grid = (dimensions[0] as u32, dimensions[1] as u32, dimensions[2] as u32);
+        let block = (dimensions[3] as u32, dimensions[4] as u32, dimensions[5] as u32);
+        // SAFETY: `function` is a loaded kernel of the current context whose parameters are
+        // the scalars and pointers `check` matched to these values, which outlive the launch
+        // (it is waited for below).
+        let outcome = unsafe {
+            result::event::record(handles.start, std::ptr::null_mut())
+                .and_then(|()| result::launch_kernel(function, grid, block, 0, std::ptr::null_mut(), &mut parameters))
+                .and_then(|()| result::event::record(handles.end, std::ptr::null_mut()))
+                .and_then(|()| result::event::synchronize(handles.end))
+                .and_then(|()| result::event::elapsed(handles.start, handles.end))
+        };
+        match outcome {
+            Ok(milliseconds) => {
+                let duration = Duration::from_secs_f64(f64::from(milliseconds) / 1e3);
+                let mut detail =
+                    format!("grid ({}, {}, {}) block ({}, {}, {})", grid.0, grid.1, grid.2, block.0, block.1, block.2);
+                if let Some(bytes) = launch.bytes {
+                    detail.push_str(&format!(", {}", gb_per_second(bytes, duration)));
+                }
+                self.rows.record(format!("kernel {name}"), duration, launch.bytes, detail);
+                Ok(())
+            }
+            Err(error) => {
+                let message = cuda_error(error);
+                let recovered = self.recover();
+                Err(format!("kernel `{name}` failed: {message}; {recovered}").into())
+            }
+        }
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let handles = match std::mem::replace(&mut state.start, Start::Deferred) {
+            Start::Starting(handle) => handle.join().ok().and_then(Result::ok),
+            Start::Ready(handles) => Some(handles),
+            _ => None,
+        };
+        let Some(handles) = handles else { return };
+        // SAFETY: the context is current for the frees; memory and modules of the current
+        // epoch are live, older ones died with their context and are not touched.
+        unsafe {
+            let _ = result::ctx::set_current(handles.context);
+            for pointer in &state.allocations {
+                let _ = result::free_sync(*pointer);
+            }
+            for loaded in state.loaded.values().filter(|loaded| loaded.epoch == state.epoch) {
+                let _ = result::module::unload(loaded.module);
+            }
+        }
+        close(handles);
+    }
+}

@@ -1,0 +1,79 @@
+//! Device code built for the simulator: the launched function and its callees lowered for the
+//! host (`codegen::sim`), compiled by the back end for `Target::Sim` (O3), and linked into the
+//! session's JIT next to its cells with storage of the simulator's for its device globals.
+//! `gpu::build` decides when (a member or a global it reads changed) and frees the old build.
+
+use super::executor::{Allocation, SimKernel};
+use crate::backend::{BackendError, Emit, Target};
+use crate::check::MAX_SHARED_BYTES;
+use crate::codegen::{self, CodegenError, DeviceUnit, SimLowering, SimTarget};
+use crate::gpu::source::{launchable, llvm_crashed, DeviceSource};
+use crate::link::Program;
+
+/// A kernel compiled for the simulator, not yet linked.
+pub(crate) struct SimBuild {
+    object: Vec<u8>,
+    entry: String,
+    sim: SimLowering,
+    shared_bytes: u64,
+}
+
+/// Compiles `root`'s device code for the simulator (`Target::Sim`).
+pub(crate) fn compile(
+    source: &DeviceSource<'_>,
+    root: &std::rc::Rc<crate::tree::FunctionDef>,
+    target: SimTarget,
+) -> Result<SimBuild, String> {
+    let members = launchable(source, root).map_err(|diagnostic| diagnostic.message)?;
+    let backend = source.backend;
+    let sim = Target::Sim;
+    let target_data = backend.target_data(&sim).map_err(|error| error.to_string())?;
+    let unit = DeviceUnit {
+        members: &members,
+        globals: &source.env.globals,
+        structs: &source.env.structs,
+        sim: Some(target.clone()),
+    };
+    let lowered = codegen::lower_device(
+        &backend.context,
+        &target_data,
+        &backend.triple(&sim),
+        &unit,
+        source.struct_names,
+        &format!("sim#{}", target.prefix),
+    )
+    .map_err(|error| match error {
+        CodegenError::Unsupported(message) => message,
+        other => format!("code generation for the simulator failed (a bug in Quasi): {other}"),
+    })?;
+    if lowered.shared_bytes > MAX_SHARED_BYTES {
+        return Err(format!(
+            "it uses {} bytes of shared memory, more than the {MAX_SHARED_BYTES} a kernel may have",
+            lowered.shared_bytes
+        ));
+    }
+    let object = match backend.compile(lowered.module, &sim, Emit::Code) {
+        Ok(compiled) => compiled.code,
+        Err(BackendError::Crashed(signal)) => return Err(llvm_crashed(&root.name, signal, "the simulator").message),
+        Err(error) => return Err(error.to_string()),
+    };
+    let sim = lowered.sim.unwrap_or_default();
+    Ok(SimBuild { object, entry: lowered.entry, sim, shared_bytes: lowered.shared_bytes })
+}
+
+/// Makes the build's globals, links its code; returns the kernel and the code's id.
+pub(crate) fn link(program: &mut Program, name: &str, build: SimBuild) -> Result<(SimKernel, u64), String> {
+    let SimBuild { object, entry, sim, shared_bytes } = build;
+    let mut globals = Vec::new();
+    let mut symbols = Vec::new();
+    for global in sim.globals {
+        let mut memory = Allocation::zeroed(global.image.len())?;
+        memory.bytes_mut().copy_from_slice(&global.image);
+        symbols.push((global.symbol, memory.start()));
+        globals.push((global.name, memory));
+    }
+    let (id, entry) = program.link_device(&object, name, &symbols, &entry).map_err(|diagnostic| {
+        format!("linking the simulator's build failed (a bug in Quasi): {}", diagnostic.message)
+    })?;
+    Ok((SimKernel { entry, shared_bytes, barrier: sim.barrier, sites: sim.sites, globals }, id))
+}
