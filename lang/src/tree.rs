@@ -499,8 +499,25 @@ pub(crate) struct ExternDef {
     pub name: String,
     pub signature: Signature,
     pub span: Span,
-    /// Nothing provides the symbol yet: calls reach a trap until something does.
-    pub unresolved: bool,
+    /// What provides the symbol, as `check` found it (`None`: nothing yet, and calls reach a
+    /// trap until something does). `commit` uses it as it is: a declaration is resolved once.
+    pub resolution: Option<Resolution>,
+}
+
+impl ExternDef {
+    /// Whether nothing provides the symbol yet.
+    pub fn unresolved(&self) -> bool {
+        self.resolution.is_none()
+    }
+}
+
+/// Where a bodiless declaration's symbol was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Resolution {
+    /// In the process or the built-in runtime, under this link name.
+    Link(String),
+    /// In a `load-library` library (named here), at this address.
+    Library { library: String, address: usize },
 }
 
 /// One top-level statement or expression, compiled as an entry function `void (ptr out)`.

@@ -15,7 +15,7 @@ use crate::intrinsics::{intrinsic_name, is_libdevice};
 use crate::reader::{Sexp, SexpKind, Span};
 use crate::tree::{
     Annotation, Constant, DefinitionSource, Dialect, Direction, ExprKind, ExternDef, FunctionDef, GlobalDef,
-    GlobalEntry, Placement, StructDef,
+    GlobalEntry, Placement, Resolution, StructDef,
 };
 use crate::types::{parse_addrspace, Signature, StructEntry, Ty};
 
@@ -561,11 +561,12 @@ impl CellChecker<'_> {
                 FunctionEntry {
                     signature: signature.clone(),
                     param_names,
-                    kind: FunctionKind::External(link),
+                    kind: FunctionKind::External(link.clone()),
                     invalidated: None,
                 },
             );
-            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, unresolved: false });
+            let resolution = Some(Resolution::Link(link));
+            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, resolution });
             return;
         }
         if !has_body {
@@ -602,18 +603,15 @@ impl CellChecker<'_> {
                 );
                 return;
             }
-            let kind = match (self.resolve)(&name) {
-                // libdevice is linked into device code: nothing on the host provides it.
-                _ if is_libdevice(&name) => FunctionKind::External(name.clone()),
-                Some(resolution) => resolution.kind(),
-                None => FunctionKind::Unresolved,
-            };
-            let unresolved = matches!(kind, FunctionKind::Unresolved);
+            // libdevice is linked into device code: nothing on the host provides it.
+            let resolution =
+                if is_libdevice(&name) { Some(Resolution::Link(name.clone())) } else { (self.resolve)(&name) };
+            let kind = resolution.clone().map_or(FunctionKind::Unresolved, FunctionKind::from);
             self.overlay.functions.insert(
                 name.clone(),
                 FunctionEntry { signature: signature.clone(), param_names, kind, invalidated: None },
             );
-            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, unresolved });
+            self.cell.externs.push(ExternDef { name, signature, span: proto_form.span, resolution });
             return;
         }
         if signature.variadic {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crate::tree::{FunctionDef, GlobalEntry};
+use crate::tree::{FunctionDef, GlobalEntry, Resolution};
 use crate::types::{Signature, StructEntry};
 
 /// A session function as the checker sees it: its type, and what provides its code.
@@ -33,19 +33,10 @@ pub(crate) enum FunctionKind {
     Unresolved,
 }
 
-/// Where a bodiless declaration's symbol was found.
-#[derive(Clone, Debug)]
-pub(crate) enum Resolution {
-    /// In the process or the built-in runtime, under this link name.
-    Link(String),
-    /// In a `load-library` library (named here), at this address.
-    Library { library: String, address: usize },
-}
-
-impl Resolution {
+impl From<Resolution> for FunctionKind {
     /// What provides a declaration resolved so.
-    pub(crate) fn kind(self) -> FunctionKind {
-        match self {
+    fn from(resolution: Resolution) -> FunctionKind {
+        match resolution {
             Resolution::Link(link) => FunctionKind::External(link),
             Resolution::Library { library, address } => FunctionKind::Library { library, address },
         }

@@ -30,7 +30,7 @@ use context::{CellChecker, Overlay, MAX_ERRORS};
 
 pub(crate) use context::MAX_SHARED_BYTES;
 
-pub(crate) use env::{defined, Env, FunctionEntry, FunctionKind, Resolution, ResolveExtern};
+pub(crate) use env::{defined, Env, FunctionEntry, FunctionKind, ResolveExtern};
 pub(crate) use gpu::{device_members, device_problem};
 
 /// Every form, opcode, cast and type name of the language, for completion.

@@ -104,7 +104,7 @@ pub(crate) fn lower<'ctx>(
     // A slot must never hold an address that calls with the wrong types, nor null: unresolved
     // declarations and invalidated functions get a trap that reports what went wrong.
     let mut traps = Vec::new();
-    for decl in cell.externs.iter().filter(|decl| decl.unresolved) {
+    for decl in cell.externs.iter().filter(|decl| decl.unresolved()) {
         lowering.emit_trap(&decl.name, FaultCode::Unresolved, decl.span, String::new())?;
         traps.push(decl.name.clone());
     }

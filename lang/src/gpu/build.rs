@@ -12,8 +12,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::cuda::CompiledPtx;
 use super::device::Mode;
-use super::ptx::{build_ptx, PtxListing, DEFAULT_ARCH};
+use super::ptx::{self, PtxListing, DEFAULT_ARCH};
 use super::runtime::Runtime;
 use super::sim::build::{self as sim_build, SimBuild};
 use super::source::{Built, DeviceSource};
@@ -23,7 +24,7 @@ use crate::codegen::SimTarget;
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::link::Program;
 use crate::timing::{DeviceTiming, PhaseTimes};
-use crate::tree::{self, FunctionDef};
+use crate::tree::{self, FunctionDef, TypedCell};
 use crate::types::Ty;
 
 /// The session's GPU side: the runtime, the target, and what PTX was built from.
@@ -77,29 +78,57 @@ impl SessionGpu {
         }
     }
 
-    /// Makes sure every function host code can launch has current PTX registered with the
-    /// runtime; `top` is the cell's top-level code. Builds add `ptx` rows to `timing`.
-    /// In the simulator, the builds that still need linking (`install_simulated`).
-    pub(crate) fn prepare_launches(
-        &mut self,
-        source: &DeviceSource<'_>,
-        top: &[&FunctionDef],
-        timing: &mut PhaseTimes,
-    ) -> Vec<PendingSim> {
-        for function in top {
-            self.note_launches(&function.body);
-        }
-        let mut targets: BTreeSet<String> =
-            top.iter().flat_map(|function| tree::launch_targets(&function.body)).map(|(name, _)| name).collect();
-        targets.extend(self.launches.values().flat_map(|launched| launched.iter().cloned()));
-        let mut pending = Vec::new();
-        for target in targets {
-            match self.runtime.mode() {
-                Mode::Device => self.ensure_ptx(source, &target, timing),
-                Mode::Sim { check } => pending.extend(self.ensure_simulated(source, &target, check, timing)),
+    /// The functions host code may launch once `cell` is committed: those its top-level code
+    /// launches, and those every session function launches (the cell's own definitions
+    /// replacing what their earlier bodies launched).
+    pub(crate) fn launch_targets(&self, cell: &TypedCell) -> BTreeSet<String> {
+        let defined: Vec<&FunctionDef> = cell.functions.iter().chain(&cell.recompiled).collect();
+        let mut targets: BTreeSet<String> = cell
+            .top
+            .iter()
+            .map(|item| &item.function)
+            .chain(defined.iter().copied())
+            .flat_map(|function| tree::launch_targets(&function.body))
+            .map(|(name, _)| name)
+            .collect();
+        for (name, launched) in &self.launches {
+            if !defined.iter().any(|function| function.name == *name) {
+                targets.extend(launched.iter().cloned());
             }
         }
-        pending
+        targets
+    }
+
+    /// Builds current code for `targets`, for the device `:gpu` chose, from `source` (the
+    /// environment as the cell being compiled leaves it); `install` registers it. Builds add
+    /// `ptx` and `sim` rows to `timing`.
+    pub(crate) fn build(
+        &mut self,
+        source: &DeviceSource<'_>,
+        targets: BTreeSet<String>,
+        timing: &mut PhaseTimes,
+    ) -> DeviceBuilds {
+        let mut builds = DeviceBuilds::default();
+        for target in targets {
+            match self.runtime.mode() {
+                Mode::Device => builds.ptx.extend(self.build_stale_ptx(source, &target, timing)),
+                Mode::Sim { check } => builds.sim.extend(self.ensure_simulated(source, &target, check, timing)),
+            }
+        }
+        builds
+    }
+
+    /// Registers what `build` made with the runtime (linking the simulator's builds), and notes
+    /// what `cell`'s top-level code launches.
+    pub(crate) fn install(&mut self, builds: DeviceBuilds, cell: &TypedCell, program: &mut Program) {
+        for item in &cell.top {
+            self.note_launches(&item.function.body);
+        }
+        for (name, built, ptx) in builds.ptx {
+            self.runtime.install_ptx(&name, ptx);
+            self.built.insert(name, built);
+        }
+        self.install_simulated(program, builds.sim);
     }
 
     /// Notes the functions `body` launches and, where a launch's block is constant, its size.
@@ -139,7 +168,8 @@ impl SessionGpu {
             let Some(root) = check::defined(source.env, &name) else { continue };
             let now = Built::of(source, &root, &self.arch);
             if !self.listed.get(&name).is_some_and(|(built, _)| built.is_current(&now)) {
-                let ptx = self.build(source, &root, Emit::Code).map(|(ptx, _)| ptx.text.to_string_lossy().into_owned());
+                let ptx =
+                    self.build_ptx(source, &root, Emit::Code).map(|(ptx, _)| ptx.text.to_string_lossy().into_owned());
                 self.listed.insert(name.clone(), (now, ptx));
             }
             if let Some((_, ptx)) = self.listed.get(&name) {
@@ -149,15 +179,21 @@ impl SessionGpu {
         listings
     }
 
-    fn ensure_ptx(&mut self, source: &DeviceSource<'_>, name: &str, timing: &mut PhaseTimes) {
+    /// `name`'s PTX, unless the registered one is current.
+    fn build_stale_ptx(
+        &mut self,
+        source: &DeviceSource<'_>,
+        name: &str,
+        timing: &mut PhaseTimes,
+    ) -> Option<(String, Built, Result<Arc<CompiledPtx>, String>)> {
         // A launch of a function that is gone was invalidated with it: nothing to build.
-        let Some(root) = check::defined(source.env, name) else { return };
+        let root = check::defined(source.env, name)?;
         let now = Built::of(source, &root, &self.arch);
         if self.built.get(name).is_some_and(|built| built.is_current(&now)) {
-            return;
+            return None;
         }
         let start = Instant::now();
-        let built = self.build(source, &root, Emit::Code).map(|(ptx, _)| Arc::new(ptx));
+        let built = self.build_ptx(source, &root, Emit::Code).map(|(ptx, _)| Arc::new(ptx));
         timing.device.push(DeviceTiming {
             label: "ptx".into(),
             duration: start.elapsed(),
@@ -165,8 +201,7 @@ impl SessionGpu {
             detail: format!("`{name}` for {}", self.arch),
             during_run: false,
         });
-        self.runtime.install_ptx(name, built.map_err(|diagnostic| diagnostic.message));
-        self.built.insert(name.to_string(), now);
+        Some((name.to_string(), now, built.map_err(|diagnostic| diagnostic.message)))
     }
 
     /// `:ptx NAME`, and the device stages of `:stages`: IR, optimised IR and PTX of NAME's
@@ -180,19 +215,19 @@ impl SessionGpu {
             };
             return Err(Diagnostic::error(Kind::UnknownName, message));
         };
-        let (_, listing) = self.build(source, &root, Emit::Listing)?;
+        let (_, listing) = self.build_ptx(source, &root, Emit::Listing)?;
         listing.ok_or_else(|| Diagnostic::internal("the back end gave no PTX listing"))
     }
 
     /// `root`'s device code as PTX for the session's architecture, numbered as the next build.
-    fn build(
+    fn build_ptx(
         &mut self,
         source: &DeviceSource<'_>,
         root: &std::rc::Rc<FunctionDef>,
         emit: Emit,
-    ) -> Result<(super::cuda::CompiledPtx, Option<PtxListing>), Diagnostic> {
+    ) -> Result<(CompiledPtx, Option<PtxListing>), Diagnostic> {
         self.builds += 1;
-        build_ptx(source, root, &self.arch, self.builds, emit)
+        ptx::build_ptx(source, root, &self.arch, self.builds, emit)
     }
 
     /// The simulator's build of `name`, unless the current one is up to date.
@@ -224,7 +259,7 @@ impl SessionGpu {
 
     /// Links pending simulator builds and registers them with the simulator, freeing the
     /// builds they replace.
-    pub(crate) fn install_simulated(&mut self, program: &mut Program, pending: Vec<PendingSim>) {
+    fn install_simulated(&mut self, program: &mut Program, pending: Vec<PendingSim>) {
         for PendingSim { name, built, result } in pending {
             let linked = result.and_then(|build| sim_build::link(program, &name, build));
             let (kernel, id) = match linked {
@@ -263,6 +298,13 @@ impl SessionGpu {
         }
         self.runtime.describe(handle, element)
     }
+}
+
+/// Device code built for a cell and not yet installed (`SessionGpu::install`).
+#[derive(Default)]
+pub(crate) struct DeviceBuilds {
+    ptx: Vec<(String, Built, Result<Arc<CompiledPtx>, String>)>,
+    sim: Vec<PendingSim>,
 }
 
 /// A simulator build waiting to be linked (the program is borrowed by the build's source until

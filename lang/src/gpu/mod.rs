@@ -20,7 +20,7 @@ mod runtime;
 pub(crate) mod sim;
 mod source;
 
-pub(crate) use build::SessionGpu;
+pub(crate) use build::{DeviceBuilds, SessionGpu};
 pub use cuda::probe;
 pub use device::Mode;
 pub(crate) use ptx::{default_ptx_subject, ptxas_line};

@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::Session;
-use crate::backend::{BackendError, Emit, Target};
+use crate::backend::{Backend, BackendError, Emit, Target};
 use crate::codegen::{self, block_words, is_trampoline_scalar};
 use crate::diagnostics::Diagnostic;
 use crate::link::Program;
@@ -95,17 +94,19 @@ pub(super) fn call_cell(cell: &TypedCell, program: &Program) -> Option<CallCell>
     Some(CallCell { signature: signature.clone(), slot: program.slot_address(name)?, arguments })
 }
 
-impl Session {
+impl Trampolines {
     /// The entry that runs `call`: its signature's trampoline, made and linked on first use
     /// (timed as codegen and link), with its block filled for this call.
-    pub(super) fn call_cell_entry(
+    pub(super) fn entry(
         &mut self,
         call: &CallCell,
+        backend: &Backend,
+        program: &mut Program,
+        level: u8,
         timing: &mut PhaseTimes,
     ) -> Result<usize, Vec<Diagnostic>> {
-        let key = self.ensure_trampoline(&call.signature, timing)?;
-        let trampoline =
-            self.trampolines.by_signature.get(&key).ok_or_else(|| vec![Diagnostic::internal("no trampoline")])?;
+        let key = self.ensure(&call.signature, backend, program, level, timing)?;
+        let trampoline = self.by_signature.get(&key).ok_or_else(|| vec![Diagnostic::internal("no trampoline")])?;
         let block = &trampoline.block;
         let count = call.arguments.len();
         let word = |index: usize| block.get(index).ok_or_else(|| vec![Diagnostic::internal("a short argument block")]);
@@ -125,47 +126,54 @@ impl Session {
     }
 
     /// The key of `signature`'s trampoline, made and linked now if the session has none yet.
-    pub(super) fn ensure_trampoline(
+    pub(super) fn ensure(
         &mut self,
         signature: &Signature,
+        backend: &Backend,
+        program: &mut Program,
+        level: u8,
         timing: &mut PhaseTimes,
     ) -> Result<String, Vec<Diagnostic>> {
         let key = signature.to_string();
-        if !self.trampolines.by_signature.contains_key(&key) {
-            let trampoline = self.make_trampoline(signature, timing)?;
-            self.trampolines.by_signature.insert(key.clone(), trampoline);
+        if !self.by_signature.contains_key(&key) {
+            let symbol = format!("call#trampoline{}", self.by_signature.len());
+            let trampoline = make_trampoline(&symbol, signature, backend, program, level, timing)?;
+            self.by_signature.insert(key.clone(), trampoline);
         }
         Ok(key)
     }
+}
 
-    fn make_trampoline(
-        &mut self,
-        signature: &Signature,
-        timing: &mut PhaseTimes,
-    ) -> Result<Trampoline, Vec<Diagnostic>> {
-        let block: Box<[AtomicU64]> = (0..block_words(signature)).map(|_| AtomicU64::new(0)).collect();
-        let symbol = format!("call#trampoline{}", self.trampolines.by_signature.len());
-        let target = Target::Host(self.opt_level);
-        let internal = |error: BackendError| vec![Diagnostic::internal(error.to_string())];
-        let target_data = self.backend.target_data(&target).map_err(internal)?;
-        let backend = &self.backend;
-        let lowered = timing.time(Phase::Codegen, || {
-            codegen::lower_trampoline(
-                &backend.context,
-                &target_data,
-                &backend.triple(&target),
-                &symbol,
-                signature,
-                block.as_ptr() as usize,
-            )
-        });
-        let module = lowered.map_err(|error| vec![Diagnostic::internal(format!("code generation failed: {error}"))])?;
-        let compiled = backend.compile(module, &target, Emit::Code).map_err(internal)?;
-        let link_start = Instant::now();
-        let entry = self.program.link_pinned(&compiled.code, &symbol, &symbol).map_err(|error| vec![error])?;
-        // A trampoline's passes are part of making it, as its emission is: all in `link`.
-        let optimise = compiled.optimise.unwrap_or_default();
-        timing.add(Phase::Link, optimise + compiled.emit + link_start.elapsed());
-        Ok(Trampoline { entry, block })
-    }
+/// Lowers, compiles and links the trampoline of `signature` under `symbol`, pinned for the
+/// session.
+fn make_trampoline(
+    symbol: &str,
+    signature: &Signature,
+    backend: &Backend,
+    program: &mut Program,
+    level: u8,
+    timing: &mut PhaseTimes,
+) -> Result<Trampoline, Vec<Diagnostic>> {
+    let block: Box<[AtomicU64]> = (0..block_words(signature)).map(|_| AtomicU64::new(0)).collect();
+    let target = Target::Host(level);
+    let internal = |error: BackendError| vec![Diagnostic::internal(error.to_string())];
+    let target_data = backend.target_data(&target).map_err(internal)?;
+    let lowered = timing.time(Phase::Codegen, || {
+        codegen::lower_trampoline(
+            &backend.context,
+            &target_data,
+            &backend.triple(&target),
+            symbol,
+            signature,
+            block.as_ptr() as usize,
+        )
+    });
+    let module = lowered.map_err(|error| vec![Diagnostic::internal(format!("code generation failed: {error}"))])?;
+    let compiled = backend.compile(module, &target, Emit::Code).map_err(internal)?;
+    let link_start = Instant::now();
+    let entry = program.link_pinned(&compiled.code, symbol, symbol).map_err(|error| vec![error])?;
+    // A trampoline's passes are part of making it, as its emission is: all in `link`.
+    let optimise = compiled.optimise.unwrap_or_default();
+    timing.add(Phase::Link, optimise + compiled.emit + link_start.elapsed());
+    Ok(Trampoline { entry, block })
 }

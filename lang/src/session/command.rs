@@ -5,9 +5,10 @@
 use std::time::Instant;
 
 use super::history::DefinitionKey;
+use super::pipeline::{CellOptions, EvalMode, Transaction};
 use super::report::{function_note, struct_line};
-use super::tiering::TierState;
-use super::{device_source, EvalMode, Session, SessionConfig, SessionError, BATCH_OPT_LEVEL};
+use super::tier_state::TierState;
+use super::{device_source, Session, SessionConfig, SessionError, BATCH_OPT_LEVEL};
 use crate::backend::{BackendError, Emit, Target};
 use crate::check::{self, FunctionEntry, FunctionKind};
 use crate::codegen::{self, CellModule, TopLevel};
@@ -157,13 +158,9 @@ impl Session {
             Ok(text) => {
                 // A file is compiled at full speed, as `quasi run` compiles it, unless `:opt`
                 // pinned a level: nobody waits for a prompt between its definitions.
-                let level = self.opt_level;
-                if !self.opt_pinned {
-                    self.opt_level = BATCH_OPT_LEVEL;
-                }
-                let outcome = self.eval_source(path.to_string(), text, EvalMode::Cell, &mut |_| {});
-                self.opt_level = level;
-                outcome
+                let level = (!self.opt_pinned).then_some(BATCH_OPT_LEVEL);
+                let options = CellOptions { level, ..CellOptions::of(EvalMode::Cell) };
+                self.eval_source(path.to_string(), text, options, &mut |_| {})
             }
             Err(error) => {
                 let mut outcome = Outcome::default();
@@ -203,10 +200,10 @@ impl Session {
     fn expand_and_undo(&mut self, text: &str, single_level: bool) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
         let source = self.history.add_source(format!("cell {}", self.history.cell_count), text.to_string());
         let forms = reader::read(source, text)?;
-        let saved = self.staging.stage.snapshot();
-        let expanded = self.staging.stage.expand(forms, &mut self.history.sources, single_level);
-        self.staging.stage.restore(saved);
-        expanded.map(|expanded| expanded.forms)
+        // Never committed: dropping the transaction puts the staging state back.
+        let mut transaction = Transaction::begin(self);
+        let session = &mut *transaction;
+        session.staging.stage.expand(forms, &mut session.history.sources, single_level).map(|expanded| expanded.forms)
     }
 
     /// `:stages`, `:types`, `:ir [opt]`, `:asm`: listings of a definition (or, without a name,

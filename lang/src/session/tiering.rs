@@ -17,15 +17,17 @@
 //! within noise of an idle one (README, performance), and counting calls first would cost the
 //! quick code a counter on every call.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Bitcode, Session};
+use super::tier_state::Bitcode;
+use super::tier_state::{Base, Installed, Pending, TierState};
+use super::Session;
 use crate::check::FunctionKind;
 use crate::diagnostics::{Diagnostic, Kind};
-use crate::tier::{Callee, CalleeBody, Done, Job, Worker, PROMOTED_LEVEL};
+use crate::tier::{Callee, CalleeBody, Done, Job, PROMOTED_LEVEL};
 use crate::timing::Promotion;
 use crate::tree::TypedCell;
 
@@ -35,156 +37,6 @@ const WAIT_SLICE: Duration = Duration::from_millis(20);
 /// At most this many callees' bodies are copied into one promotion.
 const CALLEES_PER_JOB: usize = 16;
 
-/// The unoptimised modules of at most this many cells are kept (about 3 KB each) to copy callee
-/// bodies from and to promote again after a callee changed: functions defined longer ago are
-/// called through their slots by promoted code, and stay at their level if a callee changes.
-const MODULES_KEPT: usize = 512;
-
-/// A function's newest quickly compiled body.
-struct Base {
-    /// The program's id of the cell that holds it.
-    cell: u64,
-    address: usize,
-    level: u8,
-    defined: Instant,
-}
-
-/// A job the worker has not reported back yet.
-struct Pending {
-    base_cell: u64,
-    /// (name, generation compiled from, new symbol).
-    functions: Vec<(String, u64, String)>,
-    /// Callees copied in: (name, generation).
-    inlined: Vec<(String, u64)>,
-    cancelled: Arc<AtomicBool>,
-}
-
-/// A promotion whose code is linked and in use.
-struct Installed {
-    functions: Vec<String>,
-}
-
-/// Where a function's promotion stands until it is installed, for `:tier`.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum TierState {
-    Queued,
-    Failed(String),
-}
-
-/// The session's tiering state.
-#[derive(Default)]
-pub(super) struct Tiering {
-    pub(super) worker: Worker,
-    next_job: u64,
-    pending: HashMap<u64, Pending>,
-    /// The jobs each function is in, to cancel them when it changes (ids may be stale).
-    pending_by_name: HashMap<String, Vec<u64>>,
-    /// The unoptimised modules of the newest live cells that hold bodies, by program cell id,
-    /// and their ids oldest first.
-    modules: HashMap<u64, Bitcode>,
-    module_order: VecDeque<u64>,
-    /// Kept modules whose cell's code the program removed: they go with their last base.
-    code_gone: HashSet<u64>,
-    bases: HashMap<String, Base>,
-    /// How many functions' bases each cell holds.
-    base_counts: HashMap<u64, usize>,
-    generations: HashMap<String, u64>,
-    /// Names whose definitions changed in the commit under way.
-    changed: Vec<String>,
-    /// Promotions in use, by the program's id of their code.
-    installed: HashMap<u64, Installed>,
-    /// The promotions each function was inlined into (ids may be stale).
-    inliners: HashMap<String, Vec<u64>>,
-    /// Promotions installed since a cell's timing last showed them.
-    pub(super) unreported: Vec<Promotion>,
-    /// Functions queued for promotion or whose promotion failed.
-    pub(super) states: HashMap<String, TierState>,
-    /// Results dropped because a function they hold changed while they compiled.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(super) dropped: u64,
-}
-
-impl Tiering {
-    fn generation(&self, name: &str) -> u64 {
-        self.generations.get(name).copied().unwrap_or(0)
-    }
-
-    /// The definition behind `name` changed (defined, recompiled, declared, invalidated, bound
-    /// to a library): promotions compiled from the old one must not be used.
-    pub(super) fn changed(&mut self, name: &str) {
-        *self.generations.entry(name.to_string()).or_insert(0) += 1;
-        if let Some(base) = self.bases.remove(name) {
-            self.drop_base_of(base.cell);
-        }
-        self.states.remove(name);
-        self.changed.push(name.to_string());
-    }
-
-    /// Keeps a cell's module, forgetting the oldest beyond `MODULES_KEPT`.
-    fn keep_module(&mut self, cell: u64, bitcode: Bitcode) {
-        self.modules.insert(cell, bitcode);
-        self.module_order.push_back(cell);
-        while self.module_order.len() > MODULES_KEPT {
-            if let Some(oldest) = self.module_order.pop_front() {
-                self.modules.remove(&oldest);
-                self.code_gone.remove(&oldest);
-            }
-        }
-    }
-
-    fn forget_module(&mut self, cell: u64) {
-        self.code_gone.remove(&cell);
-        if self.modules.remove(&cell).is_some() {
-            self.module_order.retain(|kept| *kept != cell);
-        }
-    }
-
-    /// How many cells' modules are kept.
-    #[cfg(test)]
-    pub(super) fn modules_kept(&self) -> usize {
-        self.modules.len()
-    }
-
-    /// Whether a cell holds some function's current quick body.
-    fn is_base(&self, cell: u64) -> bool {
-        self.base_counts.contains_key(&cell)
-    }
-
-    /// `name`'s newest quick body is `base`.
-    fn set_base(&mut self, name: &str, base: Base) {
-        *self.base_counts.entry(base.cell).or_insert(0) += 1;
-        if let Some(old) = self.bases.insert(name.to_string(), base) {
-            self.drop_base_of(old.cell);
-        }
-    }
-
-    /// A base in `cell` is gone; the cell's module goes with its last one if its code is gone.
-    fn drop_base_of(&mut self, cell: u64) {
-        if let Some(count) = self.base_counts.get_mut(&cell) {
-            *count -= 1;
-            if *count == 0 {
-                self.base_counts.remove(&cell);
-                if self.code_gone.contains(&cell) {
-                    self.forget_module(cell);
-                }
-            }
-        }
-    }
-
-    /// Forgets what belonged to code the program removed. A cell's module outlives its code
-    /// while it holds a function's current quick body: a promotion without inlined callees
-    /// lets that code go, but the body is still copied into its callers' promotions.
-    fn forget_removed(&mut self, removed: Vec<u64>) {
-        for id in removed {
-            match self.is_base(id) && self.modules.contains_key(&id) {
-                true => _ = self.code_gone.insert(id),
-                false => self.forget_module(id),
-            }
-            self.installed.remove(&id);
-        }
-    }
-}
-
 impl Session {
     /// Whether a function's code is a background promotion's.
     pub(super) fn promoted(&self, name: &str) -> bool {
@@ -193,7 +45,12 @@ impl Session {
 
     /// Whether cells are compiled quickly and promoted in the background.
     pub(super) fn tiering_active(&self) -> bool {
-        !self.opt_pinned && self.opt_level < PROMOTED_LEVEL
+        self.tiering_active_at(self.opt_level)
+    }
+
+    /// Whether code compiled at `level` is promoted in the background.
+    pub(super) fn tiering_active_at(&self, level: u8) -> bool {
+        !self.opt_pinned && level < PROMOTED_LEVEL
     }
 
     /// At the end of every commit (cells, and the quiet cells of benches and autotune variants):
@@ -219,7 +76,7 @@ impl Session {
     }
 
     /// After a cell's commit: its host bodies are queued for promotion.
-    pub(super) fn queue_promotions(&mut self, cell: &TypedCell, bitcode: Option<Bitcode>) {
+    pub(super) fn queue_promotions(&mut self, cell: &TypedCell, bitcode: Option<Bitcode>, level: u8) {
         let Some(bitcode) = bitcode else { return };
         let cell_id = self.program.last_cell();
         let mut names = Vec::new();
@@ -228,7 +85,7 @@ impl Session {
                 continue;
             }
             let Some(address) = self.program.slot_value(&function.name) else { continue };
-            let base = Base { cell: cell_id, address, level: self.opt_level, defined: Instant::now() };
+            let base = Base { cell: cell_id, address, level, defined: Instant::now() };
             self.tiering.set_base(&function.name, base);
             names.push(function.name.clone());
         }
