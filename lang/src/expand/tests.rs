@@ -4,8 +4,17 @@
 
 use expect_test::{expect, Expect};
 
+use std::sync::atomic::Ordering;
+
+use rhai::{EvalAltResult, Map};
+
+use super::engine::TIME;
+
+use super::convert::parse_forms;
+use super::template::{compile_form, quote_each};
 use super::*;
-use crate::reader::SourceFile;
+use crate::reader::pretty::pretty;
+use crate::reader::{self, SexpKind, SourceFile, SourceId};
 
 /// A stage and the sources its cells are read from.
 struct Fixture {
@@ -18,7 +27,8 @@ impl Fixture {
     fn new(script: &str) -> Fixture {
         let mut fixture = Fixture { stage: Stage::new(new_interrupt_flag()), sources: Vec::new() };
         let source = fixture.add_source("script", script);
-        if let Err(failure) = fixture.stage.run_script(script, source, 0, Span::new(source, 0, 0)) {
+        let text = ScriptText { source, base: 0, text: script };
+        if let Err(failure) = fixture.stage.run_script(script, text, Span::new(source, 0, 0)) {
             panic!("the script failed: {}", failure.message);
         }
         fixture
@@ -339,7 +349,8 @@ fn quote_fills_as_fill_of_parse_does() {
             let script = format!("print(show({call})); print(show({call}));");
             let mut fixture = Fixture::new("");
             let source = fixture.add_source("script", &script);
-            if let Err(failure) = fixture.stage.run_script(&script, source, 0, Span::new(source, 0, 0)) {
+            let text = ScriptText { source, base: 0, text: &script };
+            if let Err(failure) = fixture.stage.run_script(&script, text, Span::new(source, 0, 0)) {
                 panic!("{template}: {}", failure.message);
             }
             fixture.stage.take_printed()

@@ -142,7 +142,8 @@ impl Session {
                 let source = self.history.add_source(path.to_string(), text.clone());
                 let mut outcome = Outcome::default();
                 let start = Instant::now();
-                let result = self.staging.stage.run_script(&text, source, 0, Span::new(source, 0, 0));
+                let script = expand::ScriptText { source, base: 0, text: &text };
+                let result = self.staging.stage.run_script(&text, script, Span::new(source, 0, 0));
                 outcome.timing.add(Phase::Expand, start.elapsed());
                 let printed = self.staging.stage.take_printed();
                 if !printed.is_empty() {
@@ -176,7 +177,7 @@ impl Session {
         self.refresh_view_if_stale();
         let mut outcome = Outcome::default();
         if let (None, false, Some(forms)) = (text, single_level, &self.history.last_expansion) {
-            outcome.items.push(expansion_listing(forms.iter().map(|form| expand::pretty(form, 0))));
+            outcome.items.push(expansion_listing(forms.iter().map(|form| crate::reader::pretty::pretty(form, 0))));
             return outcome;
         }
         let Some(text) = text.map(str::to_string).or_else(|| self.history.last_cell.clone()) else {
@@ -188,7 +189,7 @@ impl Session {
         };
         match self.expand_and_undo(&text, single_level) {
             Ok(forms) => {
-                outcome.items.push(expansion_listing(forms.iter().map(|form| expand::pretty(form, 0))));
+                outcome.items.push(expansion_listing(forms.iter().map(|form| crate::reader::pretty::pretty(form, 0))));
                 outcome
             }
             Err(diagnostics) => self.fail(outcome, diagnostics),
@@ -292,20 +293,23 @@ impl Session {
         for stage in stages {
             let (language, text) = match stage {
                 Stage::Source => (Language::CLisp, source_text.clone().unwrap_or_default()),
-                Stage::Expanded => {
-                    (Language::CLisp, forms.iter().map(|form| expand::pretty(form, 0)).collect::<Vec<_>>().join("\n"))
-                }
+                Stage::Expanded => (
+                    Language::CLisp,
+                    forms.iter().map(|form| crate::reader::pretty::pretty(form, 0)).collect::<Vec<_>>().join("\n"),
+                ),
                 Stage::Typed => {
                     let mut parts: Vec<String> = cell
                         .functions
                         .iter()
-                        .map(|function| expand::pretty(&inspect::typed_tree(function, &self.env.structs), 0))
+                        .map(|function| {
+                            crate::reader::pretty::pretty(&inspect::typed_tree(function, &self.env.structs), 0)
+                        })
                         .collect();
                     for item in &cell.top {
                         parts.extend(
                             inspect::typed_statements(&item.function, &self.env.structs)
                                 .iter()
-                                .map(|form| expand::pretty(form, 0)),
+                                .map(|form| crate::reader::pretty::pretty(form, 0)),
                         );
                     }
                     (Language::CLisp, parts.join("\n"))

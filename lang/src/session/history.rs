@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::expand::PendingPosition;
 use crate::reader::Sexp;
 use crate::source::{SourceFile, SourceId, Span};
 use crate::timing::PhaseTimes;
@@ -62,11 +61,6 @@ impl History {
     /// Adds every source a diagnostic of the outcome points into, and resolves positions Rhai
     /// gave as line and column into bytes.
     pub(super) fn attach_sources(&self, outcome: &mut Outcome) {
-        for label in outcome.diagnostics.iter_mut().flat_map(|diagnostic| diagnostic.labels.iter_mut()) {
-            if let Some(file) = self.sources.get(label.span.source.0 as usize) {
-                label.span = PendingPosition::resolve(label.span, &file.text);
-            }
-        }
         let mut ids: Vec<SourceId> = outcome
             .diagnostics
             .iter()

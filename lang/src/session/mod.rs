@@ -45,7 +45,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, ObjectCache};
 use crate::check::{self, Env};
 use crate::diagnostics::Diagnostic;
-use crate::expand::{self, Stage};
+use crate::expand::{self, ScriptText, Stage};
 use crate::gpu::{DeviceSource, Mode as GpuMode, SessionGpu};
 use crate::jit::library::Libraries;
 use crate::jit::Jit;
@@ -159,7 +159,8 @@ impl Session {
         for (name, text) in quasi_prelude::FILES {
             let source = self.history.add_source(format!("prelude/{name}"), text.to_string());
             let span = Span::new(source, 0, 0);
-            if let Err(diagnostic) = self.staging.stage.run_script(text, source, 0, span) {
+            let script = ScriptText { source, base: 0, text };
+            if let Err(diagnostic) = self.staging.stage.run_script(text, script, span) {
                 return Err(SessionError::Prelude(name.to_string(), diagnostic.message));
             }
         }

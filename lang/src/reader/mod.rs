@@ -5,6 +5,8 @@
 //! than at its opening bracket, keeps only line/column positions, and lacks Guile's `#| |#`,
 //! `+inf.0` and `0x…` spellings that the language needs; this reader keeps byte spans instead.
 
+pub(crate) mod pretty;
+
 use std::rc::Rc;
 
 use crate::diagnostics::{Diagnostic, Kind};
