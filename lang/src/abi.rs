@@ -54,6 +54,14 @@ pub(crate) fn runtime_symbol(name: &str) -> String {
     format!("{PREFIX}{name}")
 }
 
+/// The runtime's link name for a declaration, if the runtime provides it: llama.lisp's test
+/// runtime (`print`…), and the functions that would end the process (`exit`, `abort`…), which
+/// end the running cell instead.
+pub(crate) fn runtime_function(name: &str) -> Option<String> {
+    let provided = matches!(name, "print" | "fprint" | "dprint" | "ptr_print" | "int64_print" | "abort");
+    (provided || EXITS.contains(&name)).then(|| runtime_symbol(name))
+}
+
 /// What a failed check in compiled code reports (`RT_FAULT`'s first argument).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]

@@ -160,7 +160,8 @@ mod tests {
 
     fn steps(text: &str) -> Option<u64> {
         let forms = crate::reader::read(SourceId(0), text).expect("reads");
-        let cell = crate::check::check(&Env::default(), &forms, &|_| None, "test").expect("checks");
+        let cell = crate::check::check(&Env::default(), &forms, &Default::default(), crate::tree::CellId::cell(0))
+            .expect("checks");
         run_steps(&cell)
     }
 

@@ -277,22 +277,6 @@ pub(crate) fn runtime_symbols() -> Vec<(String, usize)> {
     ]
 }
 
-/// The runtime's link name for a declaration, if the runtime provides it: llama.lisp's test
-/// runtime (`print`…), and the functions that would end the process (`exit`, `abort`…), which
-/// end the running cell instead.
-pub(crate) fn runtime_function(name: &str) -> Option<String> {
-    let provided = matches!(name, "print" | "fprint" | "dprint" | "ptr_print" | "int64_print" | "abort");
-    (provided || EXITS.contains(&name)).then(|| runtime_symbol(name))
-}
-
-/// Finds a symbol in the running process (libc, libm, loaded libraries).
-pub(crate) fn process_symbol(name: &str) -> Option<usize> {
-    let name = std::ffi::CString::new(name).ok()?;
-    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads.
-    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-    (!address.is_null()).then_some(address as *const () as usize)
-}
-
 impl Runner {
     /// The executor, which stops the running call when `interrupt` is set. Its threads start
     /// with the first call.

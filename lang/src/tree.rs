@@ -511,6 +511,59 @@ impl ExternDef {
     }
 }
 
+/// Which cell code comes from; it names the cell's symbols (`cell#3`, `cell#3q2`) and the cell
+/// in messages (`cell 3`), so no stage parses one from the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CellId {
+    /// The session's count of cells when it was made.
+    pub number: u32,
+    pub kind: CellKind,
+}
+
+/// What made a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CellKind {
+    /// The user's cell (or file).
+    Cell,
+    /// The Nth cell a benchmark or an autotune made while the user's cell ran.
+    Quiet(u32),
+    /// A scratch cell a listing command checks and never links (`:types TEXT`).
+    Inspect,
+}
+
+/// The prefix of the symbols of top-level code: the cell's symbol is `cell#N`.
+pub(crate) const TOP_LEVEL_PREFIX: &str = "cell#";
+
+impl CellId {
+    /// A user's cell.
+    pub(crate) fn cell(number: u32) -> CellId {
+        CellId { number, kind: CellKind::Cell }
+    }
+
+    /// The prefix of the cell's symbols: its module, its entries and its top-level items.
+    pub(crate) fn symbol(self) -> String {
+        match self.kind {
+            CellKind::Cell => format!("{TOP_LEVEL_PREFIX}{}", self.number),
+            CellKind::Quiet(quiet) => format!("{TOP_LEVEL_PREFIX}{}q{quiet}", self.number),
+            CellKind::Inspect => format!("inspect#{}", self.number),
+        }
+    }
+
+    /// How messages name the cell: `3`, `3q2`.
+    pub(crate) fn label(self) -> String {
+        match self.kind {
+            CellKind::Cell => self.number.to_string(),
+            CellKind::Quiet(quiet) => format!("{}q{quiet}", self.number),
+            CellKind::Inspect => format!("inspect#{}", self.number),
+        }
+    }
+}
+
+/// Whether a function name is a cell's top-level code (not a user's function).
+pub(crate) fn is_top_level_name(name: &str) -> bool {
+    name.starts_with(TOP_LEVEL_PREFIX)
+}
+
 /// Where a bodiless declaration's symbol was found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Resolution {

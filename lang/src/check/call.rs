@@ -35,7 +35,7 @@ impl BodyChecker<'_, '_> {
                 .with_label(name_form.span, "");
             // A C function of the process is declared the C-Lisp way; anything else is a session
             // function that is not (or no longer, after a restart or `:reset`) defined.
-            let note = if (self.cell.resolve)(name).is_some() {
+            let note = if self.cell.symbols.resolve(name).is_some() {
                 format!("`{name}` is a C function: declare it first, e.g. (define (({name} int) (x int)))")
             } else {
                 "define it first: a session keeps only what was evaluated in it (a restart or `:reset` drops every definition)".to_string()

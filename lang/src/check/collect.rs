@@ -605,7 +605,7 @@ impl CellChecker<'_> {
             }
             // libdevice is linked into device code: nothing on the host provides it.
             let resolution =
-                if is_libdevice(&name) { Some(Resolution::Link(name.clone())) } else { (self.resolve)(&name) };
+                if is_libdevice(&name) { Some(Resolution::Link(name.clone())) } else { self.symbols.resolve(&name) };
             let kind = resolution.clone().map_or(FunctionKind::Unresolved, FunctionKind::from);
             self.overlay.functions.insert(
                 name.clone(),

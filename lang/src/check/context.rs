@@ -6,9 +6,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::env::{Env, FunctionEntry, ResolveExtern};
+use super::env::{Env, FunctionEntry};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::intrinsics::{IntrinsicError, IntrinsicFacts};
+use crate::jit::library::Libraries;
 use crate::reader::{Sexp, SexpKind, Span};
 use crate::tree::{Dialect, Expr, ExprKind, GlobalEntry, Local, Placement, TypedCell};
 use crate::types::{StructEntry, Ty};
@@ -44,7 +45,8 @@ pub(super) fn syntax(span: Span, message: impl Into<String>) -> Diagnostic {
 /// re-checks the session functions that what it redefines touches.
 pub(super) struct CellChecker<'a> {
     pub(super) env: &'a Env,
-    pub(super) resolve: ResolveExtern<'a>,
+    /// Where declarations' symbols are found (`Libraries::resolve`).
+    pub(super) symbols: &'a Libraries,
     pub(super) errors: Vec<Diagnostic>,
     pub(super) cell: TypedCell,
     pub(super) overlay: Overlay,

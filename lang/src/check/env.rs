@@ -51,9 +51,6 @@ pub(crate) struct Env {
     pub structs: HashMap<String, StructEntry>,
 }
 
-/// Finds where a bodiless declaration's symbol lives (libraries, runtime, process), if anywhere.
-pub(crate) type ResolveExtern<'a> = &'a dyn Fn(&str) -> Option<Resolution>;
-
 /// The body of a session function, if it is defined and valid.
 pub(crate) fn defined(env: &Env, name: &str) -> Option<Rc<FunctionDef>> {
     match env.functions.get(name) {

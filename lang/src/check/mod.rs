@@ -24,13 +24,14 @@ mod gpu;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::diagnostics::Diagnostic;
+use crate::jit::library::Libraries;
 use crate::reader::Sexp;
-use crate::tree::TypedCell;
+use crate::tree::{CellId, TypedCell};
 use context::{CellChecker, Overlay, MAX_ERRORS};
 
 pub(crate) use context::MAX_SHARED_BYTES;
 
-pub(crate) use env::{defined, Env, FunctionEntry, FunctionKind, ResolveExtern};
+pub(crate) use env::{defined, Env, FunctionEntry, FunctionKind};
 pub(crate) use gpu::{device_members, device_problem};
 
 /// Every form, opcode, cast and type name of the language, for completion.
@@ -172,12 +173,12 @@ pub(crate) const FORM_NAMES: &[&str] = &[
 pub(crate) fn check(
     env: &Env,
     forms: &[Sexp],
-    resolve: ResolveExtern<'_>,
-    top_level_name: &str,
+    symbols: &Libraries,
+    cell: CellId,
 ) -> Result<TypedCell, Vec<Diagnostic>> {
     let mut checker = CellChecker {
         env,
-        resolve,
+        symbols,
         errors: Vec::new(),
         cell: TypedCell::empty(),
         overlay: Overlay::default(),
@@ -187,9 +188,9 @@ pub(crate) fn check(
     let mut flat = Vec::new();
     checker.flatten(forms, &mut flat);
     checker.collect_declarations(&flat);
-    checker.check_bodies(&flat, top_level_name);
+    checker.check_bodies(&flat, &cell.symbol());
     checker.settle_placement();
-    checker.recheck_dependents(top_level_name.trim_start_matches("cell#"));
+    checker.recheck_dependents(&cell.label());
     checker.settle_placement();
     checker.placement_errors();
     checker.collect_inline_bodies();

@@ -451,7 +451,8 @@ mod tests {
     /// operations that get `nsw` and the checks, spelled short.
     fn plan(text: &str) -> Option<(usize, String)> {
         let forms = crate::reader::read(SourceId(0), text).expect("reads");
-        let cell = crate::check::check(&Env::default(), &forms, &|_| None, "test").expect("checks");
+        let cell = crate::check::check(&Env::default(), &forms, &Default::default(), crate::tree::CellId::cell(0))
+            .expect("checks");
         let function = cell.functions.iter().find(|function| function.name == "f").expect("defines f");
         let root = first_for(&function.body).expect("has a for");
         let plan = plan_nest(root, &crate::tree::address_taken(&function.body))?;

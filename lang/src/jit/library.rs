@@ -6,6 +6,8 @@
 //! session that opened it lets it go; the loader counts the opens of a file, so another
 //! session's copy stays.
 
+use crate::abi;
+use crate::tree::Resolution;
 use std::ffi::{c_void, CStr, CString};
 use std::path::Path;
 
@@ -147,7 +149,26 @@ pub(crate) struct Libraries {
     pending: Vec<Library>,
 }
 
+/// Finds a symbol in the running process (libc, libm, loaded libraries).
+pub(crate) fn process_symbol(name: &str) -> Option<usize> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads.
+    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!address.is_null()).then_some(address as *const () as usize)
+}
+
 impl Libraries {
+    /// Where a bodiless declaration's symbol is (docs/language.md §3.3): these libraries,
+    /// newest first (the current cell's first), then the built-in runtime, then the process.
+    /// The checker asks once per declaration; what it finds is the declaration's for good
+    /// (`ExternDef::resolution`).
+    pub(crate) fn resolve(&self, name: &str) -> Option<Resolution> {
+        if let Some((library, address)) = self.find(name) {
+            return Some(Resolution::Library { library: library.name.clone(), address });
+        }
+        abi::runtime_function(name).or_else(|| process_symbol(name).map(|_| name.to_string())).map(Resolution::Link)
+    }
+
     /// Loads a library for the current cell (see `Library::open`).
     pub(crate) fn load(&mut self, name: &str) -> Result<(), String> {
         self.pending.push(Library::open(name)?);

@@ -21,7 +21,7 @@ use crate::reader::{self, Sexp};
 use crate::source::Span;
 use crate::tier::PROMOTED_LEVEL;
 use crate::timing::Phase;
-use crate::tree::TypedCell;
+use crate::tree::{CellId, CellKind, TypedCell};
 use crate::{Item, Language, Outcome, Stream};
 
 impl Session {
@@ -245,8 +245,8 @@ impl Session {
                 }
             },
         };
-        let prefix = format!("inspect#{}", self.history.cell_count);
-        let mut cell = match self.check(&self.env, &forms, &prefix) {
+        let cell_id = CellId { number: self.history.cell_count, kind: CellKind::Inspect };
+        let mut cell = match self.check(&self.env, &forms, cell_id) {
             Ok(cell) => cell,
             Err(diagnostics) => return self.fail(outcome, diagnostics),
         };

@@ -145,7 +145,7 @@ fn function_phrase(name: &str) -> String {
 }
 
 fn display_function(name: &str) -> String {
-    if name.starts_with("cell#") {
+    if crate::tree::is_top_level_name(name) {
         "top-level code".into()
     } else {
         name.to_string()

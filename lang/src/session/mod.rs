@@ -53,8 +53,7 @@ use crate::link::Program;
 use crate::reader::{Sexp, Span};
 use crate::run::{self, Runner};
 use crate::timing::PhaseTimes;
-use crate::tree::Resolution;
-use crate::tree::TypedCell;
+use crate::tree::{CellId, TypedCell};
 use crate::Outcome;
 
 pub use self::api::{
@@ -309,20 +308,9 @@ impl Session {
         outcome
     }
 
-    /// Where a bodiless declaration's symbol is (docs/language.md §3.3): the `load-library`
-    /// libraries, newest first, then the built-in runtime and the process.
-    fn resolve_extern(&self, name: &str) -> Option<Resolution> {
-        if let Some((library, address)) = self.libraries.find(name) {
-            return Some(Resolution::Library { library: library.name.clone(), address });
-        }
-        run::runtime_function(name)
-            .or_else(|| run::process_symbol(name).map(|_| name.to_string()))
-            .map(Resolution::Link)
-    }
-
     /// Check: forms against an environment, into the typed cell.
-    fn check(&self, env: &Env, forms: &[Sexp], entry_prefix: &str) -> Result<TypedCell, Vec<Diagnostic>> {
-        check::check(env, forms, &|name| self.resolve_extern(name), entry_prefix)
+    fn check(&self, env: &Env, forms: &[Sexp], cell: CellId) -> Result<TypedCell, Vec<Diagnostic>> {
+        check::check(env, forms, &self.libraries, cell)
     }
 }
 

@@ -34,7 +34,7 @@ use crate::jit::library::LIBRARY_PATH_VARIABLE;
 use crate::link::Emitted;
 use crate::reader::{self, Sexp, SexpKind};
 use crate::timing::{Phase, PhaseTimes};
-use crate::tree::TypedCell;
+use crate::tree::{CellId, CellKind, TypedCell};
 use crate::{Item, Outcome, Stream};
 
 /// Why a cell is evaluated, which decides what it shows and how it is compiled.
@@ -215,12 +215,13 @@ impl Transaction<'_> {
         // `(bench …)` and `(autotune …)` run after the cell's other code.
         let (session_forms, code_forms): (Vec<Sexp>, Vec<Sexp>) =
             forms.into_iter().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
-        let cell = self.check_cell(&code_forms, options, &sites, outcome)?;
+        let cell_id = self.cell_id(options.mode);
+        let cell = self.check_cell(&code_forms, cell_id, options, &sites, outcome)?;
         let (level, session_level) = self.level_for(&cell, options);
         let delta = EnvDelta::of(&cell, &self.env, &self.history);
         let device = self.build_device_code(&cell, &delta, &mut outcome.timing);
         let call_only = session_forms.is_empty() && includes.is_empty() && options.mode != EvalMode::Quiet;
-        let code = self.lower_and_link(&cell, level, call_only, options.mode, &mut outcome.timing)?;
+        let code = self.lower_and_link(&cell, cell_id, level, call_only, options.mode, &mut outcome.timing)?;
         Ok(Parts { cell, delta, code, device, level, session_level, includes, session_forms })
     }
 
@@ -303,11 +304,11 @@ impl Transaction<'_> {
     fn check_cell(
         &mut self,
         forms: &[Sexp],
+        cell_id: CellId,
         options: CellOptions,
         sites: &[ExpansionSite],
         outcome: &mut Outcome,
     ) -> Result<TypedCell, Vec<Diagnostic>> {
-        let cell_id = self.cell_id(options.mode);
         let env = if options.with_clock {
             let mut env = self.env.clone();
             env.functions.insert(crate::abi::RT_CLOCK.to_string(), bench::clock_entry());
@@ -315,19 +316,20 @@ impl Transaction<'_> {
         } else {
             std::borrow::Cow::Borrowed(&self.env)
         };
-        let checked = outcome.timing.time(Phase::Check, || self.check(&env, forms, &cell_id));
+        let checked = outcome.timing.time(Phase::Check, || self.check(&env, forms, cell_id));
         let cell = checked.map_err(|diagnostics| explain_expansions(diagnostics, sites))?;
         outcome.diagnostics.extend(explain_expansions(cell.warnings.clone(), sites));
         Ok(cell)
     }
 
-    /// The cell's symbol prefix: `cell#N`, or `cell#NqM` for the Mth quiet cell of cell N.
-    fn cell_id(&mut self, mode: EvalMode) -> String {
+    /// Which cell this is: the session's cell, or the next quiet cell of it.
+    fn cell_id(&mut self, mode: EvalMode) -> CellId {
+        let number = self.history.cell_count;
         if mode == EvalMode::Quiet {
             self.history.quiet_count += 1;
-            format!("cell#{}q{}", self.history.cell_count, self.history.quiet_count)
+            CellId { number, kind: CellKind::Quiet(self.history.quiet_count) }
         } else {
-            format!("cell#{}", self.history.cell_count)
+            CellId::cell(number)
         }
     }
 
@@ -370,6 +372,7 @@ impl Transaction<'_> {
     fn lower_and_link(
         &mut self,
         cell: &TypedCell,
+        cell_id: CellId,
         level: u8,
         call_only: bool,
         mode: EvalMode,
@@ -380,7 +383,7 @@ impl Transaction<'_> {
             let entry = session.trampolines.entry(&call, &session.backend, &mut session.program, level, timing)?;
             return Ok(Code::Trampoline(entry));
         }
-        let module_name = format!("cell#{}{}", session.history.cell_count, quiet_suffix(session, mode));
+        let module_name = cell_id.symbol();
         let top_level = if mode == EvalMode::Quiet { TopLevel::PerItem } else { TopLevel::Batched };
         let tier = mode == EvalMode::Cell && session.tiering_active_at(level);
         let target = crate::backend::Target::Host(level);
@@ -414,15 +417,6 @@ impl Transaction<'_> {
             session.program.link(cell, names, &compiled.code, &module_name, emitted).map_err(|error| vec![error])?;
         timing.add(Phase::Link, compiled.emit + link_start.elapsed());
         Ok(Code::Linked { linked: Box::new(linked), bitcode })
-    }
-}
-
-/// The module name's suffix of a quiet cell (its entries must not reuse the cell's names).
-fn quiet_suffix(session: &Session, mode: EvalMode) -> String {
-    if mode == EvalMode::Quiet {
-        format!("q{}", session.history.quiet_count)
-    } else {
-        String::new()
     }
 }
 
