@@ -80,6 +80,13 @@ struct Harness {
     samples: Vec<i64>,
 }
 
+/// A top-level form compiled quietly: an expression's value (run), or a statement's entries
+/// (not run yet).
+enum Evaluated {
+    Value(String, Ty),
+    Statement(Vec<usize>),
+}
+
 /// What a quietly compiled cell gives back: the value type of each top-level item (none for a
 /// statement) and the entry addresses, in order.
 pub(crate) type QuietCell = (Vec<Option<Ty>>, Vec<usize>);
@@ -253,20 +260,27 @@ impl Bencher<'_> {
 
     /// Runs one top-level expression without printing; returns its value's text and type.
     fn evaluate_quietly(&mut self, expression: &Sexp) -> Result<(String, Ty), Vec<Diagnostic>> {
+        match self.evaluate_or_compile(expression)? {
+            Evaluated::Value(text, ty) => Ok((text, ty)),
+            Evaluated::Statement(_) => {
+                Err(vec![Diagnostic::error(Kind::Type, format!("`{expression}` has no value"))
+                    .with_label(expression.span, "")])
+            }
+        }
+    }
+
+    /// Compiles one top-level form quietly and, if it is an expression with a value, runs it.
+    fn evaluate_or_compile(&mut self, expression: &Sexp) -> Result<Evaluated, Vec<Diagnostic>> {
         let (cell, entries) = self.pipeline.compile_quietly(std::slice::from_ref(expression), false)?;
         let (Some(item), Some(&entry)) = (cell.first(), entries.first()) else {
             return Err(vec![
                 Diagnostic::error(Kind::Type, "expected an expression with a value").with_label(expression.span, "")
             ]);
         };
-        let Some(ty) = item.clone() else {
-            return Err(vec![
-                Diagnostic::error(Kind::Type, format!("`{expression}` has no value")).with_label(expression.span, "")
-            ]);
-        };
+        let Some(ty) = item.clone() else { return Ok(Evaluated::Statement(entries)) };
         let size = value::size_align(&ty, &self.pipeline.env().structs).0;
         let bytes = self.pipeline.call_for_value(entry, size, expression.span)?;
-        Ok((value::format_value(&bytes, 0, &ty, &self.pipeline.env().structs), ty))
+        Ok(Evaluated::Value(value::format_value(&bytes, 0, &ty, &self.pipeline.env().structs), ty))
     }
 
     fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
@@ -426,13 +440,15 @@ impl Bencher<'_> {
             return Err(format!("the generator did not return a definition of `{name}`"));
         }
         self.pipeline.compile_quietly(&definition, false).map_err(first_line)?;
-        let (run_value, _) = match self.evaluate_quietly(run) {
-            Ok(value) => value,
-            Err(diagnostics) if diagnostics.iter().any(|diagnostic| diagnostic.message.contains("has no value")) => {
-                self.compile_and_run_statement(run).map_err(first_line)?;
-                (String::new(), Ty::Void)
+        let run_value = match self.evaluate_or_compile(run).map_err(first_line)? {
+            Evaluated::Value(text, _) => text,
+            // A statement runs for its effects.
+            Evaluated::Statement(entries) => {
+                for entry in entries {
+                    self.call_quietly(entry, run.span).map_err(first_line)?;
+                }
+                String::new()
             }
-            Err(diagnostics) => return Err(first_line(diagnostics)),
         };
         let check_values = match (check, check_buffer) {
             (Some(check), _) => vec![self.evaluate_quietly(check).map_err(first_line)?.0],

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys};
 
-use super::device::{gb_per_second, moved_bytes, Copy, CopyKind, Device, Launch, LaunchError, Memory, Rows};
+use super::device::{gb_per_second, moved_bytes, Copy, CopyKind, Device, DeviceError, Launch, Memory, Rows};
 
 /// The PTX of one launched function, ready to load.
 #[derive(Debug)]
@@ -177,22 +177,22 @@ impl CudaDevice {
     }
 
     /// The handles, made current on this thread, and the epoch; waits for the start-up.
-    fn handles(&self) -> Result<(Handles, u64), String> {
+    fn handles(&self) -> Result<(Handles, u64), DeviceError> {
         let mut state = self.lock();
         let handles = state.handles()?;
         Ok((handles, state.epoch))
     }
 
     /// The loaded function of a launched function's PTX, loading (and timing) it if needed.
-    fn function(&self, name: &str) -> Result<sys::CUfunction, String> {
+    fn function(&self, name: &str) -> Result<sys::CUfunction, DeviceError> {
         let mut state = self.lock();
         let ptx = match state.kernels.get(name) {
             Some(Ok(ptx)) => ptx.clone(),
-            Some(Err(message)) => return Err(format!("`{name}` cannot run on the GPU: {message}")),
-            None => return Err(format!("there is no PTX for `{name}` (a bug in Quasi)")),
+            Some(Err(message)) => return Err(format!("`{name}` cannot run on the GPU: {message}").into()),
+            None => return Err(format!("there is no PTX for `{name}` (a bug in Quasi)").into()),
         };
         if let Some(missing) = ptx.missing_libdevice.first() {
-            return Err(format!("`{name}` calls libdevice's `{missing}`, but libdevice was not found (set QUASI_LIBDEVICE to libdevice.10.bc)"));
+            return Err(format!("`{name}` calls libdevice's `{missing}`, but libdevice was not found (set QUASI_LIBDEVICE to libdevice.10.bc)").into());
         }
         let epoch = state.epoch;
         if let Some(loaded) =
@@ -254,8 +254,8 @@ impl CudaDevice {
 
 impl State {
     /// The handles, made current on this thread; waits for the start-up if it is still
-    /// running, and starts a deferred driver.
-    fn handles(&mut self) -> Result<Handles, String> {
+    /// running, and starts a deferred driver. Without a device, the error says so.
+    fn handles(&mut self) -> Result<Handles, DeviceError> {
         if let Start::Deferred = &self.start {
             self.start = match start_device() {
                 Ok(handles) => Start::Ready(handles),
@@ -279,8 +279,8 @@ impl State {
                     .map_err(|error| format!("the CUDA context cannot be used: {}", cuda_error(error)))?;
                 Ok(*handles)
             }
-            Start::Absent(message) => Err(message.clone()),
-            _ => Err("no CUDA device".into()),
+            Start::Absent(message) => Err(DeviceError::unavailable(message.clone())),
+            _ => Err(DeviceError::unavailable("no CUDA device".into())),
         }
     }
 }
@@ -300,7 +300,7 @@ impl Device for CudaDevice {
         }
     }
 
-    fn alloc(&self, bytes: u64, _what: String) -> Result<Memory, String> {
+    fn alloc(&self, bytes: u64, _what: String) -> Result<Memory, DeviceError> {
         let (_, epoch) = self.handles()?;
         // SAFETY: the context is current; the memory is owned by the new allocation, freed by
         // `free` or with the device.
@@ -315,7 +315,7 @@ impl Device for CudaDevice {
         Ok(Memory { address: pointer, epoch })
     }
 
-    fn free(&self, memory: Memory) -> Result<(), String> {
+    fn free(&self, memory: Memory) -> Result<(), DeviceError> {
         self.handles()?;
         // SAFETY: the memory belongs to this device's current epoch (the runtime checked it is
         // not lost) and is not used after this.
@@ -329,7 +329,7 @@ impl Device for CudaDevice {
         memory.epoch != self.lock().epoch
     }
 
-    fn copy(&self, copy: Copy) -> Result<(), String> {
+    fn copy(&self, copy: Copy) -> Result<(), DeviceError> {
         self.handles()?;
         let start = Instant::now();
         let bytes = copy.bytes as usize;
@@ -361,7 +361,7 @@ impl Device for CudaDevice {
         Ok(())
     }
 
-    fn read(&self, address: u64, bytes: u64) -> Result<Vec<u8>, String> {
+    fn read(&self, address: u64, bytes: u64) -> Result<Vec<u8>, DeviceError> {
         self.handles()?;
         let mut read = vec![0u8; bytes as usize];
         // SAFETY: the range lies inside a live buffer (the runtime read its length).
@@ -369,11 +369,11 @@ impl Device for CudaDevice {
         Ok(read)
     }
 
-    fn prepare(&self, name: &str) -> Result<(), String> {
+    fn prepare(&self, name: &str) -> Result<(), DeviceError> {
         self.function(name).map(drop)
     }
 
-    fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
+    fn launch(&self, launch: &Launch<'_>) -> Result<(), DeviceError> {
         let function = self.function(launch.name)?;
         let (handles, _) = self.handles()?;
         let name = launch.name;

@@ -101,17 +101,27 @@ pub(crate) struct Launch<'a> {
     pub bytes: Option<u64>,
 }
 
-/// Why a launch failed: the message, and for the simulator the source of the access or barrier
-/// it names.
-#[derive(Debug)]
-pub(crate) struct LaunchError {
+/// Why a device operation failed: the message, for the simulator the source of the access or
+/// barrier it names, and whether the device is missing altogether (the session then says how to
+/// work without one).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct DeviceError {
     pub message: String,
     pub site: Option<Span>,
+    pub unavailable: bool,
 }
 
-impl From<String> for LaunchError {
-    fn from(message: String) -> LaunchError {
-        LaunchError { message, site: None }
+impl DeviceError {
+    /// The device is missing: no CUDA driver, no device, or a reset that failed.
+    pub(crate) fn unavailable(message: String) -> DeviceError {
+        DeviceError { message, site: None, unavailable: true }
+    }
+}
+
+impl From<String> for DeviceError {
+    fn from(message: String) -> DeviceError {
+        DeviceError { message, site: None, unavailable: false }
     }
 }
 
@@ -122,21 +132,21 @@ pub(crate) trait Device: Send + Sync {
     /// What `:gpu` says of it (the CUDA device waits for the driver's start-up).
     fn describe(&self) -> String;
     /// `bytes` of zeroed memory; `what` names it in the simulator's reports.
-    fn alloc(&self, bytes: u64, what: String) -> Result<Memory, String>;
+    fn alloc(&self, bytes: u64, what: String) -> Result<Memory, DeviceError>;
     /// Gives back memory `alloc` made.
-    fn free(&self, memory: Memory) -> Result<(), String>;
+    fn free(&self, memory: Memory) -> Result<(), DeviceError>;
     /// Whether memory it made is gone: a kernel fault reset the GPU since.
     fn is_lost(&self, memory: Memory) -> bool;
     /// Copies, and records the copy's timing row.
-    fn copy(&self, copy: Copy) -> Result<(), String>;
+    fn copy(&self, copy: Copy) -> Result<(), DeviceError>;
     /// Reads device memory for the session (printing a buffer): untimed, recorded nowhere.
-    fn read(&self, address: u64, bytes: u64) -> Result<Vec<u8>, String>;
+    fn read(&self, address: u64, bytes: u64) -> Result<Vec<u8>, DeviceError>;
     /// Readies `name`'s code for a launch, before its arguments are staged: the CUDA device
     /// loads its module (a timing row); `Err` says why it cannot run here.
-    fn prepare(&self, name: &str) -> Result<(), String>;
+    fn prepare(&self, name: &str) -> Result<(), DeviceError>;
     /// Runs a kernel over its grid and waits for it; records its timing rows (a module load
     /// first, when the CUDA device loads one).
-    fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError>;
+    fn launch(&self, launch: &Launch<'_>) -> Result<(), DeviceError>;
 }
 
 /// The timing rows of device work, in the order it ran: a device records, the session takes

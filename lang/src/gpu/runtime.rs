@@ -12,13 +12,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::cuda::{CompiledPtx, CudaDevice};
-use super::device::{Copy, CopyKind, Device, Launch, LaunchError, Memory, Mode, Rows};
+use super::device::{Copy, CopyKind, Device, DeviceError, Launch, Memory, Mode, Rows};
 use super::sim::{runtime_check, runtime_sync, SimDevice, SimKernel};
 use crate::abi::{
     ArgKind, CopyDirection, Direction, LaunchArg, LAUNCH_DIMENSIONS, RT_GPU, RT_GPU_ALLOC, RT_GPU_COPY, RT_GPU_FREE,
     RT_GPU_LAUNCH, RT_GPU_LEN, SIM_CHECK, SIM_FRAME, SIM_SYNC,
 };
-use crate::source::Span;
 use crate::timing::DeviceTiming;
 use crate::types::Ty;
 
@@ -37,10 +36,8 @@ struct State {
     mode: Mode,
     buffers: HashMap<u64, Buffer>,
     next_handle: u64,
-    /// The message of the last failed operation (`abi::FaultCode::Gpu` reports it).
-    error: Option<String>,
-    /// The source of the access or barrier the last error names (the simulator's reports).
-    error_site: Option<Span>,
+    /// The last failed operation's error (`abi::FaultCode::Gpu` reports it).
+    error: Option<DeviceError>,
     /// Host arrays staged for a launch that a fault or an interrupt ended before it freed
     /// them: freed at the next launch.
     abandoned: Vec<(&'static str, Memory)>,
@@ -67,14 +64,8 @@ impl Runtime {
     /// first needs it, for a session that a process forks before it runs anything).
     pub(crate) fn new(defer: bool) -> Box<Runtime> {
         let rows = Rows::default();
-        let state = State {
-            mode: Mode::Device,
-            buffers: HashMap::new(),
-            next_handle: 1,
-            error: None,
-            error_site: None,
-            abandoned: Vec::new(),
-        };
+        let state =
+            State { mode: Mode::Device, buffers: HashMap::new(), next_handle: 1, error: None, abandoned: Vec::new() };
         Box::new(Runtime {
             state: Mutex::new(state),
             cuda: CudaDevice::new(defer, rows.clone()),
@@ -149,13 +140,8 @@ impl Runtime {
         self.simulator.is_stack_overflow(address)
     }
 
-    /// The source of the access or barrier the last error names, if any.
-    pub(crate) fn take_error_site(&self) -> Option<Span> {
-        self.lock().error_site.take()
-    }
-
-    /// The message of the last failed host GPU form (`abi::FaultCode::Gpu`).
-    pub(crate) fn take_error(&self) -> Option<String> {
+    /// The error of the last failed host GPU form (`abi::FaultCode::Gpu`).
+    pub(crate) fn take_error(&self) -> Option<DeviceError> {
         self.lock().error.take()
     }
 
@@ -168,14 +154,14 @@ impl Runtime {
     pub(crate) fn describe(&self, handle: u64, element: &Ty) -> String {
         match self.read_shown(handle) {
             Ok((length, bytes)) => crate::value::buffer_text(length, element, &bytes),
-            Err(message) => format!("<gpu buffer: {message}>"),
+            Err(error) => format!("<gpu buffer: {}>", error.message),
         }
     }
 
     /// The length of a buffer and the bytes of the elements a printed value shows.
-    fn read_shown(&self, handle: u64) -> Result<(u64, Vec<u8>), String> {
+    fn read_shown(&self, handle: u64) -> Result<(u64, Vec<u8>), DeviceError> {
         if handle == 0 {
-            return Err("null".into());
+            return Err("null".to_string().into());
         }
         let buffer = self.buffer(handle, "print")?;
         let device = self.device();
@@ -188,29 +174,30 @@ impl Runtime {
     }
 
     /// A live buffer of the current device; `form` names the form using it for the message.
-    fn buffer(&self, handle: u64, form: &str) -> Result<Buffer, String> {
+    fn buffer(&self, handle: u64, form: &str) -> Result<Buffer, DeviceError> {
         let buffer = self.lock().buffers.get(&handle).copied();
         let device = self.device();
-        match buffer {
-            _ if handle == 0 => Err(format!("`{form}` of a null buffer: it was never allocated")),
-            None => Err(format!("`{form}` of a freed buffer")),
+        let message = match buffer {
+            _ if handle == 0 => format!("`{form}` of a null buffer: it was never allocated"),
+            None => format!("`{form}` of a freed buffer"),
             Some(buffer) if buffer.place != device.place() => {
-                Err(format!("`{form}` of a buffer made {}; `:gpu` has switched since", buffer.place))
+                format!("`{form}` of a buffer made {}; `:gpu` has switched since", buffer.place)
             }
             Some(buffer) if device.is_lost(buffer.memory) => {
-                Err(format!("`{form}` of a stale buffer: it was made before a kernel fault reset the GPU"))
+                format!("`{form}` of a stale buffer: it was made before a kernel fault reset the GPU")
             }
-            Some(buffer) => Ok(buffer),
-        }
+            Some(buffer) => return Ok(buffer),
+        };
+        Err(message.into())
     }
 
-    fn alloc(&self, element_size: i64, count: i64) -> Result<i64, String> {
+    fn alloc(&self, element_size: i64, count: i64) -> Result<i64, DeviceError> {
         if count < 0 {
-            return Err(format!("`gpu-alloc` of {count} elements"));
+            return Err(format!("`gpu-alloc` of {count} elements").into());
         }
         let bytes = (count as u64)
             .checked_mul(element_size.max(1) as u64)
-            .ok_or("`gpu-alloc` of more bytes than a machine has")?;
+            .ok_or_else(|| "`gpu-alloc` of more bytes than a machine has".to_string())?;
         let device = self.device();
         let memory = device.alloc(bytes, format!("a buffer of {count} elements"))?;
         let buffer =
@@ -222,22 +209,29 @@ impl Runtime {
         Ok(handle as i64)
     }
 
-    fn free(&self, handle: u64) -> Result<(), String> {
+    fn free(&self, handle: u64) -> Result<(), DeviceError> {
         let buffer = self.buffer(handle, "gpu-free")?;
         self.device().free(buffer.memory)?;
         self.lock().buffers.remove(&handle);
         Ok(())
     }
 
-    fn copy(&self, direction: i64, destination: i64, source: i64, count: i64, element_size: i64) -> Result<(), String> {
+    fn copy(
+        &self,
+        direction: i64,
+        destination: i64,
+        source: i64,
+        count: i64,
+        element_size: i64,
+    ) -> Result<(), DeviceError> {
         if count < 0 {
-            return Err(format!("`gpu-copy` of {count} elements"));
+            return Err(format!("`gpu-copy` of {count} elements").into());
         }
         let bytes = count as u64 * element_size.max(1) as u64;
-        let checked = |handle: i64, which: &str| -> Result<u64, String> {
+        let checked = |handle: i64, which: &str| -> Result<u64, DeviceError> {
             let buffer = self.buffer(handle as u64, "gpu-copy")?;
             if count as u64 > buffer.length {
-                Err(format!("`gpu-copy` of {count} elements, but the {which} buffer holds {}", buffer.length))
+                Err(format!("`gpu-copy` of {count} elements, but the {which} buffer holds {}", buffer.length).into())
             } else {
                 Ok(buffer.memory.address)
             }
@@ -263,7 +257,7 @@ impl Runtime {
         self.device().copy(copy)
     }
 
-    fn launch(&self, name: &str, dimensions: [i64; LAUNCH_DIMENSIONS], args: &[LaunchArg]) -> Result<(), LaunchError> {
+    fn launch(&self, name: &str, dimensions: [i64; LAUNCH_DIMENSIONS], args: &[LaunchArg]) -> Result<(), DeviceError> {
         check_dimensions(name, dimensions)?;
         let device = self.device();
         // Host arrays a fault or an interrupt left staged.
@@ -287,7 +281,7 @@ impl Runtime {
                     source: staged.memory.address,
                     bytes: staged.bytes,
                 };
-                device.copy(copy).map_err(LaunchError::from)
+                device.copy(copy)
             })
         });
         self.lock().abandoned.clear();
@@ -309,7 +303,7 @@ impl Runtime {
         args: &[LaunchArg],
         values: &mut Vec<u64>,
         staged: &mut Vec<Staged>,
-    ) -> Result<Option<u64>, LaunchError> {
+    ) -> Result<Option<u64>, DeviceError> {
         let mut moved: Option<u64> = None;
         for (index, arg) in args.iter().enumerate() {
             let bytes = arg.annotated_count().map(|count| count * arg.element_bytes());
@@ -362,13 +356,9 @@ impl Runtime {
         Ok(moved)
     }
 
-    /// Keeps a failure's message (and source) for the fault compiled code raises next.
-    fn fail(&self, error: LaunchError) {
-        let mut state = self.lock();
-        state.error = Some(error.message);
-        if error.site.is_some() {
-            state.error_site = error.site;
-        }
+    /// Keeps a failure for the fault compiled code raises next.
+    fn fail(&self, error: DeviceError) {
+        self.lock().error = Some(error);
     }
 }
 
@@ -396,7 +386,7 @@ fn check_dimensions(name: &str, dimensions: [i64; LAUNCH_DIMENSIONS]) -> Result<
 
 /// Runs one runtime call for compiled code: a failure is kept as the message of the fault
 /// compiled code raises next, and a panic never unwinds into compiled code.
-fn with_runtime<T>(runtime: *const Runtime, failed: T, work: impl FnOnce(&Runtime) -> Result<T, LaunchError>) -> T {
+fn with_runtime<T>(runtime: *const Runtime, failed: T, work: impl FnOnce(&Runtime) -> Result<T, DeviceError>) -> T {
     // SAFETY: compiled code passes the address of the session's `Runtime` (the `abi::RT_GPU`
     // symbol), which lives as long as the session's code.
     let Some(runtime) = (unsafe { runtime.as_ref() }) else { return failed };
@@ -411,17 +401,15 @@ fn with_runtime<T>(runtime: *const Runtime, failed: T, work: impl FnOnce(&Runtim
 }
 
 extern "C" fn runtime_alloc(runtime: *const Runtime, element_size: i64, count: i64) -> i64 {
-    with_runtime(runtime, 0, |runtime| Ok(runtime.alloc(element_size, count)?))
+    with_runtime(runtime, 0, |runtime| runtime.alloc(element_size, count))
 }
 
 extern "C" fn runtime_free(runtime: *const Runtime, handle: i64) -> i32 {
-    with_runtime(runtime, 1, |runtime| Ok(runtime.free(handle as u64).map(|()| 0)?))
+    with_runtime(runtime, 1, |runtime| runtime.free(handle as u64).map(|()| 0))
 }
 
 extern "C" fn runtime_len(runtime: *const Runtime, handle: i64) -> i64 {
-    with_runtime(runtime, -1, |runtime| {
-        Ok(runtime.buffer(handle as u64, "gpu-len").map(|buffer| buffer.length as i64)?)
-    })
+    with_runtime(runtime, -1, |runtime| runtime.buffer(handle as u64, "gpu-len").map(|buffer| buffer.length as i64))
 }
 
 extern "C" fn runtime_copy(
@@ -432,9 +420,7 @@ extern "C" fn runtime_copy(
     count: i64,
     element_size: i64,
 ) -> i32 {
-    with_runtime(runtime, 1, |runtime| {
-        Ok(runtime.copy(direction, destination, source, count, element_size).map(|()| 0)?)
-    })
+    with_runtime(runtime, 1, |runtime| runtime.copy(direction, destination, source, count, element_size).map(|()| 0))
 }
 
 extern "C" fn runtime_launch(

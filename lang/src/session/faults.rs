@@ -14,6 +14,8 @@ impl Session {
         match fault {
             Fault::Check { code, site } => {
                 let site = self.program.fault_site(*site);
+                // A failed host GPU form: the runtime kept why.
+                let gpu_error = (*code == Some(FaultCode::Gpu)).then(|| self.gpu.runtime.take_error()).flatten();
                 let (kind, message, span) = match (code, site) {
                     (Some(FaultCode::DivideByZero), Some(site)) => (
                         Kind::RuntimeFault,
@@ -43,7 +45,7 @@ impl Session {
                     ),
                     (Some(FaultCode::Gpu), Some(site)) => (
                         Kind::Gpu,
-                        self.gpu.runtime.take_error().unwrap_or_else(|| "the GPU runtime failed".into()),
+                        gpu_error.as_ref().map_or_else(|| "the GPU runtime failed".into(), |error| error.message.clone()),
                         site.span,
                     ),
                     (Some(FaultCode::StalePointer), Some(site)) => (
@@ -66,13 +68,11 @@ impl Session {
                 if (kind != Kind::RuntimeFault || stale) && span != item_span {
                     diagnostic = diagnostic.with_secondary(item_span, "while running this");
                 }
-                if kind == Kind::Gpu {
-                    // The simulator names the access or barrier in the kernel's source.
-                    if let Some(site) = self.gpu.runtime.take_error_site() {
-                        diagnostic = diagnostic.with_secondary(site, "here in the kernel");
-                    }
+                // The simulator names the access or barrier in the kernel's source.
+                if let Some(site) = gpu_error.as_ref().and_then(|error| error.site) {
+                    diagnostic = diagnostic.with_secondary(site, "here in the kernel");
                 }
-                if kind == Kind::Gpu && diagnostic.message.starts_with("no CUDA device") {
+                if gpu_error.as_ref().is_some_and(|error| error.unavailable) {
                     diagnostic = diagnostic
                         .with_note("kernels still compile without a device, and `:ptx NAME` shows their PTX")
                         .with_note(

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 pub(crate) use executor::{runtime_check, runtime_sync, Allocation, SimKernel, THREAD_STACK};
 
-use super::device::{gb_per_second, moved_bytes, Copy, Device, Launch, LaunchError, Memory, Rows};
+use super::device::{gb_per_second, moved_bytes, Copy, Device, DeviceError, Launch, Memory, Rows};
 use executor::{Region, Simulator};
 
 struct State {
@@ -69,11 +69,11 @@ impl SimDevice {
         self.executor.is_stack_overflow(address)
     }
 
-    fn kernel(&self, name: &str) -> Result<Arc<SimKernel>, String> {
+    fn kernel(&self, name: &str) -> Result<Arc<SimKernel>, DeviceError> {
         match self.lock().kernels.get(name) {
             Some(Ok(kernel)) => Ok(kernel.clone()),
-            Some(Err(message)) => Err(format!("`{name}` cannot run in the simulator: {message}")),
-            None => Err(format!("there is no simulator build of `{name}` (a bug in Quasi)")),
+            Some(Err(message)) => Err(format!("`{name}` cannot run in the simulator: {message}").into()),
+            None => Err(format!("there is no simulator build of `{name}` (a bug in Quasi)").into()),
         }
     }
 }
@@ -91,14 +91,14 @@ impl Device for SimDevice {
         }
     }
 
-    fn alloc(&self, bytes: u64, what: String) -> Result<Memory, String> {
+    fn alloc(&self, bytes: u64, what: String) -> Result<Memory, DeviceError> {
         let memory = Allocation::zeroed(bytes as usize)?;
         let address = memory.start() as u64;
         self.lock().allocations.insert(address, (memory, what));
         Ok(Memory { address, epoch: 0 })
     }
 
-    fn free(&self, memory: Memory) -> Result<(), String> {
+    fn free(&self, memory: Memory) -> Result<(), DeviceError> {
         let freed = self.lock().allocations.remove(&memory.address);
         // Dropped outside the lock.
         drop(freed);
@@ -109,7 +109,7 @@ impl Device for SimDevice {
         false
     }
 
-    fn copy(&self, copy: Copy) -> Result<(), String> {
+    fn copy(&self, copy: Copy) -> Result<(), DeviceError> {
         let start = Instant::now();
         // SAFETY: the simulator's side of the copy was bounds-checked against its buffer; like
         // C's memcpy (and the device's copies) the program's host pointer is trusted for
@@ -125,20 +125,20 @@ impl Device for SimDevice {
         Ok(())
     }
 
-    fn read(&self, address: u64, bytes: u64) -> Result<Vec<u8>, String> {
+    fn read(&self, address: u64, bytes: u64) -> Result<Vec<u8>, DeviceError> {
         let state = self.lock();
         let inside = state.allocations.range(..=address).next_back().and_then(|(_, (memory, _))| {
             let offset = (address as usize).checked_sub(memory.start())?;
             memory.bytes().get(offset..offset.checked_add(bytes as usize)?)
         });
-        inside.map(<[u8]>::to_vec).ok_or_else(|| "not in the simulator's memory".to_string())
+        inside.map(<[u8]>::to_vec).ok_or_else(|| "not in the simulator's memory".to_string().into())
     }
 
-    fn prepare(&self, name: &str) -> Result<(), String> {
+    fn prepare(&self, name: &str) -> Result<(), DeviceError> {
         self.kernel(name).map(drop)
     }
 
-    fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
+    fn launch(&self, launch: &Launch<'_>) -> Result<(), DeviceError> {
         let kernel = self.kernel(launch.name)?;
         let regions: Vec<Region> = self
             .lock()
@@ -154,7 +154,7 @@ impl Device for SimDevice {
         let ran = self
             .executor
             .launch(launch.name, &kernel, launch.dimensions, launch.values, regions)
-            .map_err(|error| LaunchError { message: error.message, site: error.site })?;
+            .map_err(|error| DeviceError { message: error.message, site: error.site, unavailable: false })?;
         let [gx, gy, gz, bx, by, bz] = launch.dimensions;
         let detail = format!("simulated: grid ({gx}, {gy}, {gz}) block ({bx}, {by}, {bz})");
         self.rows.record(format!("kernel {}", launch.name), ran.duration, launch.bytes, detail);
