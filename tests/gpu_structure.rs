@@ -1,6 +1,6 @@
 //! GPU code checked by structure: PTX text depends on LLVM's NVPTX back end, so these tests
 //! look for what must be there (`.entry`, `ld.shared`, `bar.sync`) rather than exact text.
-//! Launches need a CUDA device: without one (`quasi_lang::gpu_probe`) those tests say so and
+//! Launches need a CUDA device: without one (`quasi_lang::tools::gpu_probe`) those tests say so and
 //! pass, having checked the no-device error instead.
 
 use quasi_lang::{Item, Kind, Language, Session, SessionConfig};
@@ -159,7 +159,7 @@ fn launches_run_on_a_device_or_say_there_is_none() {
     eval_ok(&mut session, "(declare i int)");
     eval_ok(&mut session, "(for ((set i 0) (lt i 1024) (set i (add i 1))) (store (ptradd h i) (sitofp i float)))");
     let outcome = session.eval("(launch vadd (grid 4) (block 256) (in h 1024) (in h 1024) (out h 1024) 1024)");
-    match quasi_lang::gpu_probe() {
+    match quasi_lang::tools::gpu_probe() {
         Err(reason) => {
             eprintln!("skipping the launch on a GPU: {reason}");
             let errors: Vec<_> = outcome.diagnostics.iter().filter(|diagnostic| diagnostic.is_error()).collect();

@@ -7,7 +7,7 @@
 //!
 //! A second test checks `:ptx`'s last line against what ptxas reports.
 //!
-//! ptxas is found as `:ptx` finds it (`quasi_lang::ptxas::find`); scripts/test.sh points
+//! ptxas is found as `:ptx` finds it (`quasi_lang::tools::ptxas::find`); scripts/test.sh points
 //! `QUASI_PTXAS` at the pip package in `.venv-test` and sets `QUASI_REQUIRE_PTXAS=1`, so there
 //! a missing ptxas fails. A plain `cargo test` without one skips, saying why.
 
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use quasi_lang::ptxas::{self, Resources};
+use quasi_lang::tools::ptxas::{self, Resources};
 use quasi_lang::{Item, Session};
 use quasi_repl::{notebook, transcript};
 

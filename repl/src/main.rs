@@ -162,7 +162,7 @@ fn cache_command(clear: bool) -> i32 {
     let Some(cache) = ObjectCache::from_environment() else {
         return print_line(&format!(
             "quasi cache: off ({}=off, or no HOME to keep it in): `quasi run` compiles every program",
-            quasi_lang::CACHE_VARIABLE
+            quasi_lang::tools::CACHE_VARIABLE
         ));
     };
     let folder = cache.directory().display();
@@ -175,7 +175,7 @@ fn cache_command(clear: bool) -> i32 {
             "quasi cache: {folder}: {}, {} (kept under {}: the least recently used go first)",
             count(objects),
             size(bytes),
-            size(quasi_lang::CACHE_BUDGET)
+            size(quasi_lang::tools::CACHE_BUDGET)
         )),
         Err(error) => {
             eprintln!("quasi cache: cannot read {folder}: {error}");

@@ -609,7 +609,7 @@ fn prepare() -> Result<Session, String> {
     // run --opt 1` of a program being edited, then starts about as fast as `tcc -run`. (A spare
     // prepares its copy at the batch level only, so that a run coming soon after the last one
     // waits for as little as may be.)
-    for level in [quasi_lang::DEFAULT_OPT_LEVEL, quasi_lang::SHORT_RUN_LEVEL] {
+    for level in [quasi_lang::DEFAULT_OPT_LEVEL, quasi_lang::tools::SHORT_RUN_LEVEL] {
         session.prepare_level(level).map_err(|error| format!("cannot prepare a session: {error}"))?;
     }
     match threads() {

@@ -56,7 +56,7 @@ impl Transcript {
         let requirements = self.header.lines().filter_map(|line| line.strip_prefix(REQUIRES_PREFIX));
         static PROBE: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
         for requirement in requirements.flat_map(str::split_whitespace) {
-            match (requirement, PROBE.get_or_init(quasi_lang::gpu_probe)) {
+            match (requirement, PROBE.get_or_init(quasi_lang::tools::gpu_probe)) {
                 ("cuda-device", Err(reason)) => return Some(format!("needs a CUDA device ({reason})")),
                 ("no-cuda-device", Ok(device)) => {
                     return Some(format!("needs a machine without a CUDA device ({device})"))
