@@ -1,5 +1,5 @@
-//! The workspace's own source files keep to the project's habit (STYLE.md §5): a file grows
-//! past 1,000 lines only with a reason at its top — a `//!` line of its module documentation
+//! The workspace's own source files keep to the project's habit (ARCHITECTURE.md, layering): a
+//! file grows past 1,000 lines only with a reason at its top — a `//!` line of its module documentation
 //! that starts `Long because` and says why the file is not split.
 
 mod files;

@@ -1,5 +1,5 @@
 //! The runtime ABI: what compiled code and the Rust runtime agree on, defined once and read by
-//! both sides — `codegen` writes it into the code, `run`, `link` and `gpu` read it at run time
+//! both sides — `codegen` writes it into the code, `run`, `gpu` and `jit` read it at run time
 //! (as wasmtime's `VMOffsets` is read by its compiler and its runtime alike).
 //!
 //! - the link names of the runtime's symbols (`quasi#…`: a name C-Lisp cannot write, so a

@@ -13,9 +13,9 @@
 //! worker that takes a connection reports its pid to the launcher, hands the connection to the
 //! server (over a socket pair, SCM_RIGHTS), becomes the run (the launcher's streams, folder,
 //! environment, umask and limits, then `run_prepared`) and reports its exit status itself before
-//! its slow teardown. The server forks the next spare at once, and reports any other end (a
-//! signal, a crash) from the worker's pidfd; a launcher that goes away takes its worker with it
-//! (SIGKILL).
+//! its slow teardown. The server forks the next spare once every run has ended or run
+//! `SPARE_DELAY`, and reports any other end (a signal, a crash) from the worker's pidfd; a
+//! launcher that goes away takes its worker with it (SIGKILL).
 //!
 //! Files, in the private folder `wire::socket_directory`: `server-ID.sock`, `server-ID.state`
 //! (what `status` prints), `server-ID.lock` (held while the server runs) and `server-ID.log`

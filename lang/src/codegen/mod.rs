@@ -30,7 +30,7 @@ use crate::tree::{FunctionDef, TypedCell};
 
 use lowering::{Lowering, LoweringTarget, Result};
 
-pub(crate) use device::lower_device;
+pub(crate) use device::{lower_device, DeviceModule};
 pub(crate) use lowering::{
     signature_symbol, slot_symbol, trap_symbol, CodegenError, DeviceUnit, FaultSite, Naming, SimLowering, SimSite,
     SimTarget, Thunk,

@@ -1,4 +1,4 @@
-//! The code-building API registered into Rhai (docs/language.md §8): `sym`, `gensym`,
+//! The code-building API registered into Rhai (docs/language.md §6.4): `sym`, `gensym`,
 //! `parse`, `quote` and `quote_each` (over `template`), `fill`, `show`, `balanced`, what macros
 //! may ask of the session (`signature`, `struct_fields`, `global_value`), and `include`.
 

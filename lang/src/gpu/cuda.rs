@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys};
 
-use super::device::{gb_per_second, moved_bytes, Copy, CopyKind, Device, DeviceError, Launch, Memory, Rows};
+use super::device::{gb_per_second, Copy, CopyKind, Device, DeviceError, Launch, Memory, Rows};
 
 /// The PTX of one launched function, ready to load.
 #[derive(Debug)]
@@ -351,13 +351,7 @@ impl Device for CudaDevice {
             }
         };
         copied?;
-        let elapsed = start.elapsed();
-        self.rows.record(
-            copy.kind.label().into(),
-            elapsed,
-            Some(copy.bytes),
-            gb_per_second(moved_bytes(&copy), elapsed),
-        );
+        self.rows.record_copy(&copy, start.elapsed());
         Ok(())
     }
 

@@ -161,6 +161,11 @@ impl Rows {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(row);
     }
 
+    /// Records a copy that took `elapsed`: its bytes and the rate they moved through memory at.
+    pub(crate) fn record_copy(&self, copy: &Copy, elapsed: Duration) {
+        self.record(copy.kind.label().into(), elapsed, Some(copy.bytes), gb_per_second(moved_bytes(copy), elapsed));
+    }
+
     /// The rows recorded since the last call.
     pub(crate) fn take(&self) -> Vec<DeviceTiming> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
@@ -173,7 +178,7 @@ pub(crate) fn gb_per_second(bytes: u64, duration: Duration) -> String {
 }
 
 /// The bytes a copy moves through memory (a copy within the device reads and writes each).
-pub(crate) fn moved_bytes(copy: &Copy) -> u64 {
+fn moved_bytes(copy: &Copy) -> u64 {
     match copy.kind {
         CopyKind::DeviceToDevice => 2 * copy.bytes,
         CopyKind::HostToDevice | CopyKind::DeviceToHost => copy.bytes,

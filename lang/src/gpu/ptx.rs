@@ -9,10 +9,9 @@ use std::rc::Rc;
 use inkwell::module::{FlagBehavior, Linkage, Module};
 
 use super::cuda::CompiledPtx;
-use super::source::{launchable, llvm_crashed, DeviceSource};
+use super::source::{launchable, llvm_crashed, DeviceSource, LowerError};
 use crate::backend::{BackendError, Emit, Target};
 use crate::check::MAX_SHARED_BYTES;
-use crate::codegen::{self, DeviceUnit};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::Sexp;
 use crate::tree::FunctionDef;
@@ -75,19 +74,12 @@ pub(crate) fn build_ptx(
     let members = launchable(source, root)?;
     let target = Target::Nvptx(arch.to_string());
     let backend = source.backend;
-    let target_data = backend.target_data(&target).map_err(|error| gpu_error(error.to_string()))?;
-    let unit = DeviceUnit { members: &members, globals: &source.env.globals, structs: &source.env.structs, sim: None };
-    let lowered = codegen::lower_device(
-        &backend.context,
-        &target_data,
-        &backend.triple(&target),
-        &unit,
-        source.struct_names,
-        &format!("ptx#{name}"),
-    )
-    .map_err(|error| {
-        Diagnostic::error(Kind::Internal, format!("code generation for the GPU failed: {error}"))
-            .with_note("this is a bug in Quasi; the session is unchanged")
+    let lowered = source.lower(&members, &target, None, &format!("ptx#{name}")).map_err(|error| match error {
+        LowerError::Backend(error) => gpu_error(error.to_string()),
+        LowerError::Codegen(error) => {
+            Diagnostic::error(Kind::Internal, format!("code generation for the GPU failed: {error}"))
+                .with_note("this is a bug in Quasi; the session is unchanged")
+        }
     })?;
     if lowered.shared_bytes > MAX_SHARED_BYTES {
         return Err(Diagnostic::error(

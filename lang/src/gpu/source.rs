@@ -6,8 +6,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError, Target};
 use crate::check::{self, Env};
+use crate::codegen::{self, CodegenError, DeviceModule, DeviceUnit, SimTarget};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::tree::FunctionDef;
 use crate::types::Ty;
@@ -18,6 +19,38 @@ pub(crate) struct DeviceSource<'s> {
     pub env: &'s Env,
     pub backend: &'s Backend,
     pub struct_names: &'s HashMap<String, String>,
+}
+
+impl<'s> DeviceSource<'s> {
+    /// Lowers `members` (a launched function first) for `target` — NVPTX, or the host for the
+    /// simulator (`sim`) — into a module named `module_name` of the back end's context.
+    pub(crate) fn lower(
+        &self,
+        members: &[Rc<FunctionDef>],
+        target: &Target,
+        sim: Option<SimTarget>,
+        module_name: &str,
+    ) -> Result<DeviceModule<'s>, LowerError> {
+        let target_data = self.backend.target_data(target).map_err(LowerError::Backend)?;
+        let unit = DeviceUnit { members, globals: &self.env.globals, structs: &self.env.structs, sim };
+        let backend = self.backend;
+        codegen::lower_device(
+            &backend.context,
+            &target_data,
+            &backend.triple(target),
+            &unit,
+            self.struct_names,
+            module_name,
+        )
+        .map_err(LowerError::Codegen)
+    }
+}
+
+/// Why device code could not be lowered.
+pub(crate) enum LowerError {
+    /// The back end has no target machine for the target.
+    Backend(BackendError),
+    Codegen(CodegenError),
 }
 
 /// What a build of a launched function's device code came from: its members (kept alive, so

@@ -5,8 +5,9 @@
 //! libraries. It returns what the cell defined, as data (`report::Defined`). Nothing here can
 //! fail.
 //!
-//! Invariant: `env`, the Rhai view, global values and slots change only here, after linking
-//! succeeded. Faults and interrupts come after `commit`, so they never cost a definition.
+//! Invariant: `env`, global values and slots change only here, after linking succeeded (the
+//! Rhai view is marked stale here too). Faults and interrupts come after `commit`, so they
+//! never cost a definition.
 
 use super::history::{DefinitionKey, History};
 use super::report::Defined;

@@ -11,10 +11,10 @@
 //! `impl Session`; the ones this file imports from (`api`, `call_cell`, `history`, `tier_state`)
 //! import nothing of it, so the folder has no import cycle.
 //!
-//! Invariant: `env`, the Rhai scope, global values and slots change only in `commit`, after
-//! linking succeeded; a cell that fails before that leaves the session exactly as it was (the
-//! pass list's transaction puts the staging state back). Faults and interrupts come after
-//! `commit`, so they never cost a definition.
+//! Invariant: `env`, global values and slots change only in `commit`, after linking succeeded;
+//! the Rhai scope changes while a cell expands, and a cell that fails before its commit leaves
+//! the session exactly as it was (the pass list's transaction puts the staging state back).
+//! Faults and interrupts come after `commit`, so they never cost a definition.
 
 mod api;
 mod argv;

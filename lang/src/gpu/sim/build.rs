@@ -6,8 +6,8 @@
 use super::executor::{Allocation, SimKernel};
 use crate::backend::{BackendError, Emit, Target};
 use crate::check::MAX_SHARED_BYTES;
-use crate::codegen::{self, CodegenError, DeviceUnit, SimLowering, SimTarget};
-use crate::gpu::source::{launchable, llvm_crashed, DeviceSource};
+use crate::codegen::{CodegenError, SimLowering, SimTarget};
+use crate::gpu::source::{launchable, llvm_crashed, DeviceSource, LowerError};
 use crate::link::Program;
 
 /// A kernel compiled for the simulator, not yet linked.
@@ -27,24 +27,11 @@ pub(crate) fn compile(
     let members = launchable(source, root).map_err(|diagnostic| diagnostic.message)?;
     let backend = source.backend;
     let sim = Target::Sim;
-    let target_data = backend.target_data(&sim).map_err(|error| error.to_string())?;
-    let unit = DeviceUnit {
-        members: &members,
-        globals: &source.env.globals,
-        structs: &source.env.structs,
-        sim: Some(target.clone()),
-    };
-    let lowered = codegen::lower_device(
-        &backend.context,
-        &target_data,
-        &backend.triple(&sim),
-        &unit,
-        source.struct_names,
-        &format!("sim#{}", target.prefix),
-    )
-    .map_err(|error| match error {
-        CodegenError::Unsupported(message) => message,
-        other => format!("code generation for the simulator failed (a bug in Quasi): {other}"),
+    let module_name = format!("sim#{}", target.prefix);
+    let lowered = source.lower(&members, &sim, Some(target), &module_name).map_err(|error| match error {
+        LowerError::Backend(error) => error.to_string(),
+        LowerError::Codegen(CodegenError::Unsupported(message)) => message,
+        LowerError::Codegen(other) => format!("code generation for the simulator failed (a bug in Quasi): {other}"),
     })?;
     if lowered.shared_bytes > MAX_SHARED_BYTES {
         return Err(format!(

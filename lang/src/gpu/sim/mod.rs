@@ -18,7 +18,7 @@ use std::time::Instant;
 
 pub(crate) use executor::{runtime_check, runtime_sync, Allocation, SimKernel, THREAD_STACK};
 
-use super::device::{gb_per_second, moved_bytes, Copy, Device, DeviceError, Launch, Memory, Rows};
+use super::device::{Copy, Device, DeviceError, Launch, Memory, Rows};
 use executor::{Region, Simulator};
 
 struct State {
@@ -115,13 +115,7 @@ impl Device for SimDevice {
         // C's memcpy (and the device's copies) the program's host pointer is trusted for
         // `bytes`. No lock is held: a fault here ends the call by a long jump.
         unsafe { std::ptr::copy(copy.source as *const u8, copy.target as *mut u8, copy.bytes as usize) };
-        let elapsed = start.elapsed();
-        self.rows.record(
-            copy.kind.label().into(),
-            elapsed,
-            Some(copy.bytes),
-            gb_per_second(moved_bytes(&copy), elapsed),
-        );
+        self.rows.record_copy(&copy, start.elapsed());
         Ok(())
     }
 
