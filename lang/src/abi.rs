@@ -41,8 +41,6 @@ pub(crate) const RT_GPU_COPY: &str = "quasi#gpu_copy";
 /// dimensions (`LAUNCH_DIMENSIONS`) and `arg_count` `LaunchArg`s.
 pub(crate) const RT_GPU_LAUNCH: &str = "quasi#gpu_launch";
 
-/// The simulator's frame (`SimFrame`), at the simulator's address.
-pub(crate) const SIM_FRAME: &str = "quasi#sim_frame";
 /// `void (ptr frame, i32 site)`: a barrier.
 pub(crate) const SIM_SYNC: &str = "quasi#sim_sync";
 /// `ptr (ptr frame, ptr address, i64 bytes, i64 tag)`: the address a checked access uses
@@ -254,8 +252,8 @@ impl CopyDirection {
 }
 
 /// The frame compiled simulator code reads: the running thread's indices and its block's
-/// shared memory. Its address is the symbol `SIM_FRAME`; the simulator writes it before it
-/// runs or resumes a thread.
+/// shared memory. Every function of a simulator build takes its address as its last parameter
+/// (an executor passes its own); the executor writes it before it runs or resumes a thread.
 #[repr(C)]
 pub(crate) struct SimFrame {
     /// `tid.x y z`, `ctaid.x y z` (block), `ntid.x y z` (block size), `nctaid.x y z` (grid).

@@ -214,9 +214,14 @@ impl<'ctx> Lowering<'ctx, '_> {
             }),
             _ => None,
         };
+        // In a simulator build, the functions of the build pass the frame along.
+        let mut member_values = values.clone();
+        member_values.extend(self.sim_frame_argument());
         let call = match callee {
             // Device code is one module: its functions call each other directly.
-            _ if member.is_some() => self.builder.build_call(member.transpose()?.ok_or_else(no_value)?, &values, "")?,
+            _ if member.is_some() => {
+                self.builder.build_call(member.transpose()?.ok_or_else(no_value)?, &member_values, "")?
+            }
             Callee::Intrinsic(link) if self.is_sim() && link.starts_with("llvm.nvvm.") => {
                 return Ok(match self.sim_intrinsic(link, &state.name, span)? {
                     Some(value) => Value::Scalar(value),
@@ -234,7 +239,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 });
                 self.builder.build_call(function, &values, "")?
             }
-            Callee::SelfCall => self.builder.build_call(state.function, &values, "")?,
+            Callee::SelfCall => self.builder.build_call(state.function, &member_values, "")?,
             Callee::Slot(target) => {
                 // Load the callee from its slot rather than calling it directly: a later cell may
                 // redefine it, and callers compiled before that must reach the new body.

@@ -86,7 +86,7 @@ pub(crate) fn lower_device<'ctx>(
     for member in unit.members {
         let function = lowering.module.add_function(
             &ptx_identifier("$f_", &member.name),
-            lowering.function_type(&member.signature, false),
+            lowering.member_function_type(&member.signature),
             Some(Linkage::Internal),
         );
         if member.inline {

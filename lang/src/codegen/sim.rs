@@ -1,9 +1,11 @@
 //! Device code lowered for the host, for the GPU simulator (`gpu::sim`): the same members as
 //! for NVPTX, with what NVPTX's special registers, barriers and memory spaces are replaced by.
 //!
-//! - `(tid.x)` and the other indices read the simulator's frame (`abi::SimFrame`), whose address
-//!   is the symbol `SIM_FRAME`: the simulator writes the running thread's indices there
-//!   before it runs or resumes the thread.
+//! - `(tid.x)` and the other indices read the simulator's frame (`abi::SimFrame`), which every
+//!   function of the build takes as its last parameter (the executor that runs the launch passes
+//!   its own to the entry): the executor writes the running thread's indices there before it
+//!   runs or resumes the thread. A frame per executor lets several launches run at once, one
+//!   per thread (asynchronous submissions, docs/language.md §7.8).
 //! - `(syncthreads)` calls `SIM_SYNC`, which suspends the thread's fiber until every thread of
 //!   the block has arrived.
 //! - Shared memory is one allocation per block, at `SimFrame::shared`; each `define-shared`
@@ -12,13 +14,14 @@
 //!   definition, like the GPU's copy), named by an external symbol the simulator defines.
 //! - With checking on, every `load` and `store` passes its address through `SIM_CHECK`, which
 //!   returns it when it lies in memory the thread may use, and reports it otherwise.
-//! - The entry takes the launch's argument words (`void (ptr words)`) and calls the kernel.
+//! - The entry takes the launch's argument words and the frame (`void (ptr words, ptr frame)`)
+//!   and calls the kernel.
 
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, PointerValue};
 use inkwell::AddressSpace;
 
 use super::lowering::{no_value, CodegenError, Lowering, Result, SimGlobal, SimLowering, SimSite};
-use crate::abi::{sim_check_tag, SimFrame, SIM_CHECK, SIM_FRAME, SIM_SYNC};
+use crate::abi::{sim_check_tag, SimFrame, SIM_CHECK, SIM_SYNC};
 use crate::reader::Span;
 use crate::tree::FunctionDef;
 use crate::types::Ty;
@@ -45,8 +48,34 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.device.as_mut().and_then(|device| device.sim.as_mut())
     }
 
+    /// The frame: the last parameter of the function being emitted.
     fn frame(&self) -> PointerValue<'ctx> {
-        self.external_global(SIM_FRAME)
+        let frame = self.builder.get_insert_block().and_then(|block| block.get_parent()).and_then(|function| {
+            function.get_last_param().filter(|param| param.is_pointer_value()).map(|param| param.into_pointer_value())
+        });
+        frame.unwrap_or_else(|| self.context.ptr_type(AddressSpace::default()).const_null())
+    }
+
+    /// The frame as the last argument of a call between the build's functions.
+    pub(super) fn sim_frame_argument(&self) -> Option<BasicMetadataValueEnum<'ctx>> {
+        self.is_sim().then(|| self.frame().into())
+    }
+
+    /// A member function's type: its signature's, and in a simulator build the frame last.
+    pub(super) fn member_function_type(
+        &self,
+        signature: &crate::types::Signature,
+    ) -> inkwell::types::FunctionType<'ctx> {
+        let plain = self.function_type(signature, false);
+        if !self.is_sim() {
+            return plain;
+        }
+        let mut params = plain.get_param_types();
+        params.push(self.context.ptr_type(AddressSpace::default()).into());
+        match plain.get_return_type() {
+            Some(ret) => inkwell::types::BasicType::fn_type(&ret, &params, false),
+            None => self.context.void_type().fn_type(&params, false),
+        }
     }
 
     /// A special register: a load from the frame (the simulator sets it per thread).
@@ -239,7 +268,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let prefix = self.device.as_ref().and_then(|device| device.sim.as_ref()).map(|sim| sim.prefix.clone());
         let name = format!("quasi#sim#{}#entry", prefix.unwrap_or_default());
         let ptr = self.context.ptr_type(AddressSpace::default());
-        let function_type = self.context.void_type().fn_type(&[ptr.into()], false);
+        let function_type = self.context.void_type().fn_type(&[ptr.into(), ptr.into()], false);
         let entry = self.module.get_function(&name).unwrap_or_else(|| {
             self.module.add_function(&name, function_type, Some(inkwell::module::Linkage::External))
         });
@@ -275,6 +304,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             };
             args.push(converted.into());
         }
+        args.extend(self.sim_frame_argument());
         self.builder.build_call(kernel, &args, "")?;
         self.builder.build_return(None)?;
         Ok(name)

@@ -16,7 +16,7 @@ use super::device::{Copy, CopyKind, Device, DeviceError, Launch, Memory, Mode, R
 use super::sim::{runtime_check, runtime_sync, SimDevice, SimKernel};
 use crate::abi::{
     ArgKind, CopyDirection, Direction, LaunchArg, LAUNCH_DIMENSIONS, RT_GPU, RT_GPU_ALLOC, RT_GPU_COPY, RT_GPU_FREE,
-    RT_GPU_LAUNCH, RT_GPU_LEN, SIM_CHECK, SIM_FRAME, SIM_SYNC,
+    RT_GPU_LAUNCH, RT_GPU_LEN, SIM_CHECK, SIM_SYNC,
 };
 use crate::timing::DeviceTiming;
 use crate::types::Ty;
@@ -96,7 +96,6 @@ impl Runtime {
             (RT_GPU_LEN.to_string(), runtime_len as *const () as usize),
             (RT_GPU_COPY.to_string(), runtime_copy as *const () as usize),
             (RT_GPU_LAUNCH.to_string(), runtime_launch as *const () as usize),
-            (SIM_FRAME.to_string(), self.simulator.frame_address()),
             (SIM_SYNC.to_string(), runtime_sync as *const () as usize),
             (SIM_CHECK.to_string(), runtime_check as *const () as usize),
         ]

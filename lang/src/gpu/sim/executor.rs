@@ -105,7 +105,7 @@ impl Drop for Allocation {
 
 /// A kernel compiled for the simulator.
 pub(crate) struct SimKernel {
-    /// `void (ptr words)`.
+    /// `void (ptr words, ptr frame)`.
     pub entry: usize,
     pub shared_bytes: u64,
     pub barrier: bool,
@@ -153,8 +153,10 @@ struct Run {
     active: bool,
 }
 
-/// The simulator of one session. The frame comes first: compiled code's `SIM_FRAME` symbol is
-/// the simulator's address.
+/// One executor of simulated launches. The frame comes first: the frame's address, which the
+/// entry of a build gets and passes to every function of it, is the executor's, so the runtime
+/// functions (`runtime_sync`, `runtime_check`) find the executor from it. Each executor runs one
+/// launch at a time, on one thread; several executors run launches side by side.
 #[repr(C)]
 pub(crate) struct Simulator {
     frame: UnsafeCell<SimFrame>,
@@ -193,11 +195,6 @@ impl Simulator {
         // SAFETY: no launch runs now (the fault ended it), so nothing else uses the state.
         let (limit, _) = unsafe { (*self.run.get()).stack };
         limit != 0 && address < limit + 4096 && address + (64 << 10) >= limit
-    }
-
-    /// The address compiled code knows as `SIM_FRAME`.
-    pub(crate) fn frame_address(&self) -> usize {
-        self as *const Simulator as usize
     }
 
     /// Runs `kernel` over the grid. `words` are the parameter values, `regions` the memory
@@ -283,8 +280,8 @@ impl Simulator {
             // SAFETY: the simulator and the words outlive the fiber's run (it ends before
             // `launch` returns, or is abandoned); the entry takes one word per parameter.
             let simulator = unsafe { &*(simulator as *const Simulator) };
-            // SAFETY: `entry` is the address of the build's entry, `void (ptr words)`.
-            let entry: extern "C" fn(*const u64) = unsafe { std::mem::transmute(entry) };
+            // SAFETY: `entry` is the address of the build's entry, `void (ptr words, ptr frame)`.
+            let entry: extern "C" fn(*const u64, *mut SimFrame) = unsafe { std::mem::transmute(entry) };
             let frame = simulator.frame.get();
             let run = simulator.run.get();
             for bz in 0..grid[2] {
@@ -297,7 +294,7 @@ impl Simulator {
                                     unsafe {
                                         (&mut (*frame).index)[0..6].copy_from_slice(&[tx, ty, tz, bx, by, bz]);
                                     }
-                                    entry(words as *const u64);
+                                    entry(words as *const u64, frame);
                                     // SAFETY: as above.
                                     if unsafe { (*run).check_failed.is_some() } {
                                         return;
@@ -382,9 +379,9 @@ impl Simulator {
                 let simulator = unsafe { &*(simulator as *const Simulator) };
                 // SAFETY: see `launch`; `runtime_sync` reads the yielder of the running fiber.
                 unsafe { (*simulator.run.get()).yielder = yielder as *const Yielder<(), u32> as usize };
-                // SAFETY: `entry` is the address of the build's entry, `void (ptr words)`.
-                let entry: extern "C" fn(*const u64) = unsafe { std::mem::transmute(entry) };
-                entry(words as *const u64);
+                // SAFETY: `entry` is the address of the build's entry, `void (ptr words, ptr frame)`.
+                let entry: extern "C" fn(*const u64, *mut SimFrame) = unsafe { std::mem::transmute(entry) };
+                entry(words as *const u64, simulator.frame.get());
             });
             run.fibers.push(Some(fiber));
         }

@@ -59,11 +59,6 @@ impl SimDevice {
         self.lock().kernels.insert(name.to_string(), kernel);
     }
 
-    /// The address compiled code knows as `abi::SIM_FRAME`.
-    pub(crate) fn frame_address(&self) -> usize {
-        self.executor.frame_address()
-    }
-
     /// Whether a segmentation fault at `address` was a simulated thread's stack overflow.
     pub(crate) fn is_stack_overflow(&self, address: usize) -> bool {
         self.executor.is_stack_overflow(address)
