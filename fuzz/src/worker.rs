@@ -8,8 +8,9 @@
 //! before the session captures file descriptors 1 and 2: `start N` before cell N, then
 //! `done N FAILED INTERNAL LEN LEN` followed by the cell's program output and its rendering.
 //! A watchdog thread in the child stops a cell that runs past the limit, and says whether
-//! compiled code was running (a program that loops, which is the program's business: a
-//! runaway) or the session itself (a hang: a bug).
+//! compiled code was running (a program that loops, on the executor or as a kernel of a
+//! submission on the simulator's device workers, which is the program's business: a runaway)
+//! or the session itself (a hang: a bug).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -307,10 +308,13 @@ fn watch(current: Arc<Mutex<Option<(usize, Instant)>>>, cell_limit: Duration) {
         let before = thread_times();
         std::thread::sleep(Duration::from_millis(400));
         let after = thread_times();
+        // Compiled code runs on the executor, and kernels of submissions on the simulator's
+        // device workers.
+        let runs_code = |name: &str| name == "quasi-run" || name.starts_with("quasi-sim-");
         let busy = |compiled: bool| -> u64 {
             after
                 .iter()
-                .filter(|(name, _, _)| (name == "quasi-run") == compiled && name != "quasi-fuzz-watch")
+                .filter(|(name, _, _)| runs_code(name) == compiled && name != "quasi-fuzz-watch")
                 .map(|(_, id, ticks)| {
                     let earlier = before.iter().find(|(_, other, _)| other == id).map_or(0, |(_, _, ticks)| *ticks);
                     ticks.saturating_sub(earlier)

@@ -48,15 +48,18 @@ static __thread int64_t fault_detail;
 /* Fault codes of the guard itself (compiled code's checks use small codes, codegen's FAULT_*). */
 enum { CODE_SIGNAL = 100, CODE_INTERRUPT = 101, CODE_EXIT = 102, CODE_ABORT = 103 };
 
-/* An interrupt was asked for and the executor has not stopped yet. */
+/* An interrupt was asked for and the thread it is for has not stopped yet. */
 static volatile sig_atomic_t interrupt_requested;
+/* The thread an interrupt is for: the session's executor, or a GPU simulator worker that a
+ * reset stops. Other threads' guarded calls leave the request alone. */
+static volatile pthread_t interrupt_target;
 
 int64_t quasi_guarded_call(void (*entry)(void *), void *out) {
     sigjmp_buf buffer;
     sigjmp_buf *previous = current_jump;
     uintptr_t previous_frame = guarded_frame;
     if (sigsetjmp(buffer, 1) == 0) {
-        interrupt_requested = 0;
+        if (pthread_equal(interrupt_target, pthread_self())) interrupt_requested = 0;
         landing_planted = 0;
         guarded_frame = (uintptr_t)&buffer;
         current_jump = &buffer;
@@ -227,7 +230,7 @@ int quasi_interrupt_signal(void) { return SIGRTMIN + 2; }
 static void on_interrupt(int signal_number, siginfo_t *info, void *context) {
     (void)signal_number;
     (void)info;
-    if (!current_jump || !interrupt_requested) return;
+    if (!current_jump || !interrupt_requested || !pthread_equal(interrupt_target, pthread_self())) return;
     uintptr_t pc = context_pc(context);
     if (in_code(pc)) {
         interrupt_requested = 0;
@@ -238,6 +241,7 @@ static void on_interrupt(int signal_number, siginfo_t *info, void *context) {
 
 /* Asks the executor thread to stop the compiled code it runs; called again until it stops. */
 int quasi_request_interrupt(pthread_t executor) {
+    interrupt_target = executor;
     interrupt_requested = 1;
     return pthread_kill(executor, quasi_interrupt_signal());
 }

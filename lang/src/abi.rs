@@ -41,6 +41,23 @@ pub(crate) const RT_GPU_COPY: &str = "quasi#gpu_copy";
 /// dimensions (`LAUNCH_DIMENSIONS`) and `arg_count` `LaunchArg`s.
 pub(crate) const RT_GPU_LAUNCH: &str = "quasi#gpu_launch";
 
+/// `i64 (ptr gpu)`: a new encoder's handle (0: failed).
+pub(crate) const RT_GPU_ENCODE_BEGIN: &str = "quasi#gpu_encode_begin";
+/// `i32 (ptr gpu, i64 encoder, i64 direction, i64 destination, i64 source, i64 count, i64
+/// element_size)`: a copy recorded, as `RT_GPU_COPY` makes one.
+pub(crate) const RT_GPU_ENCODE_COPY: &str = "quasi#gpu_encode_copy";
+/// `i32 (ptr gpu, i64 encoder, ptr name, i64 name_length, ptr dimensions, ptr args, i64
+/// arg_count)`: a launch recorded, described as for `RT_GPU_LAUNCH`.
+pub(crate) const RT_GPU_ENCODE_CALL: &str = "quasi#gpu_encode_call";
+/// `i64 (ptr gpu, i64 encoder)`: the encoder's commands start; the fence's handle (0: failed).
+pub(crate) const RT_GPU_SUBMIT: &str = "quasi#gpu_submit";
+/// `i32 (ptr gpu, i64 fence)`: waits for the fence's submission.
+pub(crate) const RT_GPU_AWAIT: &str = "quasi#gpu_await";
+/// `i32 (ptr gpu, i64 fence)`: 1 if the submission finished, 0 if it runs (-1: failed).
+pub(crate) const RT_GPU_FENCE_DONE: &str = "quasi#gpu_fence_done";
+/// `i64 (ptr gpu, i64 element_size, i64 count)`: page-locked host memory (0: failed).
+pub(crate) const RT_GPU_HOST_ALLOC: &str = "quasi#gpu_host_alloc";
+
 /// `void (ptr frame, i32 site)`: a barrier.
 pub(crate) const SIM_SYNC: &str = "quasi#sim_sync";
 /// `ptr (ptr frame, ptr address, i64 bytes, i64 tag)`: the address a checked access uses

@@ -137,7 +137,14 @@ impl Counter<'_> {
             | ExprKind::GpuLen(_)
             | ExprKind::GpuCopy(..)
             | ExprKind::GpuIndex(..)
-            | ExprKind::Barrier => return None,
+            | ExprKind::Barrier
+            | ExprKind::EncodeBegin
+            | ExprKind::EncodeCopy(..)
+            | ExprKind::EncodeCall(..)
+            | ExprKind::Submit(_)
+            | ExprKind::Await(_)
+            | ExprKind::FenceDone(_)
+            | ExprKind::HostAlloc(..) => return None,
             _ => 1,
         };
         expr_children(expr).into_iter().try_fold(own, |total, child| Some(total.saturating_add(self.expr(child)?)))

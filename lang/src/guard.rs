@@ -21,6 +21,8 @@ extern "C" {
         detail: *mut i64,
     );
     fn quasi_install_fault_handlers();
+    fn quasi_prepare_thread() -> i32;
+    fn quasi_request_interrupt(thread: libc::pthread_t) -> i32;
 }
 
 static INSTALL_HANDLERS: Once = Once::new();
@@ -69,18 +71,32 @@ pub(crate) unsafe fn guarded_call(entry: extern "C" fn(*mut c_void), out: *mut c
     Err(record)
 }
 
-/// Runs `work` on this thread behind the fault guard, for LLVM's code generation (on the
-/// session's thread, or the background compiler's): LLVM's back ends crash on some inputs
-/// (NVPTX's SeparateConstOffsetFromGEP on one kernel), and a crash then ends `work`, not the
-/// session. `Err` holds the signal. What `work` was changing must then be leaked, never used
-/// or freed.
-pub(crate) fn guarded_here<T, F: FnOnce() -> T>(work: F) -> Result<T, i32> {
+/// Gives this thread an alternate signal stack, so that a stack overflow in compiled code it
+/// runs reaches the handler: every thread that runs compiled code calls it once, first.
+pub(crate) fn prepare_thread() {
+    // SAFETY: installs an alternate signal stack for the calling thread (leaked with it).
+    unsafe { quasi_prepare_thread() };
+}
+
+/// Asks `thread` to stop the compiled code it runs in a guarded call (the guard's interrupt);
+/// outside compiled code it does nothing, so callers send it again until the call ends.
+///
+/// # Safety
+/// `thread` must be alive.
+pub(crate) unsafe fn request_interrupt(thread: libc::pthread_t) {
+    // SAFETY: the caller's promise.
+    unsafe { quasi_request_interrupt(thread) };
+}
+
+/// Runs `work` on this thread behind the fault guard: `Err` holds how it ended early (a
+/// fault, an interrupt). What `work` was changing must then be leaked, never used or freed.
+pub(crate) fn guarded<T, F: FnOnce() -> T>(work: F) -> Result<T, FaultRecord> {
     struct Job<F, T> {
         work: Option<F>,
         result: Option<std::thread::Result<T>>,
     }
     extern "C" fn trampoline<F: FnOnce() -> T, T>(job: *mut c_void) {
-        // SAFETY: `guarded_here` passes its own `Job`, alive across the call.
+        // SAFETY: `guarded` passes its own `Job`, alive across the call.
         let job = unsafe { &mut *(job as *mut Job<F, T>) };
         if let Some(work) = job.work.take() {
             // A panic must not unwind into the guard's C frame.
@@ -95,13 +111,22 @@ pub(crate) fn guarded_here<T, F: FnOnce() -> T>(work: F) -> Result<T, i32> {
     if let Err(record) = ended {
         // The work's state was left mid-way: forgotten, not dropped.
         std::mem::forget(job);
-        return Err(record.signal as i32);
+        return Err(record);
     }
     match job.result {
         Some(Ok(value)) => Ok(value),
         Some(Err(panic)) => std::panic::resume_unwind(panic),
-        None => Err(0),
+        None => Err(FaultRecord::default()),
     }
+}
+
+/// Runs `work` on this thread behind the fault guard, for LLVM's code generation (on the
+/// session's thread, or the background compiler's): LLVM's back ends crash on some inputs
+/// (NVPTX's SeparateConstOffsetFromGEP on one kernel), and a crash then ends `work`, not the
+/// session. `Err` holds the signal. What `work` was changing must then be leaked, never used
+/// or freed.
+pub(crate) fn guarded_here<T, F: FnOnce() -> T>(work: F) -> Result<T, i32> {
+    guarded(work).map_err(|record| record.signal as i32)
 }
 
 /// A signal's conventional name (SIGTERM), or its number.

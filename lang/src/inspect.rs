@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::reader::{Sexp, SexpKind, SourceId, Span};
 use crate::tree::{
-    BinOp, CastOp, Expr, ExprKind, FloatCmp, FunctionAddress, FunctionDef, IntCmp, LaunchArgKind, Place, Stmt,
+    BinOp, CastOp, Expr, ExprKind, FloatCmp, FunctionAddress, FunctionDef, IntCmp, Launch, LaunchArgKind, Place, Stmt,
 };
 use crate::types::{StructEntry, Ty};
 
@@ -225,26 +225,42 @@ impl TypedPrinter<'_> {
             ExprKind::GpuCopy(_, destination, source, count) => {
                 self.node("gpu-copy", ty, self.exprs(&[destination, source, count]))
             }
-            ExprKind::Launch(launch) => {
-                let dimensions = |word: &str, values: &[Expr]| {
-                    list(std::iter::once(symbol(word)).chain(values.iter().map(|value| self.expr(value))).collect())
-                };
-                let mut operands = vec![
-                    symbol(launch.kernel.clone()),
-                    dimensions("grid", &launch.grid),
-                    dimensions("block", &launch.block),
-                ];
-                for arg in &launch.args {
-                    operands.push(match (arg.kind, arg.direction, &arg.count) {
-                        (LaunchArgKind::Host, Some(direction), Some(count)) => {
-                            list(vec![symbol(direction.word()), self.expr(&arg.value), self.expr(count)])
-                        }
-                        _ => self.expr(&arg.value),
-                    });
-                }
-                self.node("launch", ty, operands)
+            ExprKind::Launch(launch) => self.node("launch", ty, self.launch_operands(launch)),
+            ExprKind::EncodeBegin => self.node("encode-begin", ty, vec![symbol("gpu")]),
+            ExprKind::EncodeCopy(_, operands) => {
+                let [encoder, destination, source, count] = operands.as_ref();
+                self.node("encode-copy", ty, self.exprs(&[encoder, destination, source, count]))
+            }
+            ExprKind::EncodeCall(encoder, launch) => self.node(
+                "encode-call",
+                ty,
+                std::iter::once(self.expr(encoder)).chain(self.launch_operands(launch)).collect(),
+            ),
+            ExprKind::Submit(encoder) => self.node("submit", ty, self.exprs(&[encoder])),
+            ExprKind::Await(fence) => self.node("await", ty, self.exprs(&[fence])),
+            ExprKind::FenceDone(fence) => self.node("fence-done", ty, self.exprs(&[fence])),
+            ExprKind::HostAlloc(element, count) => {
+                self.node("host-alloc", ty, vec![symbol(element.to_string()), self.expr(count)])
             }
         }
+    }
+
+    /// A launch's kernel, grid, block and arguments, as written.
+    fn launch_operands(&self, launch: &Launch) -> Vec<Sexp> {
+        let dimensions = |word: &str, values: &[Expr]| {
+            list(std::iter::once(symbol(word)).chain(values.iter().map(|value| self.expr(value))).collect())
+        };
+        let mut operands =
+            vec![symbol(launch.kernel.clone()), dimensions("grid", &launch.grid), dimensions("block", &launch.block)];
+        for arg in &launch.args {
+            operands.push(match (arg.kind, arg.direction, &arg.count) {
+                (LaunchArgKind::Host, Some(direction), Some(count)) => {
+                    list(vec![symbol(direction.word()), self.expr(&arg.value), self.expr(count)])
+                }
+                _ => self.expr(&arg.value),
+            });
+        }
+        operands
     }
 }
 

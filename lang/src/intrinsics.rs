@@ -99,7 +99,7 @@ fn scratch_type<'ctx>(
         Ty::Float => context.f32_type().into(),
         Ty::Double => context.f64_type().into(),
         Ty::Ptr(_, space) => context.ptr_type(AddressSpace::from(u16::try_from(*space).ok()?)).into(),
-        Ty::GpuBuf(_) => context.i64_type().into(),
+        Ty::GpuBuf(_) | Ty::Encoder | Ty::Fence => context.i64_type().into(),
         Ty::Arr(length, element) => {
             scratch_type(context, element, struct_fields)?.array_type(u32::try_from(*length).ok()?).into()
         }

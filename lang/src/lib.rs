@@ -55,7 +55,9 @@ pub const SESSION_STACK: usize = 256 << 20;
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use outcome::{Item, Language, Outcome, Stream};
 pub use source::{SourceFile, SourceId, Span};
-pub use timing::{AutotuneReport, BenchReport, DeviceTiming, Phase, PhaseTimes, Promotion, Throughput, VariantReport};
+pub use timing::{
+    AutotuneReport, BenchReport, DeviceTiming, Lane, Phase, PhaseTimes, Promotion, Throughput, VariantReport,
+};
 
 /// What front ends use beside a session: the CUDA device probe, NVIDIA's PTX assembler, the
 /// object cache's settings and the level short scripts compile at.

@@ -663,9 +663,10 @@ impl Program {
         entry: &str,
     ) -> Result<(u64, usize), Diagnostic> {
         self.jit.define_absolute(symbols).map_err(|error| Diagnostic::internal(error.to_string()))?;
+        // Its code runs on the simulator's workers while later cells link: on pages of its own.
         let (code, addresses) = self
             .jit
-            .link(object, name, &[entry.to_string()])
+            .link_isolated(object, name, &[entry.to_string()])
             .map_err(|error| Diagnostic::internal(error.to_string()))?;
         let address = addresses.first().copied().ok_or_else(|| Diagnostic::internal("no entry was linked"))?;
         self.cell_counter += 1;

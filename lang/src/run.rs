@@ -30,13 +30,11 @@ const STACK_SIZE: usize = 64 << 20;
 
 extern "C" {
     fn quasi_fault(code: i64, site: i64);
-    fn quasi_request_interrupt(executor: libc::pthread_t) -> i32;
     fn quasi_rt_exit(status: i32);
     fn quasi_rt__exit(status: i32);
     fn quasi_rt__Exit(status: i32);
     fn quasi_rt_quick_exit(status: i32);
     fn quasi_rt_abort();
-    fn quasi_prepare_thread() -> i32;
     fn quasi_rt_print(n: i32) -> i32;
     fn quasi_rt_fprint(n: f32) -> f32;
     fn quasi_rt_dprint(n: f64) -> f64;
@@ -197,7 +195,7 @@ impl Interrupter {
                         // SAFETY: `calling` is set only while `Runner::call` waits for the
                         // executor thread, so that thread is alive; the handler only jumps out
                         // of compiled code, inside a guarded call.
-                        unsafe { quasi_request_interrupt(executor) };
+                        unsafe { crate::guard::request_interrupt(executor) };
                     }
                     changed.wait_timeout(state, INTERRUPT_POLL).unwrap_or_else(|poisoned| poisoned.into_inner()).0
                 } else {
@@ -302,9 +300,7 @@ impl Runner {
         }
         let (sender, receiver) = mpsc::channel::<Job>();
         let worker = thread::Builder::new().name("quasi-run".into()).stack_size(STACK_SIZE).spawn(move || {
-            // SAFETY: gives this thread an alternate signal stack, so stack overflows in
-            // compiled code reach the handler.
-            unsafe { quasi_prepare_thread() };
+            crate::guard::prepare_thread();
             let marker = 0u8;
             STACK_TOP.store(std::ptr::addr_of!(marker) as usize, std::sync::atomic::Ordering::Relaxed);
             for job in receiver {

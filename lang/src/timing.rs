@@ -79,6 +79,20 @@ pub struct DeviceTiming {
     pub detail: String,
     /// Whether it happened while the cell's code ran, so `run` already counts it.
     pub during_run: bool,
+    /// Where it ran: on the host's lane (work the host waited for), or in a submission.
+    pub lane: Lane,
+    /// When it started (the host's clock; a device's events are placed on it), for the
+    /// timeline; `None` for rows outside the code's run (builds).
+    pub start: Option<Instant>,
+}
+
+/// A lane of the timeline (docs/language.md §7.8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Lane {
+    /// The host: its code, and the device work it waits for (`launch`, `gpu-copy`, `await`).
+    Host,
+    /// Submission N (its fence's number): its commands, concurrent with the host.
+    Submission(u64),
 }
 
 impl PhaseTimes {

@@ -200,6 +200,21 @@ pub(crate) enum ExprKind {
     /// `(gpu-copy DST SRC n)`, the direction read from the operand types.
     GpuCopy(CopyDirection, Box<Expr>, Box<Expr>, Box<Expr>),
     Launch(Box<Launch>),
+    /// `(encode-begin gpu)`: a new, empty command buffer (docs/language.md §7.8).
+    EncodeBegin,
+    /// `(encode-copy E DST SRC n)`: a copy as `gpu-copy`, recorded into encoder E; the operands
+    /// are E, DST, SRC and n.
+    EncodeCopy(CopyDirection, Box<[Expr; 4]>),
+    /// `(encode-call E K (grid …) (block …) ARG…)`: a launch recorded into encoder E.
+    EncodeCall(Box<Expr>, Box<Launch>),
+    /// `(submit E)`: E's commands start, concurrently; the fence to await.
+    Submit(Box<Expr>),
+    /// `(await F)`: waits for F's submission; its first failure is this form's.
+    Await(Box<Expr>),
+    /// `(fence-done F)`: whether F's submission finished.
+    FenceDone(Box<Expr>),
+    /// `(host-alloc T n)`: page-locked host memory for n elements of T.
+    HostAlloc(Ty, Box<Expr>),
 }
 
 /// The special registers of §7.2: `tid` (threadIdx), `ctaid` (blockIdx), `ntid` (blockDim),
@@ -723,7 +738,19 @@ pub(crate) fn expr_children(expr: &Expr) -> Vec<&Expr> {
         ExprKind::GepPath(pointer, indices) => std::iter::once(pointer.as_ref()).chain(indices.iter()).collect(),
         ExprKind::Call(call) => call.args.iter().collect(),
         ExprKind::Asm(asm) => asm.args.iter().collect(),
-        ExprKind::GpuAlloc(_, a) | ExprKind::GpuFree(a) | ExprKind::GpuLen(a) => vec![a.as_ref()],
+        ExprKind::GpuAlloc(_, a)
+        | ExprKind::GpuFree(a)
+        | ExprKind::GpuLen(a)
+        | ExprKind::Submit(a)
+        | ExprKind::Await(a)
+        | ExprKind::FenceDone(a)
+        | ExprKind::HostAlloc(_, a) => vec![a.as_ref()],
+        ExprKind::EncodeCopy(_, operands) => operands.iter().collect(),
+        ExprKind::EncodeCall(encoder, launch) => std::iter::once(encoder.as_ref())
+            .chain(&launch.grid)
+            .chain(&launch.block)
+            .chain(launch.args.iter().map(|arg| &arg.value))
+            .collect(),
         ExprKind::GpuCopy(_, a, b, c) => vec![a.as_ref(), b.as_ref(), c.as_ref()],
         ExprKind::Launch(launch) => launch
             .grid
@@ -740,7 +767,8 @@ pub(crate) fn expr_children(expr: &Expr) -> Vec<&Expr> {
         | ExprKind::FunctionAddress(_)
         | ExprKind::Zero
         | ExprKind::GpuIndex(..)
-        | ExprKind::Barrier => Vec::new(),
+        | ExprKind::Barrier
+        | ExprKind::EncodeBegin => Vec::new(),
     }
 }
 
@@ -772,11 +800,19 @@ pub(crate) fn first_call(body: &[Stmt], wanted: &dyn Fn(&str) -> bool) -> Option
 pub(crate) fn launch_targets(body: &[Stmt]) -> Vec<(String, Span)> {
     let mut targets = Vec::new();
     visit_exprs(body, &mut |expr| {
-        if let ExprKind::Launch(launch) = &expr.kind {
+        if let Some(launch) = launched(expr) {
             targets.push((launch.kernel.clone(), expr.span));
         }
     });
     targets
+}
+
+/// The launch an expression makes or records: `launch` and `encode-call`.
+pub(crate) fn launched(expr: &Expr) -> Option<&Launch> {
+    match &expr.kind {
+        ExprKind::Launch(launch) | ExprKind::EncodeCall(_, launch) => Some(launch),
+        _ => None,
+    }
 }
 
 /// Whether every path through the statements ends in `ret`.

@@ -21,6 +21,10 @@ pub(crate) enum Ty {
     Struct(Rc<str>),
     /// `(gpu-buf T)`: a host handle to a device buffer of T (held as an `i64`).
     GpuBuf(Rc<Ty>),
+    /// `encoder`: a handle to a command buffer being encoded (docs/language.md §7.8).
+    Encoder,
+    /// `fence`: a handle to a submission, to await (docs/language.md §7.8).
+    Fence,
 }
 
 pub(crate) const INT: Ty = Ty::Int(32);
@@ -89,6 +93,8 @@ impl fmt::Display for Ty {
             Ty::Arr(length, element) => write!(f, "(arr {length} {element})"),
             Ty::Struct(name) => write!(f, "(struct {name})"),
             Ty::GpuBuf(element) => write!(f, "(gpu-buf {element})"),
+            Ty::Encoder => f.write_str("encoder"),
+            Ty::Fence => f.write_str("fence"),
         }
     }
 }
@@ -161,6 +167,8 @@ fn parse_type_at(form: &Sexp, known_struct: &dyn Fn(&str) -> bool, depth: usize)
     match &form.kind {
         SexpKind::Symbol(name) => match &**name {
             "void" => Ok(Ty::Void),
+            "encoder" => Ok(Ty::Encoder),
+            "fence" => Ok(Ty::Fence),
             _ => scalar_type_name(name).ok_or_else(|| {
                 bad(format!("`{name}` is not a type")).with_note(
                     "types are bool int8 int16 int int32 int64 float double void (ptr T) (arr N T) (struct S)",

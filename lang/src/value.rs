@@ -20,7 +20,7 @@ fn layout_at(ty: &Ty, fields_of: &FieldsOf<'_>, depth: usize) -> (u64, u64) {
         Ty::Bool | Ty::Int(8) => (1, 1),
         Ty::Int(16) => (2, 2),
         Ty::Int(32) | Ty::Float => (4, 4),
-        Ty::Int(_) | Ty::Double | Ty::Ptr(..) | Ty::GpuBuf(_) => (8, 8),
+        Ty::Int(_) | Ty::Double | Ty::Ptr(..) | Ty::GpuBuf(_) | Ty::Encoder | Ty::Fence => (8, 8),
         Ty::Void => (0, 1),
         _ if depth > MAX_NESTING => (u64::MAX, 1),
         Ty::Arr(length, element) => {
@@ -184,6 +184,8 @@ pub(crate) fn format_value_with(
     };
     match ty {
         Ty::GpuBuf(element) => buffers(u64::from_ne_bytes(read(bytes, offset)), element),
+        Ty::Encoder => format!("<encoder {}>", u64::from_ne_bytes(read(bytes, offset))),
+        Ty::Fence => format!("<fence {}>", u64::from_ne_bytes(read(bytes, offset))),
         Ty::Bool => {
             if bytes.get(offset).copied().unwrap_or(0) & 1 == 1 {
                 "#t".into()

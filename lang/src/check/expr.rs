@@ -108,7 +108,7 @@ impl BodyChecker<'_, '_> {
                 self.error(syntax(span, format!("`{name}` is a statement and has no value")));
                 None
             }
-            "ptr" | "arr" | "struct" | "void" | "gpu-buf" | "addrspace" => {
+            "ptr" | "arr" | "struct" | "void" | "gpu-buf" | "addrspace" | "encoder" | "fence" => {
                 self.error(
                     syntax(span, format!("`{form}` is a type, not an expression")).with_note(
                         "types appear in declarations, casts and (alloc TYPE N); typed literals are (int64 5)",
@@ -129,6 +129,11 @@ impl BodyChecker<'_, '_> {
             "gpu-free" | "gpu-len" => self.check_gpu_buffer_op(form, name, operands),
             "gpu-copy" => self.check_gpu_copy(form, operands),
             "launch" => self.check_launch(form, operands),
+            "encode-begin" => self.check_encode_begin(form, operands),
+            "encode-copy" => self.check_encode_copy(form, operands),
+            "encode-call" => self.check_encode_call(form, operands),
+            "submit" | "await" | "fence-done" => self.check_fence_form(form, name, operands),
+            "host-alloc" => self.check_host_alloc(form, operands),
             _ if name.starts_with("define-")
                 && define_attributes(name).is_none()
                 && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") =>
@@ -495,7 +500,10 @@ impl BodyChecker<'_, '_> {
 
     pub(super) fn check_index(&mut self, name: &str, index: &Expr) -> bool {
         if !index.ty.is_int() {
-            let what = if matches!(name, "alloc" | "gpu-alloc" | "gpu-copy" | "in" | "out" | "inout") {
+            let what = if matches!(
+                name,
+                "alloc" | "gpu-alloc" | "host-alloc" | "gpu-copy" | "encode-copy" | "in" | "out" | "inout"
+            ) {
                 "count"
             } else {
                 "offset"

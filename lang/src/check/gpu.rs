@@ -292,22 +292,8 @@ impl BodyChecker<'_, '_> {
 
     /// `(gpu-copy DST SRC n)`: buffer ← host pointer, host pointer ← buffer, buffer ← buffer.
     pub(super) fn check_gpu_copy(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
-        let mut values = self.operands(form, "gpu-copy", operands, 3)?;
-        if !self.use_host(form.span, "`gpu-copy`".into()) {
-            return None;
-        }
-        let count = values.pop()?;
-        let source = values.pop()?;
-        let destination = values.pop()?;
-        let direction = match (&destination.ty, &source.ty) {
-            (Ty::GpuBuf(to), Ty::Ptr(from, 0)) if to == from => CopyDirection::HostToDevice,
-            (Ty::Ptr(to, 0), Ty::GpuBuf(from)) if to == from => CopyDirection::DeviceToHost,
-            (Ty::GpuBuf(to), Ty::GpuBuf(from)) if to == from => CopyDirection::DeviceToDevice,
-            (to, from) => {
-                self.error(type_error(form.span, format!("`gpu-copy` copies between a `(gpu-buf T)` and a `(ptr T)` or another `(gpu-buf T)`, found `{to}` ← `{from}`")).with_note("the destination comes first: (gpu-copy DST SRC COUNT)"));
-                return None;
-            }
-        };
+        let [destination, source, count] = self.copy_operands(form, "gpu-copy", operands)?;
+        let direction = self.copy_direction(form, "gpu-copy", &destination, &source)?;
         if !self.check_index("gpu-copy", &count) {
             return None;
         }
@@ -316,6 +302,40 @@ impl BodyChecker<'_, '_> {
             ty: Ty::Void,
             span: form.span,
         })
+    }
+
+    /// The checked operands DST SRC n of `gpu-copy` (or of `encode-copy` after its encoder);
+    /// `None` after reporting.
+    pub(super) fn copy_operands(&mut self, form: &Sexp, name: &str, operands: &[Sexp]) -> Option<[Expr; 3]> {
+        let values = self.operands(form, name, operands, 3)?;
+        if !self.use_host(form.span, format!("`{name}`")) {
+            return None;
+        }
+        values.try_into().ok()
+    }
+
+    /// A copy's direction from its operand types.
+    pub(super) fn copy_direction(
+        &mut self,
+        form: &Sexp,
+        name: &str,
+        destination: &Expr,
+        source: &Expr,
+    ) -> Option<CopyDirection> {
+        match (&destination.ty, &source.ty) {
+            (Ty::GpuBuf(to), Ty::Ptr(from, 0)) if to == from => Some(CopyDirection::HostToDevice),
+            (Ty::Ptr(to, 0), Ty::GpuBuf(from)) if to == from => Some(CopyDirection::DeviceToHost),
+            (Ty::GpuBuf(to), Ty::GpuBuf(from)) if to == from => Some(CopyDirection::DeviceToDevice),
+            (to, from) => {
+                let shape =
+                    if name == "gpu-copy" { "(gpu-copy DST SRC COUNT)" } else { "(encode-copy E DST SRC COUNT)" };
+                self.error(
+                    type_error(form.span, format!("`{name}` copies between a `(gpu-buf T)` and a `(ptr T)` or another `(gpu-buf T)`, found `{to}` ← `{from}`"))
+                        .with_note(format!("the destination comes first: {shape}")),
+                );
+                None
+            }
+        }
     }
 
     /// `(grid X [Y [Z]])` or `(block …)`: three integer expressions, missing ones 1.
@@ -347,15 +367,24 @@ impl BodyChecker<'_, '_> {
     }
 
     pub(super) fn check_launch(&mut self, form: &Sexp, operands: &[Sexp]) -> Option<Expr> {
+        let launch = self.launch_parts(form, "launch", operands)?;
+        Some(Expr { kind: ExprKind::Launch(Box::new(launch)), ty: Ty::Void, span: form.span })
+    }
+
+    /// `KERNEL (grid …) (block …) ARG…` of `launch`, or of `encode-call` after its encoder
+    /// (`name` says which: an encoded launch moves no host memory).
+    pub(super) fn launch_parts(&mut self, form: &Sexp, name: &str, operands: &[Sexp]) -> Option<Launch> {
+        let encoded = name == "encode-call";
         let [kernel_form, grid_form, block_form, arg_forms @ ..] = operands else {
-            self.error(arity(form.span, "a launch is `(launch KERNEL (grid X [Y [Z]]) (block X [Y [Z]]) ARG…)`"));
+            let shape = if encoded { "(encode-call E KERNEL" } else { "(launch KERNEL" };
+            self.error(arity(form.span, format!("a launch is `{shape} (grid X [Y [Z]]) (block X [Y [Z]]) ARG…)`")));
             return None;
         };
         let Some(kernel) = kernel_form.symbol() else {
-            self.error(syntax(kernel_form.span, "`launch` takes a kernel's name"));
+            self.error(syntax(kernel_form.span, format!("`{name}` takes a kernel's name")));
             return None;
         };
-        if !self.use_host(form.span, "`launch`".into()) {
+        if !self.use_host(form.span, format!("`{name}`")) {
             return None;
         }
         let grid = self.launch_dimensions("grid", grid_form);
@@ -414,7 +443,18 @@ impl BodyChecker<'_, '_> {
         for (index, (arg_form, param)) in arg_forms.iter().zip(&signature.params).enumerate() {
             let param_name = entry.param_names.get(index).cloned().unwrap_or_default();
             let annotation = annotations.get(index).cloned().flatten();
+            if encoded && arg_form.head().and_then(Direction::from_word).is_some() {
+                self.error(no_lapis_copies(arg_form.span));
+                ok = false;
+                continue;
+            }
             match self.launch_arg(kernel, index, &param_name, param, annotation.as_ref(), arg_form) {
+                Some((arg, _)) if encoded && arg.kind == LaunchArgKind::Host => {
+                    self.error(no_lapis_copies(arg_form.span).with_note(format!(
+                        "`{param_name}` is annotated, so a launch would copy this host pointer; an encoded launch takes a (gpu-buf T)"
+                    )));
+                    ok = false;
+                }
                 Some((arg, size)) => {
                     args.push(arg);
                     sizes.push(size);
@@ -452,8 +492,7 @@ impl BodyChecker<'_, '_> {
                 }
             }
         }
-        let launch = Launch { kernel: kernel.to_string(), grid, block, args, arg_locals };
-        Some(Expr { kind: ExprKind::Launch(Box::new(launch)), ty: Ty::Void, span: form.span })
+        Some(Launch { kernel: kernel.to_string(), grid, block, args, arg_locals })
     }
 
     /// One launch argument against its parameter; with the annotated SIZE still to check.
@@ -569,4 +608,10 @@ impl BodyChecker<'_, '_> {
             size,
         ))
     }
+}
+
+/// A Lapis copy (or a host pointer to an annotated parameter) in `encode-call`.
+fn no_lapis_copies(span: Span) -> Diagnostic {
+    type_error(span, "no Lapis copies in `encode-call`: move data with `encode-copy`")
+        .with_note("pass a (gpu-buf T) or a device pointer, and encode the copies before and after the call")
 }

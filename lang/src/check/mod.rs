@@ -13,6 +13,7 @@
 mod asm;
 mod body;
 mod brilisp;
+mod caiman;
 mod call;
 mod cell;
 mod collect;
@@ -144,6 +145,15 @@ pub(crate) const FORM_NAMES: &[&str] = &[
     "gpu-len",
     "gpu-copy",
     "launch",
+    "encode-begin",
+    "encode-copy",
+    "encode-call",
+    "submit",
+    "await",
+    "fence-done",
+    "host-alloc",
+    "encoder",
+    "fence",
     "grid",
     "block",
     "in",

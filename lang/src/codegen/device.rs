@@ -16,7 +16,8 @@ use super::lowering::{
     SimLowering,
 };
 use crate::abi::{
-    ArgKind, Direction, FaultCode, LaunchArg, LAUNCH_ARG_WORDS, LAUNCH_DIMENSIONS, RT_GPU, RT_GPU_LAUNCH,
+    ArgKind, Direction, FaultCode, LaunchArg, LAUNCH_ARG_WORDS, LAUNCH_DIMENSIONS, RT_GPU, RT_GPU_ENCODE_CALL,
+    RT_GPU_LAUNCH,
 };
 use crate::reader::Span;
 use crate::types::Ty;
@@ -246,13 +247,15 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.fault_if(state, failed, FaultCode::Gpu, span)
     }
 
-    /// `(launch …)`: the arguments are evaluated, then described to the runtime, which moves
-    /// memory, launches and waits. Arguments are evaluated first, then the element counts (an
+    /// `(launch …)`, or with an encoder `(encode-call E …)`: the arguments are evaluated, then
+    /// described to the runtime, which moves memory, launches and waits (or records the launch
+    /// into the encoder). Arguments are evaluated first, then the element counts (an
     /// annotation's SIZE reads the arguments).
     pub(super) fn launch(
         &mut self,
         state: &mut FunctionState<'ctx>,
         launch: &crate::tree::Launch,
+        encoder: Option<IntValue<'ctx>>,
         span: Span,
     ) -> Result<()> {
         let word = self.context.i64_type();
@@ -306,14 +309,16 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
         }
         let name = self.builder.build_global_string_ptr(&launch.kernel, ".kernel")?.as_pointer_value();
-        let arguments = [
+        let mut arguments: Vec<BasicMetadataValueEnum<'ctx>> = encoder.into_iter().map(Into::into).collect();
+        arguments.extend::<[BasicMetadataValueEnum<'ctx>; 5]>([
             name.into(),
             word.const_int(launch.kernel.len() as u64, false).into(),
             dimensions_memory.into(),
             descriptor.into(),
             word.const_int(launch.args.len() as u64, false).into(),
-        ];
-        let status = self.call_gpu(RT_GPU_LAUNCH, self.context.i32_type().into(), &arguments)?;
+        ]);
+        let runtime = if encoder.is_some() { RT_GPU_ENCODE_CALL } else { RT_GPU_LAUNCH };
+        let status = self.call_gpu(runtime, self.context.i32_type().into(), &arguments)?;
         self.fault_unless_zero(state, status, span)
     }
 

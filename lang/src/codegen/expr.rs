@@ -8,7 +8,10 @@ use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
 use super::lowering::{is_aggregate, no_value, CodegenError, FunctionState, Lowering, Result, Value};
-use crate::abi::{CopyDirection, FaultCode, RT_GPU_ALLOC, RT_GPU_COPY, RT_GPU_FREE, RT_GPU_LEN, RT_SESSION_ALLOC};
+use crate::abi::{
+    CopyDirection, FaultCode, RT_GPU_ALLOC, RT_GPU_AWAIT, RT_GPU_COPY, RT_GPU_ENCODE_BEGIN, RT_GPU_ENCODE_COPY,
+    RT_GPU_FENCE_DONE, RT_GPU_FREE, RT_GPU_HOST_ALLOC, RT_GPU_LEN, RT_GPU_SUBMIT, RT_SESSION_ALLOC,
+};
 use crate::reader::Span;
 use crate::tree::{BinOp, CastOp, Expr, ExprKind, FloatCmp, IntCmp, Place};
 use crate::types::Ty;
@@ -265,35 +268,108 @@ impl<'ctx> Lowering<'ctx, '_> {
                 length.into()
             }
             ExprKind::GpuCopy(direction, destination, source, count) => {
-                let element = match &source.ty {
-                    Ty::GpuBuf(element) | Ty::Ptr(element, _) => (**element).clone(),
-                    _ => return Err(CodegenError::Other("gpu-copy from a non-buffer".into())),
-                };
-                let destination = self.value(state, destination)?;
-                let destination = self.as_word(destination)?;
-                let source = self.value(state, source)?;
-                let source = self.as_word(source)?;
-                let count = self.index(state, count)?;
-                let code = match direction {
-                    crate::tree::CopyDirection::HostToDevice => CopyDirection::HostToDevice,
-                    crate::tree::CopyDirection::DeviceToHost => CopyDirection::DeviceToHost,
-                    crate::tree::CopyDirection::DeviceToDevice => CopyDirection::DeviceToDevice,
-                };
-                let direction = self.context.i64_type().const_int(code as u64, false);
-                let status = self.call_gpu(
-                    RT_GPU_COPY,
-                    self.context.i32_type().into(),
-                    &[direction.into(), destination.into(), source.into(), count.into(), self.size_of(&element).into()],
-                )?;
-                self.fault_unless_zero(state, status, expr.span)?;
+                self.gpu_copy(state, *direction, None, [destination, source, count], expr.span)?;
                 return Ok(Value::Nothing);
             }
             ExprKind::Launch(launch) => {
-                self.launch(state, launch, expr.span)?;
+                self.launch(state, launch, None, expr.span)?;
                 return Ok(Value::Nothing);
+            }
+            ExprKind::EncodeBegin => {
+                let handle = self.call_gpu(RT_GPU_ENCODE_BEGIN, self.context.i64_type().into(), &[])?;
+                self.fault_if_zero(state, handle, expr.span)?;
+                handle.into()
+            }
+            ExprKind::EncodeCopy(direction, operands) => {
+                let [encoder, destination, source, count] = operands.as_ref();
+                let encoder = self.value(state, encoder)?.into_int_value();
+                self.gpu_copy(state, *direction, Some(encoder), [destination, source, count], expr.span)?;
+                return Ok(Value::Nothing);
+            }
+            ExprKind::EncodeCall(encoder, launch) => {
+                let encoder = self.value(state, encoder)?.into_int_value();
+                self.launch(state, launch, Some(encoder), expr.span)?;
+                return Ok(Value::Nothing);
+            }
+            ExprKind::Submit(encoder) => {
+                let encoder = self.value(state, encoder)?;
+                let fence = self.call_gpu(RT_GPU_SUBMIT, self.context.i64_type().into(), &[encoder.into()])?;
+                self.fault_if_zero(state, fence, expr.span)?;
+                fence.into()
+            }
+            ExprKind::Await(fence) => {
+                let fence = self.value(state, fence)?;
+                let status = self.call_gpu(RT_GPU_AWAIT, self.context.i32_type().into(), &[fence.into()])?;
+                self.fault_unless_zero(state, status, expr.span)?;
+                return Ok(Value::Nothing);
+            }
+            ExprKind::FenceDone(fence) => {
+                let fence = self.value(state, fence)?;
+                let status = self.call_gpu(RT_GPU_FENCE_DONE, self.context.i32_type().into(), &[fence.into()])?;
+                let zero = status.get_type().const_zero();
+                let failed = self.builder.build_int_compare(IntPredicate::SLT, status, zero, "")?;
+                self.fault_if(state, failed, FaultCode::Gpu, expr.span)?;
+                self.builder.build_int_compare(IntPredicate::NE, status, zero, "")?.into()
+            }
+            ExprKind::HostAlloc(element, count) => {
+                let element_size = self.size_of(element);
+                let count = self.index(state, count)?;
+                let address = self.call_gpu(
+                    RT_GPU_HOST_ALLOC,
+                    self.context.i64_type().into(),
+                    &[element_size.into(), count.into()],
+                )?;
+                self.fault_if_zero(state, address, expr.span)?;
+                let pointer = self.context.ptr_type(inkwell::AddressSpace::default());
+                self.builder.build_int_to_ptr(address, pointer, "")?.into()
             }
         };
         Ok(Value::Scalar(value))
+    }
+
+    /// `(gpu-copy DST SRC n)`, or with an encoder `(encode-copy E DST SRC n)`: the operands,
+    /// then one runtime call that copies (or records the copy), its direction from the types.
+    fn gpu_copy(
+        &mut self,
+        state: &mut FunctionState<'ctx>,
+        direction: crate::tree::CopyDirection,
+        encoder: Option<IntValue<'ctx>>,
+        [destination, source, count]: [&Expr; 3],
+        span: Span,
+    ) -> Result<()> {
+        let element = match &source.ty {
+            Ty::GpuBuf(element) | Ty::Ptr(element, _) => (**element).clone(),
+            _ => return Err(CodegenError::Other("gpu-copy from a non-buffer".into())),
+        };
+        let destination = self.value(state, destination)?;
+        let destination = self.as_word(destination)?;
+        let source = self.value(state, source)?;
+        let source = self.as_word(source)?;
+        let count = self.index(state, count)?;
+        let code = match direction {
+            crate::tree::CopyDirection::HostToDevice => CopyDirection::HostToDevice,
+            crate::tree::CopyDirection::DeviceToHost => CopyDirection::DeviceToHost,
+            crate::tree::CopyDirection::DeviceToDevice => CopyDirection::DeviceToDevice,
+        };
+        let direction = self.context.i64_type().const_int(code as u64, false);
+        let mut arguments: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> =
+            encoder.into_iter().map(Into::into).collect();
+        arguments.extend::<[inkwell::values::BasicMetadataValueEnum<'ctx>; 5]>([
+            direction.into(),
+            destination.into(),
+            source.into(),
+            count.into(),
+            self.size_of(&element).into(),
+        ]);
+        let runtime = if encoder.is_some() { RT_GPU_ENCODE_COPY } else { RT_GPU_COPY };
+        let status = self.call_gpu(runtime, self.context.i32_type().into(), &arguments)?;
+        self.fault_unless_zero(state, status, span)
+    }
+
+    /// Faults with the GPU runtime's message when a handle or address it returned is 0.
+    fn fault_if_zero(&mut self, state: &FunctionState<'ctx>, value: IntValue<'ctx>, span: Span) -> Result<()> {
+        let failed = self.builder.build_int_compare(IntPredicate::EQ, value, value.get_type().const_zero(), "")?;
+        self.fault_if(state, failed, FaultCode::Gpu, span)
     }
 
     /// Brilisp's multi-index `ptradd`: the first index scales by the pointee, each later one

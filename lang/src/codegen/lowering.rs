@@ -234,7 +234,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.context.ptr_type(AddressSpace::from(*space as u16)).into()
             }
             Ty::Ptr(..) | Ty::Void => self.context.ptr_type(AddressSpace::default()).into(),
-            Ty::GpuBuf(_) => self.context.i64_type().into(),
+            Ty::GpuBuf(_) | Ty::Encoder | Ty::Fence => self.context.i64_type().into(),
             Ty::Arr(length, element) => self.basic_type(element).array_type(*length as u32).into(),
             Ty::Struct(name) => self.struct_type(name).into(),
         }

@@ -201,8 +201,11 @@ fn note_write(expr: &Expr, written: &mut HashSet<usize>) {
             written.insert(*local);
         }
         // A launch's hidden locals are set by the launch itself.
-        ExprKind::Launch(launch) => written.extend(launch.arg_locals.iter().flatten()),
-        _ => {}
+        _ => {
+            if let Some(launch) = crate::tree::launched(expr) {
+                written.extend(launch.arg_locals.iter().flatten());
+            }
+        }
     }
 }
 
@@ -298,7 +301,7 @@ impl<'t> Nest<'t, '_> {
             ExprKind::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul, ..) if expr.ty == Ty::Int(32) => {
                 self.candidates.push((expr, context.to_vec()));
             }
-            ExprKind::Launch(_) => self.unsupported = true,
+            ExprKind::Launch(_) | ExprKind::EncodeCall(..) => self.unsupported = true,
             _ => {}
         }
         for child in expr_children(expr) {

@@ -23,7 +23,7 @@ use crate::check;
 use crate::codegen::SimTarget;
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::link::Program;
-use crate::timing::{DeviceTiming, PhaseTimes};
+use crate::timing::{DeviceTiming, Lane, PhaseTimes};
 use crate::tree::{self, FunctionDef, TypedCell};
 use crate::types::Ty;
 
@@ -36,6 +36,9 @@ pub(crate) struct SessionGpu {
     built: HashMap<String, Built>,
     /// Per launched function: what its simulator build came from, and its code's id.
     sim_built: HashMap<String, (Built, Option<u64>)>,
+    /// Replaced simulator builds a submission may still run, with their code's id: freed when
+    /// nothing else holds them.
+    retired_sim: Vec<(Arc<crate::gpu::sim::SimKernel>, u64)>,
     /// The functions each session function launches, for the functions that launch any: kept
     /// as definitions are committed (`note_defined`), so a cell never walks every function.
     launches: HashMap<String, Vec<String>>,
@@ -50,12 +53,13 @@ pub(crate) struct SessionGpu {
 }
 
 impl SessionGpu {
-    pub fn new(defer_device: bool) -> SessionGpu {
+    pub fn new(defer_device: bool, interrupt: std::sync::Arc<std::sync::atomic::AtomicBool>) -> SessionGpu {
         SessionGpu {
-            runtime: Runtime::new(defer_device),
+            runtime: Runtime::new(defer_device, interrupt),
             arch: DEFAULT_ARCH.to_string(),
             built: HashMap::new(),
             sim_built: HashMap::new(),
+            retired_sim: Vec::new(),
             launches: HashMap::new(),
             builds: 0,
             last_block: HashMap::new(),
@@ -134,7 +138,7 @@ impl SessionGpu {
     /// Notes the functions `body` launches and, where a launch's block is constant, its size.
     fn note_launches(&mut self, body: &[tree::Stmt]) {
         tree::visit_exprs(body, &mut |expr| {
-            if let tree::ExprKind::Launch(launch) = &expr.kind {
+            if let Some(launch) = tree::launched(expr) {
                 self.launched.insert(launch.kernel.clone());
                 let threads = launch.block.iter().try_fold(1i64, |product, dimension| {
                     constant(dimension).and_then(|size| product.checked_mul(size))
@@ -200,6 +204,8 @@ impl SessionGpu {
             bytes: None,
             detail: format!("`{name}` for {}", self.arch),
             during_run: false,
+            lane: Lane::Host,
+            start: None,
         });
         Some((name.to_string(), now, built.map_err(|diagnostic| diagnostic.message)))
     }
@@ -253,12 +259,14 @@ impl SessionGpu {
             bytes: None,
             detail: format!("`{name}` for the simulator"),
             during_run: false,
+            lane: Lane::Host,
+            start: None,
         });
         Some(PendingSim { name: name.to_string(), built: now, result })
     }
 
     /// Links pending simulator builds and registers them with the simulator, freeing the
-    /// builds they replace.
+    /// builds they replace once no submission still runs them.
     fn install_simulated(&mut self, program: &mut Program, pending: Vec<PendingSim>) {
         for PendingSim { name, built, result } in pending {
             let linked = result.and_then(|build| sim_build::link(program, &name, build));
@@ -266,11 +274,22 @@ impl SessionGpu {
                 Ok((kernel, id)) => (Ok(Arc::new(kernel)), Some(id)),
                 Err(message) => (Err(message), None),
             };
-            self.runtime.install_simulated(&name, kernel);
+            let replaced = self.runtime.install_simulated(&name, kernel);
             if let Some((_, Some(old))) = self.sim_built.insert(name, (built, id)) {
-                program.remove_device(old);
+                match replaced {
+                    Some(kernel) => self.retired_sim.push((kernel, old)),
+                    None => program.remove_device(old),
+                }
             }
         }
+        // A retired build that only this list holds runs nowhere any more.
+        self.retired_sim.retain(|(kernel, id)| {
+            let running = Arc::strong_count(kernel) > 1;
+            if !running {
+                program.remove_device(*id);
+            }
+            running
+        });
     }
 
     /// What `:gpu` says: where launches run.

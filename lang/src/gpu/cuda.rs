@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys};
 
-use super::device::{gb_per_second, Copy, CopyKind, Device, DeviceError, Launch, Memory, Rows};
+use super::device::{
+    copy_detail, gb_per_second, Command, Copy, CopyKind, Device, DeviceError, Fence, Launch, Memory, Rows, Submission,
+};
+use crate::timing::Lane;
 
 /// The PTX of one launched function, ready to load.
 #[derive(Debug)]
@@ -73,6 +76,46 @@ struct State {
     /// The PTX of every launched function, or why it could not be built.
     kernels: HashMap<String, Result<Arc<CompiledPtx>, String>>,
     loaded: HashMap<String, Loaded>,
+    /// Streams and events of the current epoch that no submission uses.
+    free_streams: Vec<Handle<sys::CUstream>>,
+    free_events: Vec<Handle<sys::CUevent>>,
+    /// Submissions on their streams, until a poll sees them end.
+    running: Vec<Running>,
+    /// Modules of the current epoch replaced while submissions ran: unloaded when none runs.
+    retired: Vec<Handle<sys::CUmodule>>,
+    /// `host-alloc` memory (mapped by Quasi, page-locked with the driver): its bytes, by
+    /// address; registered with the current epoch's context.
+    hosts: HashMap<u64, usize>,
+}
+
+/// A driver handle (stream, event, module) kept in the device's state.
+#[derive(Clone, Copy)]
+struct Handle<T>(T);
+
+// SAFETY: as for `Handles`: driver handles are process-wide identifiers.
+unsafe impl<T> Send for Handle<T> {}
+
+/// A submission on its stream: the event recorded first (with the host's time then, to place
+/// the others on the host's clock) and each command's label, bytes, detail and events.
+struct Running {
+    id: u64,
+    fence: Arc<Fence>,
+    epoch: u64,
+    stream: Handle<sys::CUstream>,
+    anchor: (Handle<sys::CUevent>, Instant),
+    commands: Vec<Timed>,
+}
+
+/// A submission's stream, its anchor event, and its commands with their events.
+type Resources = (Handle<sys::CUstream>, Handle<sys::CUevent>, Vec<Timed>);
+
+struct Timed {
+    label: String,
+    bytes: Option<u64>,
+    /// For copies, the copy (its row's rate); for kernels, the grid and block.
+    copy: Option<Copy>,
+    detail: String,
+    events: (Handle<sys::CUevent>, Handle<sys::CUevent>),
 }
 
 /// The CUDA device.
@@ -152,8 +195,18 @@ impl CudaDevice {
                 Err(error) => Start::Absent(format!("no CUDA device: could not start the driver's thread: {error}")),
             }
         };
-        let state =
-            State { start, epoch: 0, allocations: HashSet::new(), kernels: HashMap::new(), loaded: HashMap::new() };
+        let state = State {
+            start,
+            epoch: 0,
+            allocations: HashSet::new(),
+            kernels: HashMap::new(),
+            loaded: HashMap::new(),
+            free_streams: Vec::new(),
+            free_events: Vec::new(),
+            running: Vec::new(),
+            retired: Vec::new(),
+            hosts: HashMap::new(),
+        };
         CudaDevice { state: Mutex::new(state), rows }
     }
 
@@ -202,8 +255,13 @@ impl CudaDevice {
         }
         state.handles()?;
         if let Some(old) = state.loaded.remove(name).filter(|old| old.epoch == epoch) {
-            // SAFETY: a module of the current context that nothing uses any more.
-            let _ = unsafe { result::module::unload(old.module) };
+            if state.running.is_empty() {
+                // SAFETY: a module of the current context that nothing uses any more.
+                let _ = unsafe { result::module::unload(old.module) };
+            } else {
+                // A running submission may still call into it.
+                state.retired.push(Handle(old.module));
+            }
         }
         let start = Instant::now();
         // SAFETY: the text is NUL-terminated PTX; the entry name has no NUL (PTX identifiers).
@@ -237,9 +295,18 @@ impl CudaDevice {
         state.epoch += 1;
         state.loaded.clear();
         state.allocations.clear();
+        // Streams, events and modules died with the context; host memory stays, and is page-locked
+        // again with the new one below.
+        state.free_streams.clear();
+        state.free_events.clear();
+        state.retired.clear();
         match reset.and_then(|()| open_context(ordinal)) {
             Ok(handles) => {
                 state.start = Start::Ready(handles);
+                for (&address, &bytes) in &state.hosts {
+                    // SAFETY: Quasi's own mapping of `bytes`, alive until `host_free`.
+                    let _ = unsafe { sys::cuMemHostRegister_v2(address as *mut c_void, bytes, 0) };
+                }
                 "the GPU context was recreated, and buffers made before are stale".into()
             }
             Err(error) => {
@@ -248,6 +315,139 @@ impl CudaDevice {
                 state.start = Start::Absent(message.clone());
                 message
             }
+        }
+    }
+}
+
+impl CudaDevice {
+    /// A stream and events for a submission: an anchor, and a start and an end per command.
+    fn take_resources(&self, submission: &Submission) -> Result<Resources, DeviceError> {
+        let mut state = self.lock();
+        let failed = |what: &str, error| format!("{what} for a submission failed: {}", cuda_error(error));
+        let stream = match state.free_streams.pop() {
+            Some(stream) => stream,
+            None => Handle(
+                result::stream::create(result::stream::StreamKind::NonBlocking)
+                    .map_err(|error| failed("creating a stream", error))?,
+            ),
+        };
+        let mut event = || -> Result<Handle<sys::CUevent>, DeviceError> {
+            match state.free_events.pop() {
+                Some(event) => Ok(event),
+                None => Ok(Handle(
+                    result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+                        .map_err(|error| failed("creating an event", error))?,
+                )),
+            }
+        };
+        let anchor = event()?;
+        let mut commands = Vec::with_capacity(submission.commands.len());
+        for command in &submission.commands {
+            let (bytes, copy, detail) = match command {
+                Command::Copy(copy) => (Some(copy.bytes), Some(*copy), String::new()),
+                Command::Call { dimensions: [gx, gy, gz, bx, by, bz], bytes, .. } => {
+                    (*bytes, None, format!("grid ({gx}, {gy}, {gz}) block ({bx}, {by}, {bz})"))
+                }
+            };
+            let events = (event()?, event()?);
+            commands.push(Timed { label: command.label(), bytes, copy, detail, events });
+        }
+        Ok((stream, anchor, commands))
+    }
+
+    /// Queues a submission's commands on its stream, each between its events.
+    fn queue(
+        &self,
+        submission: &Submission,
+        stream: Handle<sys::CUstream>,
+        anchor: sys::CUevent,
+        timed: &mut [Timed],
+        functions: &[sys::CUfunction],
+    ) -> Result<(), String> {
+        let stream = stream.0;
+        let mut functions = functions.iter();
+        // SAFETY: the stream and events belong to the current context; device ranges lie in
+        // live buffers (the runtime checked them) that no `gpu-free` can free while the
+        // submission runs; host ranges are the program's (trusted, as C's memcpy trusts them),
+        // and kernel parameters are copied by `cuLaunchKernel` when it is called.
+        unsafe {
+            result::event::record(anchor, stream).map_err(cuda_error)?;
+            for (command, timed) in submission.commands.iter().zip(timed) {
+                result::event::record(timed.events.0 .0, stream).map_err(cuda_error)?;
+                match command {
+                    Command::Copy(copy) => {
+                        let bytes = copy.bytes as usize;
+                        match copy.kind {
+                            CopyKind::HostToDevice => result::memcpy_htod_async(
+                                copy.target,
+                                std::slice::from_raw_parts(copy.source as *const u8, bytes),
+                                stream,
+                            ),
+                            CopyKind::DeviceToHost => result::memcpy_dtoh_async(
+                                std::slice::from_raw_parts_mut(copy.target as *mut u8, bytes),
+                                copy.source,
+                                stream,
+                            ),
+                            CopyKind::DeviceToDevice => {
+                                result::memcpy_dtod_async(copy.target, copy.source, bytes, stream)
+                            }
+                        }
+                        .map_err(|error| format!("queueing {} failed: {}", command.label(), cuda_error(error)))?;
+                    }
+                    Command::Call { name, dimensions, values, .. } => {
+                        let function = *functions.next().ok_or("a kernel without its function (a bug in Quasi)")?;
+                        let mut values = values.clone();
+                        let mut parameters: Vec<*mut c_void> =
+                            values.iter_mut().map(|value| value as *mut u64 as *mut c_void).collect();
+                        let grid = (dimensions[0] as u32, dimensions[1] as u32, dimensions[2] as u32);
+                        let block = (dimensions[3] as u32, dimensions[4] as u32, dimensions[5] as u32);
+                        result::launch_kernel(function, grid, block, 0, stream, &mut parameters)
+                            .map_err(|error| format!("launching `{name}` failed: {}", cuda_error(error)))?;
+                    }
+                }
+                result::event::record(timed.events.1 .0, stream).map_err(cuda_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows of a submission that ended: each command between its events, placed on the
+    /// host's clock from the anchor.
+    fn record_rows(&self, running: &Running) {
+        let lane = Lane::Submission(running.id);
+        let (anchor, anchored) = running.anchor;
+        for timed in &running.commands {
+            // SAFETY: events of the current context that have completed.
+            let (offset, length) = unsafe {
+                (
+                    result::event::elapsed(anchor.0, timed.events.0 .0),
+                    result::event::elapsed(timed.events.0 .0, timed.events.1 .0),
+                )
+            };
+            let (Ok(offset), Ok(length)) = (offset, length) else { continue };
+            let start = anchored + Duration::from_secs_f64(f64::from(offset.max(0.0)) / 1e3);
+            let duration = Duration::from_secs_f64(f64::from(length.max(0.0)) / 1e3);
+            let detail = match (&timed.copy, timed.bytes) {
+                (Some(copy), _) => copy_detail(copy, duration),
+                (None, Some(bytes)) => format!("{}, {}", timed.detail, gb_per_second(bytes, duration)),
+                (None, None) => timed.detail.clone(),
+            };
+            self.rows.record_on(lane, Some(start), timed.label.clone(), duration, timed.bytes, detail);
+            running.fence.command_finished();
+        }
+    }
+
+    /// Gives a submission's stream and events back to the pools, if of the current epoch.
+    fn recycle(&self, running: Running) {
+        let mut state = self.lock();
+        if running.epoch != state.epoch {
+            return;
+        }
+        state.free_streams.push(running.stream);
+        state.free_events.push(running.anchor.0);
+        for timed in running.commands {
+            state.free_events.push(timed.events.0);
+            state.free_events.push(timed.events.1);
         }
     }
 }
@@ -406,21 +606,188 @@ impl Device for CudaDevice {
             }
         }
     }
+
+    fn available(&self) -> Result<(), DeviceError> {
+        self.handles().map(drop)
+    }
+
+    fn submit(&self, submission: Submission, _give_up: &dyn Fn() -> bool) -> Result<(), DeviceError> {
+        // Functions first: loading a module records a row, and fails before anything is queued.
+        let mut functions = Vec::new();
+        for command in &submission.commands {
+            if let Command::Call { name, .. } = command {
+                functions.push(self.function(name)?);
+            }
+        }
+        let (_, epoch) = self.handles()?;
+        let (stream, anchor, mut commands) = self.take_resources(&submission)?;
+        let queued = self.queue(&submission, stream, anchor.0, &mut commands, &functions);
+        let anchor = (anchor, Instant::now());
+        let running = Running { id: submission.id, fence: submission.fence, epoch, stream, anchor, commands };
+        if let Err(message) = queued {
+            // What was queued runs out before the resources are used again.
+            // SAFETY: a stream of the current context.
+            let _ = unsafe { result::stream::synchronize(stream.0) };
+            self.recycle(running);
+            return Err(message.into());
+        }
+        self.lock().running.push(running);
+        Ok(())
+    }
+
+    fn poll(&self) -> Duration {
+        let mut state = self.lock();
+        if state.running.is_empty() {
+            return Duration::from_millis(10);
+        }
+        if state.handles().is_err() {
+            for running in std::mem::take(&mut state.running) {
+                running.fence.end(Err("the CUDA device is gone".to_string().into()));
+            }
+            return Duration::from_millis(10);
+        }
+        let mut ended = Vec::new();
+        let mut failed = None;
+        let mut index = 0;
+        while index < state.running.len() {
+            let running = &state.running[index];
+            if running.epoch != state.epoch {
+                let running = state.running.swap_remove(index);
+                let message =
+                    format!("submission {} was lost: a kernel fault reset the GPU before it finished", running.id);
+                running.fence.end(Err(message.into()));
+                continue;
+            }
+            let last = running.commands.last().map_or(running.anchor.0, |timed| timed.events.1);
+            // SAFETY: an event of the current context.
+            match unsafe { result::event::query(last.0) } {
+                Ok(()) => ended.push(state.running.swap_remove(index)),
+                Err(error) if error.0 == sys::cudaError_enum::CUDA_ERROR_NOT_READY => index += 1,
+                Err(error) => {
+                    let running = state.running.swap_remove(index);
+                    failed = Some((running, cuda_error(error)));
+                    break;
+                }
+            }
+        }
+        if state.running.is_empty() {
+            for module in std::mem::take(&mut state.retired) {
+                // SAFETY: a module of the current context that no submission uses any more.
+                let _ = unsafe { result::module::unload(module.0) };
+            }
+        }
+        drop(state);
+        for running in ended {
+            self.record_rows(&running);
+            let fence = Arc::clone(&running.fence);
+            self.recycle(running);
+            fence.end(Ok(()));
+        }
+        if let Some((running, message)) = failed {
+            let kernels: Vec<String> = running
+                .commands
+                .iter()
+                .filter_map(|timed| timed.label.strip_prefix("kernel ").map(|name| format!("`{name}`")))
+                .collect();
+            let recovered = self.recover();
+            let what = if kernels.is_empty() { "a copy".to_string() } else { format!("kernel {}", kernels.join(", ")) };
+            let message = format!("{what} of submission {} failed: {message}; {recovered}", running.id);
+            running.fence.end(Err(message.into()));
+        }
+        Duration::from_micros(20)
+    }
+
+    fn host_alloc(&self, bytes: u64) -> Result<u64, DeviceError> {
+        self.handles()?;
+        let size = usize::try_from(bytes.max(1)).map_err(|_| format!("`host-alloc` of {bytes} bytes"))?;
+        // SAFETY: a new anonymous mapping (zeroed), unmapped by `host_free` or with the device.
+        let address = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if address == libc::MAP_FAILED {
+            return Err(format!("`host-alloc` of {bytes} bytes failed: {}", std::io::Error::last_os_error()).into());
+        }
+        // SAFETY: the mapping just made, of `size` bytes, page-locked with the current context.
+        if let Err(error) = unsafe { sys::cuMemHostRegister_v2(address, size, 0).result() } {
+            // SAFETY: as above; nothing else has it.
+            unsafe { libc::munmap(address, size) };
+            return Err(format!("page-locking {bytes} bytes for `host-alloc` failed: {}", cuda_error(error)).into());
+        }
+        self.lock().hosts.insert(address as u64, size);
+        Ok(address as u64)
+    }
+
+    fn host_free(&self, address: u64) {
+        let Some(size) = self.lock().hosts.remove(&address) else { return };
+        // SAFETY: memory `host_alloc` mapped and registered, which no submission uses (the
+        // runtime saw); unregistering from a context reset since fails harmlessly.
+        unsafe {
+            if self.handles().is_ok() {
+                let _ = sys::cuMemHostUnregister(address as *mut c_void);
+            }
+            libc::munmap(address as *mut c_void, size);
+        }
+    }
+
+    fn stop_submissions(&self) {
+        self.poll();
+        let running = std::mem::take(&mut self.lock().running);
+        if running.is_empty() {
+            return;
+        }
+        // A kernel cannot be stopped on its own: resetting the context stops everything.
+        let recovered = self.recover();
+        for running in running {
+            running.fence.end(Err(format!("{}; {recovered}", super::device::cancelled(running.id).message).into()));
+        }
+    }
 }
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
+        if !self.lock().running.is_empty() {
+            self.stop_submissions();
+        }
         let state = self.state.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let hosts = std::mem::take(&mut state.hosts);
         let handles = match std::mem::replace(&mut state.start, Start::Deferred) {
             Start::Starting(handle) => handle.join().ok().and_then(Result::ok),
             Start::Ready(handles) => Some(handles),
             _ => None,
         };
-        let Some(handles) = handles else { return };
-        // SAFETY: the context is current for the frees; memory and modules of the current
-        // epoch are live, older ones died with their context and are not touched.
+        // SAFETY: `host-alloc` memory is Quasi's own mapping; the program is done with it.
+        let unmap = || unsafe {
+            for (&address, &size) in &hosts {
+                libc::munmap(address as *mut c_void, size);
+            }
+        };
+        let Some(handles) = handles else {
+            unmap();
+            return;
+        };
+        // SAFETY: the context is current for the frees; memory, modules, streams and events of
+        // the current epoch are live, older ones died with their context and are not touched.
         unsafe {
             let _ = result::ctx::set_current(handles.context);
+            for &address in hosts.keys() {
+                let _ = sys::cuMemHostUnregister(address as *mut c_void);
+            }
+            for stream in &state.free_streams {
+                let _ = result::stream::destroy(stream.0);
+            }
+            for event in &state.free_events {
+                let _ = result::event::destroy(event.0);
+            }
+            for module in &state.retired {
+                let _ = result::module::unload(module.0);
+            }
             for pointer in &state.allocations {
                 let _ = result::free_sync(*pointer);
             }
@@ -428,6 +795,7 @@ impl Drop for CudaDevice {
                 let _ = result::module::unload(loaded.module);
             }
         }
+        unmap();
         close(handles);
     }
 }

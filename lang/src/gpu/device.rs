@@ -1,20 +1,22 @@
 //! Where launches run, as a trait: `Device`, which the CUDA device (`cuda`) and the simulator
-//! (`sim`) implement, and the plain data its operations take — memory, copies, launches, the
-//! timing rows they record. The runtime (`runtime`) holds one of each and asks the one `:gpu`
+//! (`sim`) implement, and the plain data its operations take — memory, copies, launches,
+//! submissions and their fences, the timing rows they record. The runtime (`runtime`) holds one of each and asks the one `:gpu`
 //! chose; no operation asks which one it has.
 //!
-//! Every operation is `&self` and synchronous: the work is done (and timed, by CUDA events on
-//! the device, by the clock in the simulator) when it returns. A device keeps its own state
+//! Every operation but `submit` is synchronous: the work is done (and timed, by CUDA events
+//! on the device, by the clock in the simulator) when it returns. A device keeps its own state
 //! behind its own lock, taken only to read or record bookkeeping: never while it touches the
 //! program's memory or runs a kernel, which may fault and leave by the guard's long jump.
-//! Asynchronous submissions (docs/language.md §7.8) extend this trait with queues (a CUDA
-//! stream; a simulator worker) whose commands record the same rows.
+//! Asynchronous submissions (docs/language.md §7.8, `submit`) run on the device's queues (a
+//! CUDA stream; a simulator worker) and record the same rows, on their own lanes: a device runs
+//! a submission's commands (checked and resolved to addresses by the runtime) in order,
+//! concurrently with the host and with its other submissions, and ends its `Fence`.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::source::Span;
-use crate::timing::DeviceTiming;
+use crate::timing::{DeviceTiming, Lane};
 
 /// Where GPU forms run: on the CUDA device, or in the simulator (`:gpu sim`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,6 +149,26 @@ pub(crate) trait Device: Send + Sync {
     /// Runs a kernel over its grid and waits for it; records its timing rows (a module load
     /// first, when the CUDA device loads one).
     fn launch(&self, launch: &Launch<'_>) -> Result<(), DeviceError>;
+    /// Whether it can take work (the CUDA device waits for the driver's start-up); `Err`
+    /// says why not.
+    fn available(&self) -> Result<(), DeviceError>;
+    /// Starts a submission (docs/language.md §7.8): its commands run in order, concurrently
+    /// with the host and with other submissions, each recording a row on the submission's
+    /// lane; its fence ends when they have. Kernels it calls were readied by `prepare`.
+    /// As on CUDA, a copy from other host memory than `host-alloc`'s (pageable memory) reads
+    /// it at `submit`, and one to it makes `submit` return only when it ran; `give_up` (an
+    /// interrupt) ends that wait early.
+    fn submit(&self, submission: Submission, give_up: &dyn Fn() -> bool) -> Result<(), DeviceError>;
+    /// Looks at running submissions, ending the fences of those that ended (the simulator's
+    /// workers end theirs themselves); returns how soon a waiter should look again.
+    fn poll(&self) -> Duration;
+    /// `bytes` of page-locked host memory (`host-alloc`), zeroed; lives until `host_free`.
+    fn host_alloc(&self, bytes: u64) -> Result<u64, DeviceError>;
+    /// Gives back memory `host_alloc` made; no running submission uses it (the runtime saw).
+    fn host_free(&self, address: u64);
+    /// Stops every submission (a reset, the session's end): commands not started never run,
+    /// running ones end; returns when none runs.
+    fn stop_submissions(&self);
 }
 
 /// The timing rows of device work, in the order it ran: a device records, the session takes
@@ -155,15 +177,29 @@ pub(crate) trait Device: Send + Sync {
 pub(crate) struct Rows(Arc<Mutex<Vec<DeviceTiming>>>);
 
 impl Rows {
-    /// Records a row of work done while code ran.
+    /// Records a row of work the host waited for while code ran, which ended now.
     pub(crate) fn record(&self, label: String, duration: Duration, bytes: Option<u64>, detail: String) {
-        let row = DeviceTiming { label, duration, bytes, detail, during_run: true };
+        let start = Instant::now().checked_sub(duration);
+        self.record_on(Lane::Host, start, label, duration, bytes, detail);
+    }
+
+    /// Records a row of work on `lane` that began at `start`.
+    pub(crate) fn record_on(
+        &self,
+        lane: Lane,
+        start: Option<Instant>,
+        label: String,
+        duration: Duration,
+        bytes: Option<u64>,
+        detail: String,
+    ) {
+        let row = DeviceTiming { label, duration, bytes, detail, during_run: true, lane, start };
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(row);
     }
 
     /// Records a copy that took `elapsed`: its bytes and the rate they moved through memory at.
     pub(crate) fn record_copy(&self, copy: &Copy, elapsed: Duration) {
-        self.record(copy.kind.label().into(), elapsed, Some(copy.bytes), gb_per_second(moved_bytes(copy), elapsed));
+        self.record(copy.kind.label().into(), elapsed, Some(copy.bytes), copy_detail(copy, elapsed));
     }
 
     /// The rows recorded since the last call.
@@ -177,10 +213,163 @@ pub(crate) fn gb_per_second(bytes: u64, duration: Duration) -> String {
     format!("{:.1} GB/s", bytes as f64 / duration.as_secs_f64().max(1e-12) / 1e9)
 }
 
+/// What a copy's row says besides its bytes: the rate they moved through memory at.
+pub(crate) fn copy_detail(copy: &Copy, elapsed: Duration) -> String {
+    gb_per_second(moved_bytes(copy), elapsed)
+}
+
 /// The bytes a copy moves through memory (a copy within the device reads and writes each).
 fn moved_bytes(copy: &Copy) -> u64 {
     match copy.kind {
         CopyKind::DeviceToDevice => 2 * copy.bytes,
         CopyKind::HostToDevice | CopyKind::DeviceToHost => copy.bytes,
     }
+}
+
+/// One command of a submission.
+pub(crate) enum Command {
+    /// A copy, as `Device::copy` makes it.
+    Copy(Copy),
+    /// A launch of a kernel the device has code for (`Device::prepare` readied it), with a
+    /// value per parameter (buffers resolved to their addresses) and the bytes its annotations
+    /// say it moves (for GB/s).
+    Call { name: String, dimensions: [i64; 6], values: Vec<u64>, bytes: Option<u64> },
+}
+
+impl Command {
+    /// Its timing row's label: `h2d`, `kernel NAME`…
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Command::Copy(copy) => copy.kind.label().to_string(),
+            Command::Call { name, .. } => format!("kernel {name}"),
+        }
+    }
+}
+
+/// A submission: its number (the lane of its timing rows), its commands, and its fence.
+pub(crate) struct Submission {
+    pub id: u64,
+    pub commands: Vec<Command>,
+    pub fence: Arc<Fence>,
+}
+
+/// How far a submission got: the commands it finished, whether it ended, and its outcome (the
+/// first failure, or cancelled), until an `await` takes it.
+#[derive(Default)]
+struct Progress {
+    finished_commands: usize,
+    ended: bool,
+    outcome: Option<DeviceError>,
+    /// Asked to stop (a reset): commands not started never run.
+    cancel: bool,
+}
+
+/// A submission's fence, shared by the device that runs it and the runtime that awaits it.
+#[derive(Default)]
+pub(crate) struct Fence {
+    progress: Mutex<Progress>,
+    changed: Condvar,
+}
+
+/// The longest a wait sleeps before it looks whether it should give up.
+const WAIT_SLICE: Duration = Duration::from_millis(10);
+
+impl Fence {
+    pub(crate) fn new() -> Arc<Fence> {
+        Arc::new(Fence::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One more command finished.
+    pub(crate) fn command_finished(&self) {
+        self.lock().finished_commands += 1;
+        self.changed.notify_all();
+    }
+
+    /// The submission ended: every command ran, or the first failure (or a cancel) stopped it.
+    pub(crate) fn end(&self, outcome: Result<(), DeviceError>) {
+        let mut progress = self.lock();
+        progress.ended = true;
+        progress.outcome = outcome.err();
+        drop(progress);
+        self.changed.notify_all();
+    }
+
+    /// Whether the submission ended.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.lock().ended
+    }
+
+    /// Asks the device to stop the submission: commands not started never run.
+    pub(crate) fn cancel(&self) {
+        self.lock().cancel = true;
+    }
+
+    /// Whether a cancel was asked for.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.lock().cancel
+    }
+
+    /// Waits until the submission ended or, with `commands`, finished that many commands.
+    /// `poll` lets the device look at its queues (the CUDA device ends fences when it polls)
+    /// and says how long to sleep before the next look; between looks, `give_up` says whether
+    /// to stop waiting (an interrupt), and then `wait` returns `false`.
+    pub(crate) fn wait(
+        &self,
+        commands: Option<usize>,
+        poll: &dyn Fn() -> Duration,
+        give_up: &dyn Fn() -> bool,
+    ) -> bool {
+        loop {
+            let slice = poll().min(WAIT_SLICE);
+            let progress = self.lock();
+            if progress.ended || commands.is_some_and(|count| progress.finished_commands >= count) {
+                return true;
+            }
+            if give_up() {
+                return false;
+            }
+            drop(self.changed.wait_timeout(progress, slice).unwrap_or_else(std::sync::PoisonError::into_inner));
+        }
+    }
+
+    /// The failure that ended the submission, once (an `await` reports it; a second `await`
+    /// of the fence finds nothing).
+    pub(crate) fn take_failure(&self) -> Option<DeviceError> {
+        self.lock().outcome.take()
+    }
+}
+
+/// Runs a submission's commands in order on the calling thread with `run`, finishing each on
+/// the fence and stopping at the first failure or a cancel; then ends the fence. Both devices'
+/// queues use it.
+pub(crate) fn run_commands(
+    submission: &Submission,
+    mut run: impl FnMut(usize, &Command) -> Result<(), DeviceError>,
+) -> Result<(), DeviceError> {
+    for (index, command) in submission.commands.iter().enumerate() {
+        if submission.fence.is_cancelled() {
+            return Err(cancelled(submission.id));
+        }
+        run(index, command).map_err(|error| DeviceError {
+            message: format!(
+                "submission {}, command {} ({}): {}",
+                submission.id,
+                index + 1,
+                command.label(),
+                error.message
+            ),
+            ..error
+        })?;
+        submission.fence.command_finished();
+    }
+    Ok(())
+}
+
+/// The failure of a cancelled submission.
+pub(crate) fn cancelled(id: u64) -> DeviceError {
+    format!("submission {id} was cancelled (the session was reset) before it finished").into()
 }

@@ -7,8 +7,12 @@
 //! error only, and is never held while a device touches the program's memory or runs a kernel:
 //! those may fault, and a fault leaves by the guard's long jump, past any lock guard.
 
+mod encode;
+mod work;
+
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::cuda::{CompiledPtx, CudaDevice};
@@ -20,6 +24,7 @@ use crate::abi::{
 };
 use crate::timing::DeviceTiming;
 use crate::types::Ty;
+use work::Work;
 
 /// A buffer host code holds by handle.
 #[derive(Clone, Copy)]
@@ -41,6 +46,8 @@ struct State {
     /// Host arrays staged for a launch that a fault or an interrupt ended before it freed
     /// them: freed at the next launch.
     abandoned: Vec<(&'static str, Memory)>,
+    /// Encoders, submissions and `host-alloc` memory (docs/language.md §7.8).
+    work: Work,
 }
 
 /// The session's GPU runtime.
@@ -49,6 +56,8 @@ pub(crate) struct Runtime {
     cuda: CudaDevice,
     simulator: SimDevice,
     rows: Rows,
+    /// The session's interrupt flag: `await` stops waiting when it is set.
+    interrupt: Arc<AtomicBool>,
 }
 
 /// A host array moved through device memory for one launch.
@@ -62,15 +71,22 @@ struct Staged {
 impl Runtime {
     /// A runtime whose CUDA device starts in the background now (`defer`: when a GPU form
     /// first needs it, for a session that a process forks before it runs anything).
-    pub(crate) fn new(defer: bool) -> Box<Runtime> {
+    pub(crate) fn new(defer: bool, interrupt: Arc<AtomicBool>) -> Box<Runtime> {
         let rows = Rows::default();
-        let state =
-            State { mode: Mode::Device, buffers: HashMap::new(), next_handle: 1, error: None, abandoned: Vec::new() };
+        let state = State {
+            mode: Mode::Device,
+            buffers: HashMap::new(),
+            next_handle: 1,
+            error: None,
+            abandoned: Vec::new(),
+            work: Work::default(),
+        };
         Box::new(Runtime {
             state: Mutex::new(state),
             cuda: CudaDevice::new(defer, rows.clone()),
             simulator: SimDevice::new(rows.clone()),
             rows,
+            interrupt,
         })
     }
 
@@ -89,7 +105,7 @@ impl Runtime {
 
     /// The runtime functions compiled host code calls, and this runtime's own address.
     pub(crate) fn runtime_symbols(&self) -> Vec<(String, usize)> {
-        vec![
+        let mut symbols = vec![
             (RT_GPU.to_string(), self as *const Runtime as usize),
             (RT_GPU_ALLOC.to_string(), runtime_alloc as *const () as usize),
             (RT_GPU_FREE.to_string(), runtime_free as *const () as usize),
@@ -98,7 +114,9 @@ impl Runtime {
             (RT_GPU_LAUNCH.to_string(), runtime_launch as *const () as usize),
             (SIM_SYNC.to_string(), runtime_sync as *const () as usize),
             (SIM_CHECK.to_string(), runtime_check as *const () as usize),
-        ]
+        ];
+        symbols.extend(self.work_symbols());
+        symbols
     }
 
     /// Waits until the CUDA driver's start-up, begun by `new`, has ended.
@@ -129,9 +147,14 @@ impl Runtime {
         self.cuda.install(name, ptx);
     }
 
-    /// Registers the simulator's build of a launched function (or why it has none).
-    pub(crate) fn install_simulated(&self, name: &str, kernel: Result<Arc<SimKernel>, String>) {
-        self.simulator.install(name, kernel);
+    /// Registers the simulator's build of a launched function (or why it has none); returns
+    /// the build it replaces.
+    pub(crate) fn install_simulated(
+        &self,
+        name: &str,
+        kernel: Result<Arc<SimKernel>, String>,
+    ) -> Option<Arc<SimKernel>> {
+        self.simulator.install(name, kernel)
     }
 
     /// Whether a segmentation fault at `address` was a simulated thread's stack overflow.
@@ -210,6 +233,13 @@ impl Runtime {
 
     fn free(&self, handle: u64) -> Result<(), DeviceError> {
         let buffer = self.buffer(handle, "gpu-free")?;
+        self.device().poll();
+        if let Some(submission) = self.lock().work.user_of(handle) {
+            return Err(format!(
+                "`gpu-free` of a buffer that submission {submission} uses, and it is still running: await its fence first"
+            )
+            .into());
+        }
         self.device().free(buffer.memory)?;
         self.lock().buffers.remove(&handle);
         Ok(())
@@ -223,14 +253,31 @@ impl Runtime {
         count: i64,
         element_size: i64,
     ) -> Result<(), DeviceError> {
+        let (copy, _) = self.resolve_copy("gpu-copy", direction, destination, source, count, element_size)?;
+        self.device().copy(copy)
+    }
+
+    /// A copy as the device makes it, its buffers checked (`form` names the form for the
+    /// messages), and the handles of the buffers it uses.
+    fn resolve_copy(
+        &self,
+        form: &str,
+        direction: i64,
+        destination: i64,
+        source: i64,
+        count: i64,
+        element_size: i64,
+    ) -> Result<(Copy, Vec<u64>), DeviceError> {
         if count < 0 {
-            return Err(format!("`gpu-copy` of {count} elements").into());
+            return Err(format!("`{form}` of {count} elements").into());
         }
         let bytes = count as u64 * element_size.max(1) as u64;
-        let checked = |handle: i64, which: &str| -> Result<u64, DeviceError> {
-            let buffer = self.buffer(handle as u64, "gpu-copy")?;
+        let mut handles = Vec::new();
+        let mut checked = |handle: i64, which: &str| -> Result<u64, DeviceError> {
+            let buffer = self.buffer(handle as u64, form)?;
+            handles.push(handle as u64);
             if count as u64 > buffer.length {
-                Err(format!("`gpu-copy` of {count} elements, but the {which} buffer holds {}", buffer.length).into())
+                Err(format!("`{form}` of {count} elements, but the {which} buffer holds {}", buffer.length).into())
             } else {
                 Ok(buffer.memory.address)
             }
@@ -253,7 +300,7 @@ impl Runtime {
                 Copy { kind: CopyKind::DeviceToDevice, target, source: checked(source, "source")?, bytes }
             }
         };
-        self.device().copy(copy)
+        Ok((copy, handles))
     }
 
     fn launch(&self, name: &str, dimensions: [i64; LAUNCH_DIMENSIONS], args: &[LaunchArg]) -> Result<(), DeviceError> {
@@ -269,7 +316,7 @@ impl Runtime {
         device.prepare(name)?;
         let mut values: Vec<u64> = Vec::with_capacity(args.len());
         let mut staged: Vec<Staged> = Vec::new();
-        let prepared = self.prepare_arguments(device, name, args, &mut values, &mut staged);
+        let prepared = self.prepare_arguments(device, "launch", name, args, &mut values, Some(&mut staged));
         let launched = prepared.and_then(|bytes| {
             let launch = Launch { name, dimensions, values: &values, bytes };
             device.launch(&launch)?;
@@ -293,15 +340,17 @@ impl Runtime {
         launched
     }
 
-    /// The kernel's parameter values, staging host arrays through device memory; returns the
-    /// bytes the annotations say the kernel reads and writes (for GB/s), if any.
+    /// The kernel's parameter values, staging host arrays through device memory (`staged`:
+    /// none for `form` `encode-call`); returns the bytes the annotations say the kernel reads
+    /// and writes (for GB/s), if any.
     fn prepare_arguments(
         &self,
         device: &dyn Device,
+        form: &str,
         name: &str,
         args: &[LaunchArg],
         values: &mut Vec<u64>,
-        staged: &mut Vec<Staged>,
+        mut staged: Option<&mut Vec<Staged>>,
     ) -> Result<Option<u64>, DeviceError> {
         let mut moved: Option<u64> = None;
         for (index, arg) in args.iter().enumerate() {
@@ -314,7 +363,7 @@ impl Runtime {
             match ArgKind::from_code(arg.kind) {
                 Some(ArgKind::Scalar | ArgKind::DevicePointer) => values.push(arg.value as u64),
                 Some(ArgKind::Buffer) => {
-                    let buffer = self.buffer(arg.value as u64, "launch")?;
+                    let buffer = self.buffer(arg.value as u64, form)?;
                     if let Some(count) = arg.annotated_count().filter(|count| *count > buffer.length) {
                         return Err(format!(
                             "argument {} of `{name}` is a buffer of {} elements, but its annotation needs {count}",
@@ -326,6 +375,13 @@ impl Runtime {
                     values.push(buffer.memory.address);
                 }
                 Some(ArgKind::Host) => {
+                    let Some(staged) = staged.as_deref_mut() else {
+                        return Err(format!(
+                            "argument {} of `{name}` is host memory, which an encoded launch cannot copy (a bug in Quasi)",
+                            index + 1
+                        )
+                        .into());
+                    };
                     let bytes = bytes
                         .ok_or_else(|| format!("argument {} of `{name}` is host memory without a size", index + 1))?;
                     let memory = device
@@ -430,10 +486,27 @@ extern "C" fn runtime_launch(
     args: *const LaunchArg,
     arg_count: i64,
 ) -> i32 {
-    // SAFETY: codegen passes the kernel's name (a constant of `name_length` bytes),
-    // `LAUNCH_DIMENSIONS` dimensions and `arg_count` descriptors laid out as `LaunchArg`s (word
-    // by word, 8-aligned), all in memory that lives across this call.
-    let (name, dimensions, args) = unsafe {
+    // SAFETY: codegen passes the description `launch_description` reads.
+    let (name, dimensions, args) = unsafe { launch_description(name, name_length, dimensions, args, arg_count) };
+    with_runtime(runtime, 1, |runtime| runtime.launch(&name, dimensions, &args).map(|()| 0))
+}
+
+/// A launch as compiled code describes it: the kernel's name, its grid and block, and its
+/// arguments.
+///
+/// # Safety
+/// Codegen passes the kernel's name (a constant of `name_length` bytes), `LAUNCH_DIMENSIONS`
+/// dimensions and `arg_count` descriptors laid out as `LaunchArg`s (word by word, 8-aligned),
+/// all in memory that lives across the call.
+unsafe fn launch_description(
+    name: *const u8,
+    name_length: i64,
+    dimensions: *const i64,
+    args: *const LaunchArg,
+    arg_count: i64,
+) -> (String, [i64; LAUNCH_DIMENSIONS], Vec<LaunchArg>) {
+    // SAFETY: the caller's promise.
+    unsafe {
         let name = std::str::from_utf8(std::slice::from_raw_parts(name, name_length.max(0) as usize))
             .unwrap_or("?")
             .to_string();
@@ -441,6 +514,14 @@ extern "C" fn runtime_launch(
             std::slice::from_raw_parts(dimensions, LAUNCH_DIMENSIONS).try_into().unwrap_or([1; LAUNCH_DIMENSIONS]);
         let args = std::slice::from_raw_parts(args, arg_count.max(0) as usize).to_vec();
         (name, dimensions, args)
-    };
-    with_runtime(runtime, 1, |runtime| runtime.launch(&name, dimensions, &args).map(|()| 0))
+    }
+}
+
+impl Drop for Runtime {
+    /// Submissions end before the memory they use goes: `host-alloc` memory here, buffers
+    /// with the devices.
+    fn drop(&mut self) {
+        self.stop_submissions();
+        self.free_hosts();
+    }
 }

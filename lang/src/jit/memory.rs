@@ -8,8 +8,10 @@
 //!
 //! Code pages are read-write only while the session links a cell into them, and read-execute
 //! from `finalize` on. Pages are shared between cells, so a page of live code is briefly
-//! writable while another cell links: no compiled code runs then (the session links and runs
-//! on one thread, one step after the other).
+//! writable while another cell links: no compiled code of the session's runs then (the session
+//! links and runs on one thread, one step after the other). Code that runs on other threads
+//! while the session links — the simulator's builds, which device workers run — is linked
+//! `isolated`: on whole pages of its own, which no other link touches.
 //!
 //! Read-only data of a removed cell (its string literals in `.rodata*`) is kept: compiled code
 //! may have stored a pointer to a literal in a global or in memory the program holds.
@@ -40,6 +42,8 @@ struct Arena {
     page: usize,
     code: Heap,
     data: Heap,
+    /// Code blocks get whole pages of their own (`CodeMemory::set_isolated`).
+    isolated: bool,
 }
 
 // SAFETY: `base` is the address of a mapping the arena owns; it is only used under the mutex.
@@ -90,8 +94,15 @@ impl CodeMemory {
             page,
             code: Heap::new(start, middle, libc::PROT_READ | libc::PROT_WRITE),
             data: Heap::new(middle, start + RESERVATION, libc::PROT_READ | libc::PROT_WRITE),
+            isolated: false,
         };
         Ok(Box::new(CodeMemory { arena: Mutex::new(arena) }))
+    }
+
+    /// While set, every code block is page-aligned and a whole number of pages long, so that
+    /// it shares no page with another block.
+    pub(crate) fn set_isolated(&self, isolated: bool) {
+        self.arena().isolated = isolated;
     }
 
     fn arena(&self) -> std::sync::MutexGuard<'_, Arena> {
@@ -245,20 +256,27 @@ pub(crate) extern "C" fn allocate_code(
 ) -> *mut u8 {
     // SAFETY: `object` came from `create_context` and is used by one memory manager at a time.
     let object = unsafe { &mut *object.cast::<ObjectMemory>() };
+    let mut size = size.max(1);
     let block = {
         let mut arena = object.memory().arena();
         let page = arena.page;
-        match arena.code.allocate(size, align as usize, page) {
+        let align = if arena.isolated {
+            size = size.next_multiple_of(page);
+            page.max(align as usize)
+        } else {
+            align as usize
+        };
+        match arena.code.allocate(size, align, page) {
             Some(address) => {
                 // SAFETY: records the committed, always-readable part of the code half.
                 unsafe { quasi_code_range(arena.base as usize, arena.code.committed) };
                 // Pages this block shares with earlier code were made executable; write them now.
-                let (first, last) = pages(address, size.max(1), page);
+                let (first, last) = pages(address, size, page);
                 // SAFETY: the pages lie inside the code half, which the arena owns.
                 let made =
                     unsafe { libc::mprotect(first as *mut c_void, last - first, libc::PROT_READ | libc::PROT_WRITE) };
                 if made != 0 {
-                    arena.code.free(address, size.max(1));
+                    arena.code.free(address, size);
                 }
                 (made == 0).then_some(address)
             }
@@ -267,7 +285,7 @@ pub(crate) extern "C" fn allocate_code(
     };
     match block {
         Some(address) => {
-            object.code.push((address, size.max(1)));
+            object.code.push((address, size));
             address as *mut u8
         }
         None => object.overflow(size, align as usize),

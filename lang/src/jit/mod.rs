@@ -152,6 +152,21 @@ impl Jit {
     }
 
     /// Adds a cell's object file and resolves the given symbols; on failure nothing stays.
+    /// Links as `link`, with the object's code on pages of its own, which no later link makes
+    /// writable: for code that runs on other threads while the session links (the simulator's
+    /// builds, which device workers run).
+    pub fn link_isolated(
+        &mut self,
+        object: &[u8],
+        name: &str,
+        lookups: &[String],
+    ) -> Result<(CellCode, Vec<usize>), JitError> {
+        self.memory.set_isolated(true);
+        let linked = self.link(object, name, lookups);
+        self.memory.set_isolated(false);
+        linked
+    }
+
     pub fn link(&mut self, object: &[u8], name: &str, lookups: &[String]) -> Result<(CellCode, Vec<usize>), JitError> {
         let buffer_name = CString::new(name).unwrap_or_default();
         // SAFETY: the buffer copies `object`; ownership passes to ORC with the add call; the

@@ -82,6 +82,20 @@ impl Session {
                 diagnostic.with_note(note)
             }
             Fault::Signal { signal, address, pc, write, raised } => {
+                // A host access that raced with a running submission (the simulator protects
+                // the `host-alloc` memory submissions use).
+                let conflict = (*signal == libc::SIGSEGV && !*raised)
+                    .then(|| self.gpu.runtime.host_conflict(*address, *write))
+                    .flatten();
+                if let Some(message) = conflict {
+                    let place = self
+                        .program
+                        .function_at(*pc)
+                        .map_or_else(String::new, |name| format!(" (in {})", function_phrase(name)));
+                    return Diagnostic::error(Kind::Gpu, format!("{message}{place}"))
+                        .with_label(item_span, "")
+                        .with_note(note);
+                }
                 let place = self.program.function_at(*pc).map(|name| format!(" in {}", function_phrase(name)));
                 let place = place.unwrap_or_default();
                 let what = match *signal {

@@ -110,6 +110,13 @@ pub struct Session {
     gpu: SessionGpu,
 }
 
+impl Drop for Session {
+    /// Submissions still running stop before the code they run goes (the fields' drops).
+    fn drop(&mut self) {
+        self.gpu.runtime.stop_submissions();
+    }
+}
+
 impl Session {
     /// Starts a session: an ORC JIT, an executor thread, an empty environment.
     pub fn new(config: SessionConfig) -> Result<Session, SessionError> {
@@ -118,7 +125,8 @@ impl Session {
         jit.define_absolute(&run::runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
         // The CUDA driver starts in the background now (unless deferred), so the first GPU cell
         // rarely waits.
-        let gpu = SessionGpu::new(config.defer_device);
+        let interrupt = expand::new_interrupt_flag();
+        let gpu = SessionGpu::new(config.defer_device, interrupt.clone());
         let mode = match config.gpu {
             Some(mode) => Some(mode),
             None => GpuMode::from_environment().map_err(SessionError::Setting)?,
@@ -127,7 +135,6 @@ impl Session {
             gpu.runtime.set_mode(mode);
         }
         jit.define_absolute(&gpu.runtime.runtime_symbols()).map_err(|error| SessionError::Llvm(error.to_string()))?;
-        let interrupt = expand::new_interrupt_flag();
         let mut session = Session {
             opt_level: config.opt_level.min(3),
             opt_pinned: false,

@@ -8,18 +8,30 @@
 
 pub(crate) mod build;
 mod executor;
+mod host;
+mod queue;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub(crate) use executor::{runtime_check, runtime_sync, Allocation, SimKernel, THREAD_STACK};
 
-use super::device::{Copy, Device, DeviceError, Launch, Memory, Rows};
+use super::device::{
+    copy_detail, run_commands, Command, Copy, CopyKind, Device, DeviceError, Launch, Memory, Rows, Submission,
+};
+use crate::guard::FaultRecord;
+use crate::timing::Lane;
 use executor::{Region, Simulator};
+use host::HostMemories;
+use queue::Workers;
+
+/// How soon a waiter looks again: the workers end fences themselves, so only to see an
+/// interrupt.
+const POLL: Duration = Duration::from_millis(10);
 
 struct State {
     /// The memory this device made, by address, with what it is (for the checks' reports).
@@ -28,25 +40,95 @@ struct State {
     kernels: HashMap<String, Result<Arc<SimKernel>, String>>,
 }
 
+/// What the device shares with its workers.
+struct Shared {
+    state: Mutex<State>,
+    /// `host-alloc` memory, and its pages running submissions protect.
+    hosts: Mutex<HostMemories>,
+    rows: Rows,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind: keep using it.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn hosts(&self) -> MutexGuard<'_, HostMemories> {
+        self.hosts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs a kernel on `executor` (the session's, or a worker's) and records its row on
+    /// `lane`.
+    fn run_kernel(
+        &self,
+        executor: &Simulator,
+        lane: Lane,
+        launch: &Launch<'_>,
+        kernel: &Arc<SimKernel>,
+    ) -> Result<(), DeviceError> {
+        let regions: Vec<Region> = self
+            .lock()
+            .allocations
+            .values()
+            .map(|(memory, what)| Region {
+                start: memory.start(),
+                end: memory.start() + memory.len(),
+                what: what.clone(),
+            })
+            .collect();
+        // No lock is held while the kernel runs: a fault or an interrupt leaves by a long jump.
+        let start = Instant::now();
+        let ran = executor
+            .launch(launch.name, kernel, launch.dimensions, launch.values, regions)
+            .map_err(|error| DeviceError { message: error.message, site: error.site, unavailable: false })?;
+        let [gx, gy, gz, bx, by, bz] = launch.dimensions;
+        let detail = format!("simulated: grid ({gx}, {gy}, {gz}) block ({bx}, {by}, {bz})");
+        let label = format!("kernel {}", launch.name);
+        self.rows.record_on(lane, Some(start), label, ran.duration, launch.bytes, detail);
+        Ok(())
+    }
+}
+
 /// The simulator of one session.
 pub(crate) struct SimDevice {
+    /// First, so that it is dropped (its workers stopped and joined) before anything they use.
+    workers: Workers,
     executor: Box<Simulator>,
-    state: Mutex<State>,
+    shared: Arc<Shared>,
     /// Whether launches check accesses and barriers (`:gpu sim` against `:gpu sim unchecked`):
-    /// what its builds do, and what `:gpu` says.
+    /// what its builds do, and what `:gpu` says; submissions then check the host's accesses.
     checked: AtomicBool,
-    rows: Rows,
+}
+
+/// A command as a worker runs it: a copy through the device's view of `host-alloc` memory,
+/// or from bytes of other host memory read when it was submitted; a kernel resolved then.
+enum Step {
+    /// `translated`: the host side is the device's view of `host-alloc` memory.
+    Copy {
+        copy: Copy,
+        staged: Option<Vec<u8>>,
+        translated: bool,
+    },
+    Call {
+        kernel: Arc<SimKernel>,
+    },
 }
 
 impl SimDevice {
     pub(crate) fn new(rows: Rows) -> SimDevice {
         let state = State { allocations: BTreeMap::new(), kernels: HashMap::new() };
-        SimDevice { executor: Simulator::new(), state: Mutex::new(state), checked: AtomicBool::new(true), rows }
+        let shared = Shared { state: Mutex::new(state), hosts: Mutex::new(HostMemories::default()), rows };
+        SimDevice {
+            workers: Workers::default(),
+            executor: Simulator::new(),
+            shared: Arc::new(shared),
+            checked: AtomicBool::new(true),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves plain data behind: keep using it.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared.lock()
     }
 
     /// Turns checking on or off (`:gpu sim [unchecked]`).
@@ -54,9 +136,10 @@ impl SimDevice {
         self.checked.store(checked, Ordering::Relaxed);
     }
 
-    /// Registers the build of a launched function (or why it has none).
-    pub(crate) fn install(&self, name: &str, kernel: Result<Arc<SimKernel>, String>) {
-        self.lock().kernels.insert(name.to_string(), kernel);
+    /// Registers the build of a launched function (or why it has none); returns the build it
+    /// replaces.
+    pub(crate) fn install(&self, name: &str, kernel: Result<Arc<SimKernel>, String>) -> Option<Arc<SimKernel>> {
+        self.lock().kernels.insert(name.to_string(), kernel).and_then(Result::ok)
     }
 
     /// Whether a segmentation fault at `address` was a simulated thread's stack overflow.
@@ -110,7 +193,7 @@ impl Device for SimDevice {
         // C's memcpy (and the device's copies) the program's host pointer is trusted for
         // `bytes`. No lock is held: a fault here ends the call by a long jump.
         unsafe { std::ptr::copy(copy.source as *const u8, copy.target as *mut u8, copy.bytes as usize) };
-        self.rows.record_copy(&copy, start.elapsed());
+        self.shared.rows.record_copy(&copy, start.elapsed());
         Ok(())
     }
 
@@ -127,26 +210,182 @@ impl Device for SimDevice {
         self.kernel(name).map(drop)
     }
 
-    fn launch(&self, launch: &Launch<'_>) -> Result<(), DeviceError> {
-        let kernel = self.kernel(launch.name)?;
-        let regions: Vec<Region> = self
-            .lock()
-            .allocations
-            .values()
-            .map(|(memory, what)| Region {
-                start: memory.start(),
-                end: memory.start() + memory.len(),
-                what: what.clone(),
-            })
-            .collect();
-        // No lock is held while the kernel runs: a fault or an interrupt leaves by a long jump.
-        let ran = self
-            .executor
-            .launch(launch.name, &kernel, launch.dimensions, launch.values, regions)
-            .map_err(|error| DeviceError { message: error.message, site: error.site, unavailable: false })?;
-        let [gx, gy, gz, bx, by, bz] = launch.dimensions;
-        let detail = format!("simulated: grid ({gx}, {gy}, {gz}) block ({bx}, {by}, {bz})");
-        self.rows.record(format!("kernel {}", launch.name), ran.duration, launch.bytes, detail);
+    fn available(&self) -> Result<(), DeviceError> {
         Ok(())
     }
+
+    fn launch(&self, launch: &Launch<'_>) -> Result<(), DeviceError> {
+        let kernel = self.kernel(launch.name)?;
+        self.shared.run_kernel(&self.executor, Lane::Host, launch, &kernel)
+    }
+
+    fn submit(&self, submission: Submission, give_up: &dyn Fn() -> bool) -> Result<(), DeviceError> {
+        let steps = self.steps(&submission)?;
+        // The last copy to pageable memory: `submit` returns when it ran.
+        let pageable = steps.iter().rposition(
+            |step| matches!(step, Step::Copy { copy, translated: false, .. } if copy.kind == CopyKind::DeviceToHost),
+        );
+        let protection = if self.checked.load(Ordering::Relaxed) {
+            let copies: Vec<(u64, u64, bool, String)> = submission
+                .commands
+                .iter()
+                .enumerate()
+                .filter_map(|(index, command)| match command {
+                    Command::Copy(copy) => host_side(copy).map(|(address, device_writes)| {
+                        (address, copy.bytes, device_writes, format!("command {}, {}", index + 1, command.label()))
+                    }),
+                    Command::Call { .. } => None,
+                })
+                .collect();
+            self.shared.hosts().protect(submission.id, &copies)
+        } else {
+            host::Protection::default()
+        };
+        let shared = Arc::clone(&self.shared);
+        let fence = Arc::clone(&submission.fence);
+        let job = Box::new(move |executor: &Simulator| {
+            let lane = Lane::Submission(submission.id);
+            let outcome = run_commands(&submission, |index, command| {
+                let start = Instant::now();
+                match (&steps[index], command) {
+                    (Step::Copy { copy, staged, .. }, _) => {
+                        let source = staged.as_ref().map_or(copy.source, |bytes| bytes.as_ptr() as u64);
+                        // SAFETY: as in `Device::copy`: the device side was checked, host
+                        // memory is the device's view of `host-alloc` memory, bytes staged at
+                        // submission, or (copies to other host memory) the program's pointer,
+                        // which the host does not touch until the copy ends (`submit` waits).
+                        let copied = crate::guard::guarded(|| unsafe {
+                            std::ptr::copy(source as *const u8, copy.target as *mut u8, copy.bytes as usize)
+                        });
+                        copied.map_err(|record| fault(executor, &record, "the copy"))?;
+                        let elapsed = start.elapsed();
+                        let detail = copy_detail(copy, elapsed);
+                        shared.rows.record_on(lane, Some(start), command.label(), elapsed, Some(copy.bytes), detail);
+                        Ok(())
+                    }
+                    (Step::Call { kernel }, Command::Call { name, dimensions, values, bytes }) => {
+                        let launch = Launch { name, dimensions: *dimensions, values, bytes: *bytes };
+                        let what = format!("kernel `{name}`");
+                        crate::guard::guarded(|| shared.run_kernel(executor, lane, &launch, kernel))
+                            .map_err(|record| fault(executor, &record, &what))?
+                    }
+                    (Step::Call { .. }, Command::Copy(_)) => {
+                        Err("a command out of step (a bug in Quasi)".to_string().into())
+                    }
+                }
+            });
+            shared.hosts().unprotect(protection);
+            submission.fence.end(outcome);
+        });
+        self.workers.push(Arc::clone(&fence), job)?;
+        if let Some(index) = pageable {
+            // An interrupt ends the wait; the cell stops when `submit` returns, and the
+            // submission keeps running.
+            fence.wait(Some(index + 1), &|| POLL, give_up);
+        }
+        Ok(())
+    }
+
+    fn poll(&self) -> Duration {
+        POLL
+    }
+
+    fn host_alloc(&self, bytes: u64) -> Result<u64, DeviceError> {
+        self.shared.hosts().alloc(bytes).map_err(DeviceError::from)
+    }
+
+    fn host_free(&self, address: u64) {
+        self.shared.hosts().free(address);
+    }
+
+    fn stop_submissions(&self) {
+        self.workers.stop();
+    }
+}
+
+impl SimDevice {
+    /// A submission's commands as its worker runs them: kernels resolved now (a redefinition
+    /// later does not change what it runs), copies of `host-alloc` memory through the device's
+    /// view, and the bytes a copy from other host memory reads, read now (as CUDA stages
+    /// pageable memory when the copy is queued).
+    fn steps(&self, submission: &Submission) -> Result<Vec<Step>, DeviceError> {
+        let mut steps = Vec::with_capacity(submission.commands.len());
+        for command in &submission.commands {
+            let step = match command {
+                Command::Call { name, .. } => Step::Call { kernel: self.kernel(name)? },
+                Command::Copy(copy) => {
+                    let mut copy = *copy;
+                    let mut staged = None;
+                    let mut translated = false;
+                    let hosts = self.shared.hosts();
+                    match copy.kind {
+                        CopyKind::HostToDevice => match hosts.device_address(copy.source, copy.bytes) {
+                            Some(address) => {
+                                copy.source = address;
+                                translated = true;
+                            }
+                            None => {
+                                drop(hosts);
+                                let mut bytes = vec![0u8; copy.bytes as usize];
+                                // SAFETY: the program's pointer, trusted for `bytes` as C's
+                                // memcpy trusts it; no lock is held (a fault leaves by a long
+                                // jump).
+                                unsafe { std::ptr::copy(copy.source as *const u8, bytes.as_mut_ptr(), bytes.len()) };
+                                staged = Some(bytes);
+                            }
+                        },
+                        CopyKind::DeviceToHost => {
+                            if let Some(address) = hosts.device_address(copy.target, copy.bytes) {
+                                copy.target = address;
+                                translated = true;
+                            }
+                        }
+                        CopyKind::DeviceToDevice => {}
+                    }
+                    Step::Copy { copy, staged, translated }
+                }
+            };
+            steps.push(step);
+        }
+        Ok(steps)
+    }
+
+    /// Why a host access at `address` faulted, if a running submission's protection stopped it.
+    pub(crate) fn host_conflict(&self, address: usize, write: bool) -> Option<String> {
+        self.shared.hosts().conflict(address, write)
+    }
+}
+
+/// The host memory a copy uses and whether the device writes it.
+fn host_side(copy: &Copy) -> Option<(u64, bool)> {
+    match copy.kind {
+        CopyKind::HostToDevice => Some((copy.source, false)),
+        CopyKind::DeviceToHost => Some((copy.target, true)),
+        CopyKind::DeviceToDevice => None,
+    }
+}
+
+/// A command a fault or an interrupt ended on a worker, as an error.
+fn fault(executor: &Simulator, record: &FaultRecord, what: &str) -> DeviceError {
+    use crate::abi::{FaultCode, GuardCode};
+    let message = match GuardCode::from_code(record.code) {
+        Some(GuardCode::Interrupt) => format!("{what} was stopped (the session was reset)"),
+        Some(GuardCode::Signal)
+            if record.signal == i64::from(libc::SIGSEGV) && executor.is_stack_overflow(record.address) =>
+        {
+            format!("stack overflow in {what}, in a simulated GPU thread (its stack is {} KiB; is the recursion unbounded?)", THREAD_STACK >> 10)
+        }
+        Some(GuardCode::Signal) if record.signal == i64::from(libc::SIGSEGV) => {
+            let access = if record.detail != 0 { "write to" } else { "read of" };
+            format!("segmentation fault in {what}: {access} address {:#x}", record.address)
+        }
+        Some(GuardCode::Signal) => format!("{what} raised {}", crate::guard::signal_name(record.signal as i32)),
+        Some(GuardCode::Exit | GuardCode::Abort) => format!("{what} ended the program"),
+        None => match FaultCode::from_code(record.code as u64) {
+            Some(FaultCode::DivideByZero) => format!("integer division by zero in {what}"),
+            Some(FaultCode::DivideOverflow) => format!("integer overflow in division in {what}"),
+            _ => format!("{what} failed a runtime check ({})", record.code),
+        },
+    };
+    message.into()
 }

@@ -1,6 +1,8 @@
 //! The simulator inside a session: interrupts and faults leave a launch from inside compiled
 //! code (on a fiber when the kernel has barriers), and the next launch still works; a rebuilt
-//! kernel gives its old code back.
+//! kernel gives its old code back. Submissions (docs/language.md §7.8): an interrupt stops an
+//! `await`, not the submission; a reset stops a submission that never ends; a fault on a device
+//! worker surfaces at `await` and the worker goes on.
 
 use std::time::Duration;
 
@@ -115,4 +117,63 @@ fn a_rebuilt_kernel_gives_its_old_code_back() {
         assert_eq!(value(&mut session, "result"), format!("{}", 63 * n));
     }
     assert!(session.code_in_use() <= in_use + 4096, "{} > {in_use}", session.code_in_use());
+}
+
+/// A kernel that spins until the host writes 1 to its flag, and a submission of it.
+const GATE: &str = "(define-kernel ((gate void) (flag (ptr int))) (while (eq (load flag) 0)))
+(define-global (flag (gpu-buf int)))
+(define-global (go (ptr int)))
+(define-global (e encoder))
+(define-global (f fence))
+(set flag (gpu-alloc int 1))
+(set go (host-alloc int 1))
+(store go 1)
+(set e (encode-begin gpu))
+(encode-call e gate (grid 1) (block 1) flag)
+(set f (submit e))";
+
+#[test]
+fn an_interrupt_stops_an_await_and_the_submission_runs_on() {
+    let mut session = session();
+    ok(&mut session, GATE);
+    let message = interrupted(&mut session, "(await f)");
+    assert!(message.starts_with("interrupted"), "{message}");
+    assert_eq!(value(&mut session, "(fence-done f)"), "#f", "the submission still runs");
+    ok(&mut session, "(gpu-copy flag go 1)");
+    ok(&mut session, "(await f)");
+    assert_eq!(value(&mut session, "(fence-done f)"), "#t");
+}
+
+#[test]
+fn a_reset_stops_a_submission_that_never_ends() {
+    let mut session = session();
+    ok(&mut session, GATE);
+    // Without the stop, the reset would wait for the gate for ever (and the old session's code
+    // would be freed under it).
+    ok(&mut session, ":reset");
+    ok(&mut session, GATE);
+    drop(session);
+}
+
+#[test]
+fn a_fault_on_a_device_worker_surfaces_at_await_and_the_worker_goes_on() {
+    let mut session = session();
+    ok(&mut session, ":gpu sim unchecked");
+    ok(&mut session, "(define-kernel ((wild void) (p (ptr int (addrspace 1)))) (store p 1))");
+    ok(&mut session, "(define-kernel ((seven void) (p (ptr int))) (store p 7))");
+    ok(&mut session, "(define-global (e encoder)) (define-global (f fence)) (define-global (b (gpu-buf int)))");
+    // More faults than there are workers: each worker survives its fault.
+    for _ in 0..4 {
+        ok(&mut session, "(set e (encode-begin gpu))");
+        ok(&mut session, "(encode-call e wild (grid 1) (block 1) (inttoptr 8 (ptr int (addrspace 1))))");
+        ok(&mut session, "(set f (submit e))");
+        let outcome = session.eval("(await f)");
+        let message = outcome.diagnostics.first().map(|diagnostic| diagnostic.message.clone()).unwrap_or_default();
+        assert!(message.contains("segmentation fault in kernel `wild`: write to address 0x8"), "{message}");
+    }
+    ok(&mut session, "(set b (gpu-alloc int 1))");
+    ok(&mut session, "(set e (encode-begin gpu))");
+    ok(&mut session, "(encode-call e seven (grid 1) (block 1) b)");
+    ok(&mut session, "(await (submit e))");
+    assert_eq!(value(&mut session, "b"), "<gpu 1 × int> [7]");
 }
