@@ -1,4 +1,5 @@
-//! Charts: bench and autotune reports as SVG for notebooks, drawn with plotters' SVG backend.
+//! Charts: bench and autotune reports and timelines as SVG for notebooks, drawn with plotters'
+//! SVG backend.
 //!
 //! An autotuning run is one row per variant, fastest first as in the table: a bar to the
 //! median, a whisker from the fastest run to the 99th percentile, the chosen variant in the
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use quasi_lang::{AutotuneReport, BenchReport, VariantReport};
+use quasi_lang::{AutotuneReport, BenchReport, Lane, SpanKind, Timeline, VariantReport};
 
 /// A chart's size in a notebook cell, in CSS pixels.
 const WIDTH: u32 = 600;
@@ -357,6 +358,75 @@ fn histogram(sorted: &[f64]) -> Result<String, ChartError> {
     Ok(svg)
 }
 
+/// The chart of `:timeline`: a row per lane (the host on top, then each submission), each span
+/// a bar from its start to its end — host code thin and grey, what the host hands over or waits
+/// for in dark grey, copies orange, kernels blue — with each span's label and times in its
+/// tooltip.
+pub fn timeline(timeline: &Timeline) -> Result<String, ChartError> {
+    let lanes = timeline.lanes();
+    let count = lanes.len().max(1);
+    let height = (FRAME_HEIGHT + ROW_PITCH * count as u32).clamp(MIN_ROWS_HEIGHT, 2 * HEIGHT);
+    let names: Vec<String> = lanes.iter().map(Lane::name).collect();
+    let label_width = (names.iter().map(String::len).max().unwrap_or(4) as u32 * 8 + 16).clamp(48, 200);
+    let unit = Unit::of(nanos(timeline.length).max(1.0));
+    let axis_end = (nanos(timeline.length) / unit.nanos).max(1e-9);
+    let position =
+        |lane: Lane| lanes.iter().position(|other| *other == lane).map_or(0.0, |index| (count - 1 - index) as f64);
+    let label_of = |value: &f64| {
+        let index = count as f64 - 1.0 - value.round();
+        let whole = (value - value.round()).abs() < 1e-6 && (0.0..count as f64).contains(&index);
+        names.get(index as usize).filter(|_| whole).cloned().unwrap_or_default()
+    };
+    let time = |value: &f64| axis_number(*value);
+    let caption = "timeline: grey host code, dark grey the host waits, orange copies, blue kernels";
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, (FONT, CAPTION_SIZE).into_font().color(&GREY))
+            .margin(8)
+            .margin_right(16)
+            .x_label_area_size(36)
+            .y_label_area_size(label_width)
+            .build_cartesian_2d(0.0..axis_end, -0.5..count as f64 - 0.5)
+            .map_err(drawing_error)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(GREY.mix(0.25))
+            .axis_style(GREY)
+            .label_style((FONT, LABEL_SIZE).into_font().color(&GREY))
+            .x_labels(6)
+            .y_labels(count + 1)
+            .x_label_formatter(&time)
+            .y_label_formatter(&label_of)
+            .x_desc(format!("from the start of the cell's code ({})", unit.name))
+            .axis_desc_style((FONT, LABEL_SIZE).into_font().color(&GREY))
+            .draw()
+            .map_err(drawing_error)?;
+        // Host code first, so that what the host waits for draws over it.
+        let mut spans: Vec<_> = timeline.spans.iter().collect();
+        spans.sort_by_key(|span| span.kind() != SpanKind::Code);
+        let bars = spans.into_iter().map(|span| {
+            let centre = position(span.lane);
+            let (half, colour) = match span.kind() {
+                SpanKind::Code => (0.12, GREY.mix(0.45)),
+                SpanKind::Host => (BAR_HALF_HEIGHT, GREY.mix(0.9)),
+                SpanKind::Copy => (BAR_HALF_HEIGHT, ORANGE.mix(0.8)),
+                SpanKind::Kernel => (BAR_HALF_HEIGHT, BLUE.mix(0.8)),
+            };
+            let start = nanos(span.start) / unit.nanos;
+            // A span too short to see still gets a sliver.
+            let end = (nanos(span.end()) / unit.nanos).max(start + axis_end / 400.0);
+            Rectangle::new([(start, centre - half), (end, centre + half)], colour.filled())
+        });
+        chart.draw_series(bars).map_err(drawing_error)?;
+        root.present().map_err(drawing_error)?;
+    }
+    Ok(svg)
+}
+
 /// An axis tick: up to three significant decimals, no trailing zeros.
 fn axis_number(value: f64) -> String {
     let text = format!("{value:.3}");
@@ -438,6 +508,39 @@ mod tests {
             assert!(!svg.contains(bad), "`{bad}` in {svg}");
         }
         assert!(!svg.contains(r##"fill="#FFFFFF""##), "the background stays transparent: {svg}");
+    }
+
+    #[test]
+    fn a_timeline_has_a_row_per_lane_and_a_bar_per_span() {
+        use quasi_lang::{Lane, Timeline, TimelineSpan};
+        let span = |lane, label: &str, start_us: u64, length_us: u64| TimelineSpan {
+            lane,
+            label: label.into(),
+            start: Duration::from_micros(start_us),
+            duration: Duration::from_micros(length_us),
+            bytes: None,
+            detail: String::new(),
+        };
+        let timeline = Timeline {
+            spans: vec![
+                span(Lane::Host, "code", 0, 900),
+                span(Lane::Host, "submit", 10, 5),
+                span(Lane::Host, "await", 20, 800),
+                span(Lane::Submission(7), "h2d", 16, 100),
+                span(Lane::Submission(7), "kernel k", 120, 600),
+                span(Lane::Submission(8), "kernel k", 30, 700),
+            ],
+            length: Duration::from_micros(900),
+        };
+        let svg = super::timeline(&timeline).expect("drawn");
+        assert_drawable(&svg);
+        for label in ["host", "submission 7", "submission 8", "from the start of the cell&apos;s code (µs)"] {
+            assert!(svg.contains(label), "no `{label}` in {svg}");
+        }
+        assert_eq!(count(&svg, "<rect"), 6, "{svg}");
+        // The host's lane on top, then the submissions in order.
+        assert!(text_y(&svg, "host") < text_y(&svg, "submission 7"), "{svg}");
+        assert!(text_y(&svg, "submission 7") < text_y(&svg, "submission 8"), "{svg}");
     }
 
     #[test]

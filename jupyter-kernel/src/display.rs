@@ -109,6 +109,7 @@ fn rich_item(item: &Item, plain: &str) -> Vec<MediaType> {
         Item::Timing(timing) => vec![MediaType::Html(html::timing(timing))],
         Item::Bench(report) => with_chart(html::bench(plain, report), chart::bench(report)),
         Item::Autotune(report) => with_chart(html::autotune(report), chart::autotune(report)),
+        Item::Timeline(timeline) => with_chart(html::timeline(timeline), chart::timeline(timeline)),
         Item::Message(_) | Item::Output { .. } | Item::Defined { .. } => Vec::new(),
     }
 }
@@ -122,7 +123,7 @@ fn with_chart(table: String, chart: Result<String, chart::ChartError>) -> Vec<Me
         Ok(svg) => vec![MediaType::Html(format!("{table}<div class=\"quasi-chart\">{svg}</div>")), MediaType::Svg(svg)],
         // The table has every number; a chart that cannot be drawn is logged, not shown.
         Err(error) => {
-            crate::logging::warning!("no chart for a bench or autotune table: {error}");
+            crate::logging::warning!("no chart for a bench, autotune or timeline table: {error}");
             vec![MediaType::Html(table)]
         }
     }

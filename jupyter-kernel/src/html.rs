@@ -167,6 +167,17 @@ pub fn timing(timing: &quasi_lang::PhaseTimes) -> String {
             ]
         })
         .collect();
+    // GPU rows (§7.5, §7.8) inside `run`, as the terminal shows them.
+    for device in &timing.device {
+        let label = if device.during_run { format!("  {}", device.label) } else { device.label.clone() };
+        let detail = device_detail(device.bytes, &device.detail);
+        let label = if detail.is_empty() { label } else { format!("{label} ({detail})") };
+        rows.push(vec![
+            label,
+            quasi_repl::format_duration(device.duration),
+            format!("{:.1}%", 100.0 * device.duration.as_secs_f64() / total),
+        ]);
+    }
     rows.push(vec!["total".into(), quasi_repl::format_duration(timing.total()), "100%".into()]);
     // Tiered compilation's swaps since the last cell: background work, not in the total.
     for promotion in &timing.promotions {
@@ -177,6 +188,34 @@ pub fn timing(timing: &quasi_lang::PhaseTimes) -> String {
         ]);
     }
     table(&["phase".into(), "time".into(), "share".into()], &rows)
+}
+
+/// A timeline's spans, lane by lane, as a table (the chart goes below it).
+pub fn timeline(timeline: &quasi_lang::Timeline) -> String {
+    let mut rows = Vec::new();
+    for lane in timeline.lanes() {
+        for span in timeline.spans.iter().filter(|span| span.lane == lane) {
+            rows.push(vec![
+                lane.name(),
+                span.label.clone(),
+                quasi_repl::format_duration(span.start),
+                quasi_repl::format_duration(span.end()),
+                quasi_repl::format_duration(span.duration),
+                device_detail(span.bytes, &span.detail),
+            ]);
+        }
+    }
+    let header = ["lane", "what", "start", "end", "time", "detail"].map(String::from);
+    table(&header, &rows)
+}
+
+/// What a device row says besides its time: bytes, then its detail.
+fn device_detail(bytes: Option<u64>, detail: &str) -> String {
+    let mut parts: Vec<String> = bytes.map(quasi_repl::byte_text).into_iter().collect();
+    if !detail.is_empty() {
+        parts.push(detail.to_string());
+    }
+    parts.join(", ")
 }
 
 /// A benchmark's statistics as a one-row table under its summary line.

@@ -1,5 +1,6 @@
 //! Bench: `(bench EXPR …)` and `(autotune NAME …)` — repeated timed runs of compiled code,
-//! statistics, and Caiman-style "time every variant" tuning over a Rhai generator.
+//! statistics, and Caiman-style "time every variant" tuning over a Rhai generator, or over
+//! hand-written implementations (`impls`).
 //!
 //! The timing loop is itself C-Lisp, generated here and compiled like any cell, so a run costs
 //! one clock read per sample and no call back into Rust; parameters and samples live in session
@@ -284,14 +285,11 @@ impl Bencher<'_> {
     }
 
     fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
-        let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)])`";
+        let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)])`, or `(autotune NAME (impls F…) (run EXPR) …)`";
         let items = form.list().unwrap_or(&[]);
         let Some(name) = items.get(1).and_then(Sexp::symbol) else { return Err(syntax(form.span, shape)) };
         let clause = |head: &str| items[2..].iter().find(|item| item.head() == Some(head)).and_then(Sexp::list);
-        let (Some(generator), Some(params), Some(run)) = (clause("gen"), clause("params"), clause("run")) else {
-            return Err(syntax(form.span, shape));
-        };
-        let Some(run) = run.get(1) else { return Err(syntax(form.span, shape)) };
+        let Some(run) = clause("run").and_then(|run| run.get(1)) else { return Err(syntax(form.span, shape)) };
         let tolerance = match clause("tolerance").and_then(|items| items.get(1)).map(|value| &value.kind) {
             Some(SexpKind::Float(value)) => *value,
             Some(SexpKind::Int(value)) => *value as f64,
@@ -302,6 +300,26 @@ impl Bencher<'_> {
             clause("check-buffer").and_then(|items| (items.len() == 3).then(|| (items[1].clone(), items[2].clone())));
         let mut names = Vec::new();
         let mut values: Vec<Vec<Sexp>> = Vec::new();
+        let (generator, params) = match (clause("impls"), clause("gen"), clause("params")) {
+            (Some(impls), None, None) => {
+                let implementations = impls[1..]
+                    .iter()
+                    .map(|item| {
+                        item.symbol()
+                            .map(str::to_string)
+                            .ok_or_else(|| syntax(item.span, "`impls` names functions: `(impls F…)`"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if implementations.is_empty() {
+                    return Err(syntax(form.span, "`impls` names at least one function"));
+                }
+                let tuning =
+                    Tuning { name, run, check: check.as_ref(), check_buffer: check_buffer.as_ref(), tolerance };
+                return self.autotune_impls(form, &tuning, &implementations, outcome);
+            }
+            (None, Some(generator), Some(params)) => (generator, params),
+            _ => return Err(syntax(form.span, shape)),
+        };
         for param in &params[1..] {
             let Some((param_name, choices)) = param.list().and_then(|items| items.split_first()) else {
                 return Err(syntax(param.span, "a parameter is `(P V…)`"));
@@ -339,15 +357,10 @@ impl Bencher<'_> {
             let run = bind(run);
             let check = check.as_ref().map(bind);
             let check_buffer = check_buffer.as_ref().map(|(pointer, count)| (bind(pointer), bind(count)));
-            let result = self.autotune_variant(
-                name,
-                &call,
-                &run,
-                check.as_ref(),
-                check_buffer.as_ref(),
-                &mut reference,
-                tolerance,
-            );
+            let tuning =
+                Tuning { name, run: &run, check: check.as_ref(), check_buffer: check_buffer.as_ref(), tolerance };
+            let definition = self.generated(&call, name);
+            let result = self.autotune_variant(&tuning, definition, &mut reference);
             match result {
                 Ok((report, definition)) => {
                     variants.push(VariantReport { values: labels, result: Ok(report) });
@@ -359,6 +372,87 @@ impl Bencher<'_> {
                 }
             }
         }
+        self.choose(form, name, names, variants, definitions, outcome)
+    }
+
+    /// `(autotune NAME (impls F…) …)`: each function F (of NAME's signature, or of the first
+    /// F's if NAME is new) is installed under NAME in turn — its definition, renamed — checked
+    /// and benched like a generated variant.
+    fn autotune_impls(
+        &mut self,
+        form: &Sexp,
+        tuning: &Tuning<'_>,
+        implementations: &[String],
+        outcome: &mut Outcome,
+    ) -> Result<(), Vec<Diagnostic>> {
+        let functions = &self.pipeline.env().functions;
+        let wanted = functions
+            .get(tuning.name)
+            .or_else(|| implementations.first().and_then(|first| functions.get(first)))
+            .map(|entry| entry.signature.clone());
+        let mut variants = Vec::new();
+        let mut definitions = Vec::new();
+        let mut reference = None;
+        for implementation in implementations {
+            let definition = self.renamed(implementation, tuning.name, wanted.as_ref());
+            match self.autotune_variant(tuning, definition, &mut reference) {
+                Ok((report, definition)) => {
+                    variants.push(VariantReport { values: vec![implementation.clone()], result: Ok(report) });
+                    definitions.push(Some(definition));
+                }
+                Err(reason) => {
+                    variants.push(VariantReport { values: vec![implementation.clone()], result: Err(reason) });
+                    definitions.push(None);
+                }
+            }
+        }
+        self.choose(form, tuning.name, vec!["impl".to_string()], variants, definitions, outcome)
+    }
+
+    /// The definition of the session function `implementation`, as the definition of `name`.
+    fn renamed(&self, implementation: &str, name: &str, wanted: Option<&Signature>) -> Result<Vec<Sexp>, String> {
+        let entry = self.pipeline.env().functions.get(implementation);
+        let Some(FunctionEntry { kind: FunctionKind::Defined(def), signature, .. }) = entry else {
+            return Err(format!("`{implementation}` is not a function defined in the session"));
+        };
+        if let Some(wanted) = wanted.filter(|wanted| *wanted != signature) {
+            return Err(format!("`{implementation}` is `{signature}`, but `{name}` is `{wanted}`"));
+        }
+        let form = def.source.form();
+        rename_definition(&form, name)
+            .map(|form| vec![form])
+            .ok_or_else(|| format!("`{implementation}`'s definition cannot be renamed"))
+    }
+
+    /// A generator's definition of `name`: the forms its call returns.
+    fn generated(&mut self, call: &Sexp, name: &str) -> Result<Vec<Sexp>, String> {
+        // A generator may return several forms (a kernel's shared arrays and the kernel).
+        let definition: Vec<Sexp> = self
+            .pipeline
+            .expand_quietly(call)
+            .map_err(first_line)?
+            .into_iter()
+            .flat_map(|form| match form.list() {
+                Some(items) if items.first().is_some_and(|first| first.list().is_some()) => items.to_vec(),
+                _ => vec![form],
+            })
+            .collect();
+        if !definition.iter().any(|form| crate::bench::defines(form, name)) {
+            return Err(format!("the generator did not return a definition of `{name}`"));
+        }
+        Ok(definition)
+    }
+
+    /// Reports the variants, fastest first, and makes `name` the fastest's definition.
+    fn choose(
+        &mut self,
+        form: &Sexp,
+        name: &str,
+        names: Vec<String>,
+        variants: Vec<VariantReport>,
+        definitions: Vec<Option<Vec<Sexp>>>,
+        outcome: &mut Outcome,
+    ) -> Result<(), Vec<Diagnostic>> {
         let baseline = variants.first().and_then(|variant| variant.result.as_ref().ok()).map(|report| report.median);
         let fastest = variants
             .iter()
@@ -408,37 +502,15 @@ impl Bencher<'_> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Installs one variant's definition of the tuned function, runs and checks it, benches it.
     fn autotune_variant(
         &mut self,
-        name: &str,
-        call: &Sexp,
-        run: &Sexp,
-        check: Option<&Sexp>,
-        check_buffer: Option<&(Sexp, Sexp)>,
+        tuning: &Tuning<'_>,
+        definition: Result<Vec<Sexp>, String>,
         reference: &mut Option<Vec<String>>,
-        tolerance: f64,
     ) -> Result<(BenchReport, Vec<Sexp>), String> {
-        let first_line = |diagnostics: Vec<Diagnostic>| {
-            diagnostics.first().map_or_else(
-                || "failed".to_string(),
-                |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message),
-            )
-        };
-        // A generator may return several forms (a kernel's shared arrays and the kernel).
-        let definition: Vec<Sexp> = self
-            .pipeline
-            .expand_quietly(call)
-            .map_err(first_line)?
-            .into_iter()
-            .flat_map(|form| match form.list() {
-                Some(items) if items.first().is_some_and(|first| first.list().is_some()) => items.to_vec(),
-                _ => vec![form],
-            })
-            .collect();
-        if !definition.iter().any(|form| crate::bench::defines(form, name)) {
-            return Err(format!("the generator did not return a definition of `{name}`"));
-        }
+        let Tuning { run, check, check_buffer, tolerance, .. } = *tuning;
+        let definition = definition?;
         self.pipeline.compile_quietly(&definition, false).map_err(first_line)?;
         let run_value = match self.evaluate_or_compile(run).map_err(first_line)? {
             Evaluated::Value(text, _) => text,
@@ -518,6 +590,35 @@ impl Bencher<'_> {
         let structs = &self.pipeline.env().structs;
         Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, structs)).collect())
     }
+}
+
+/// What every variant of an `autotune` shares: the tuned function, how it is run and checked.
+struct Tuning<'a> {
+    name: &'a str,
+    run: &'a Sexp,
+    check: Option<&'a Sexp>,
+    check_buffer: Option<&'a (Sexp, Sexp)>,
+    tolerance: f64,
+}
+
+/// A variant's failure as its table row says it: the first diagnostic's line.
+fn first_line(diagnostics: Vec<Diagnostic>) -> String {
+    diagnostics.first().map_or_else(
+        || "failed".to_string(),
+        |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message),
+    )
+}
+
+/// A definition `(define ((F RET) PARAM…) BODY…)` (or `define-inline`, `define-kernel`…) as
+/// the definition of `name`.
+fn rename_definition(form: &Sexp, name: &str) -> Option<Sexp> {
+    let items = form.list()?;
+    let prototype = items.get(1)?.list()?;
+    let head = prototype.first()?.list()?;
+    let renamed_head =
+        list(std::iter::once(sym(name, head[0].span)).chain(head[1..].iter().cloned()).collect(), prototype[0].span);
+    let prototype = list(std::iter::once(renamed_head).chain(prototype[1..].iter().cloned()).collect(), items[1].span);
+    Some(list(items[..1].iter().cloned().chain([prototype]).chain(items[2..].iter().cloned()).collect(), form.span))
 }
 
 /// Whether a definition form defines `name`.

@@ -27,6 +27,8 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":gpu-arch [sm_XX]", "show or set the GPU target of PTX (default sm_90)"),
     (":gpu [sim [unchecked]|device]", "show or choose where launches run: the CUDA device or the CPU simulator"),
     (":time on|off|last", "show phase times after every cell, or of the last cell"),
+    (":timeline", "the last cell's code and device work as lanes: the host and each submission"),
+    (":trace FILE", "write the device work since the last :trace as Chrome trace JSON (Perfetto opens it)"),
     (":bench TEXT", "benchmark TEXT, as (bench TEXT)"),
 ];
 
@@ -103,6 +105,10 @@ pub(crate) enum Command<'a> {
     /// `:gpu` shows where launches run; `:gpu sim`, `:gpu sim unchecked`, `:gpu device` choose.
     Gpu(Option<crate::gpu::Mode>),
     Time(TimeSetting),
+    /// `:timeline`: the last cell's work as lanes.
+    Timeline,
+    /// `:trace FILE`: the session's device work since the last `:trace`, as trace-event JSON.
+    Trace(&'a str),
     /// `:bench TEXT` is `(bench TEXT)`.
     Bench(&'a str),
     /// `:limits [NAME VALUE]`.
@@ -171,6 +177,12 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
             "last" | "" => TimeSetting::Last,
             _ => return Err(syntax(format!("`:time` takes on, off or last, found `{argument}`"))),
         }),
+        ":timeline" if argument.is_empty() => Command::Timeline,
+        ":timeline" => return Err(syntax(format!("`:timeline` takes nothing, found `{argument}`"))),
+        ":trace" if argument.is_empty() => {
+            return Err(syntax("`:trace` needs a file name, e.g. `:trace cells.json`".into()))
+        }
+        ":trace" => Command::Trace(argument),
         ":bench" if argument.is_empty() => return Err(syntax("`:bench` needs an expression".into())),
         ":bench" => Command::Bench(argument),
         ":limits" => {

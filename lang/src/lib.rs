@@ -30,6 +30,7 @@ mod run;
 mod session;
 mod source;
 mod tier;
+mod timeline;
 mod timing;
 mod tree;
 mod types;
@@ -55,6 +56,7 @@ pub const SESSION_STACK: usize = 256 << 20;
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
 pub use outcome::{Item, Language, Outcome, Stream};
 pub use source::{SourceFile, SourceId, Span};
+pub use timeline::{SpanKind, Timeline, TimelineSpan};
 pub use timing::{
     AutotuneReport, BenchReport, DeviceTiming, Lane, Phase, PhaseTimes, Promotion, Throughput, VariantReport,
 };

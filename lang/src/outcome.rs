@@ -4,6 +4,7 @@
 
 use crate::diagnostics::Diagnostic;
 use crate::source::{SourceFile, SourceId};
+use crate::timeline::Timeline;
 use crate::timing::{AutotuneReport, BenchReport, PhaseTimes};
 
 /// Everything one cell produced, in order. Plain data: nothing here renders itself.
@@ -94,6 +95,8 @@ pub enum Item {
     Bench(BenchReport),
     /// What `(autotune …)` measured and chose.
     Autotune(AutotuneReport),
+    /// The last cell's code and device work as lanes (`:timeline`).
+    Timeline(Timeline),
 }
 
 /// The language of a listing, for highlighting.

@@ -50,6 +50,8 @@ pub struct PhaseTimes {
     /// Functions whose code the background compiler replaced before the cell ran (tiered
     /// compilation): not part of the cell's time.
     pub promotions: Vec<Promotion>,
+    /// When the cell's code started to run (the zero of its timeline), if it ran.
+    pub started: Option<Instant>,
 }
 
 /// A function promoted by tiered compilation: its code recompiled at a higher level in the

@@ -5,6 +5,7 @@
 
 pub mod highlight;
 pub mod notebook;
+mod timeline;
 pub mod transcript;
 
 use codespan_reporting::diagnostic::{
@@ -162,6 +163,7 @@ pub fn render_item(item: &Item, masking: Masking) -> String {
         Item::Timing(timing) => render_timing(timing, masking),
         Item::Bench(report) => render_bench(report, masking),
         Item::Autotune(report) => render_autotune(report, masking),
+        Item::Timeline(timeline) => timeline::render_timeline(timeline, masking),
         Item::Output { text, .. } => text.clone(),
         Item::Message(message) => format!("{message}\n"),
     }
@@ -317,7 +319,7 @@ pub fn promotion_label(promotion: &quasi_lang::Promotion) -> String {
 }
 
 /// A byte count in decimal units, as bandwidths are quoted.
-fn byte_text(bytes: u64) -> String {
+pub fn byte_text(bytes: u64) -> String {
     let value = bytes as f64;
     let (scaled, unit) = [(1e9, "GB"), (1e6, "MB"), (1e3, "kB")]
         .into_iter()

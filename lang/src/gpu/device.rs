@@ -12,6 +12,7 @@
 //! a submission's commands (checked and resolved to addresses by the runtime) in order,
 //! concurrently with the host and with its other submissions, and ends its `Fence`.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -253,54 +254,59 @@ pub(crate) struct Submission {
     pub fence: Arc<Fence>,
 }
 
-/// How far a submission got: the commands it finished, whether it ended, and its outcome (the
-/// first failure, or cancelled), until an `await` takes it.
+/// How a submission ended, until an `await` takes it, and whether a stop was asked for.
 #[derive(Default)]
-struct Progress {
-    finished_commands: usize,
-    ended: bool,
-    outcome: Option<DeviceError>,
+struct Outcome {
+    failure: Option<DeviceError>,
     /// Asked to stop (a reset): commands not started never run.
     cancel: bool,
 }
 
-/// A submission's fence, shared by the device that runs it and the runtime that awaits it.
+/// A submission's fence, shared by the device that runs it and the runtime that awaits it:
+/// how many commands finished and whether it ended (read without a lock, so a waiter can spin
+/// on them), and its outcome.
 #[derive(Default)]
 pub(crate) struct Fence {
-    progress: Mutex<Progress>,
+    finished_commands: AtomicUsize,
+    ended: AtomicBool,
+    outcome: Mutex<Outcome>,
     changed: Condvar,
 }
 
 /// The longest a wait sleeps before it looks whether it should give up.
 const WAIT_SLICE: Duration = Duration::from_millis(10);
+/// How long a wait spins before it sleeps: waking a sleeping thread costs tens of µs, more than
+/// a short submission takes.
+const WAIT_SPIN: Duration = Duration::from_micros(50);
 
 impl Fence {
     pub(crate) fn new() -> Arc<Fence> {
         Arc::new(Fence::default())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Progress> {
-        self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Outcome> {
+        self.outcome.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// One more command finished.
     pub(crate) fn command_finished(&self) {
-        self.lock().finished_commands += 1;
+        self.finished_commands.fetch_add(1, Ordering::SeqCst);
+        let _ordered = self.lock();
         self.changed.notify_all();
     }
 
     /// The submission ended: every command ran, or the first failure (or a cancel) stopped it.
     pub(crate) fn end(&self, outcome: Result<(), DeviceError>) {
-        let mut progress = self.lock();
-        progress.ended = true;
-        progress.outcome = outcome.err();
-        drop(progress);
+        let mut locked = self.lock();
+        locked.failure = outcome.err();
+        self.ended.store(true, Ordering::SeqCst);
+        drop(locked);
         self.changed.notify_all();
     }
 
     /// Whether the submission ended.
     pub(crate) fn is_ended(&self) -> bool {
-        self.lock().ended
+        self.ended.load(Ordering::SeqCst)
     }
 
     /// Asks the device to stop the submission: commands not started never run.
@@ -315,31 +321,44 @@ impl Fence {
 
     /// Waits until the submission ended or, with `commands`, finished that many commands.
     /// `poll` lets the device look at its queues (the CUDA device ends fences when it polls)
-    /// and says how long to sleep before the next look; between looks, `give_up` says whether
-    /// to stop waiting (an interrupt), and then `wait` returns `false`.
+    /// and says how long to sleep before the next look. It spins first, then sleeps; between
+    /// looks, `give_up` says whether to stop waiting (an interrupt), and then `wait` returns
+    /// `false`.
     pub(crate) fn wait(
         &self,
         commands: Option<usize>,
         poll: &dyn Fn() -> Duration,
         give_up: &dyn Fn() -> bool,
     ) -> bool {
+        let reached = || {
+            self.ended.load(Ordering::SeqCst)
+                || commands.is_some_and(|count| self.finished_commands.load(Ordering::SeqCst) >= count)
+        };
+        let spin_until = Instant::now() + WAIT_SPIN;
         loop {
             let slice = poll().min(WAIT_SLICE);
-            let progress = self.lock();
-            if progress.ended || commands.is_some_and(|count| progress.finished_commands >= count) {
+            if reached() {
                 return true;
+            }
+            if Instant::now() < spin_until {
+                std::hint::spin_loop();
+                continue;
             }
             if give_up() {
                 return false;
             }
-            drop(self.changed.wait_timeout(progress, slice).unwrap_or_else(std::sync::PoisonError::into_inner));
+            let locked = self.lock();
+            if reached() {
+                return true;
+            }
+            drop(self.changed.wait_timeout(locked, slice).unwrap_or_else(std::sync::PoisonError::into_inner));
         }
     }
 
     /// The failure that ended the submission, once (an `await` reports it; a second `await`
     /// of the fence finds nothing).
     pub(crate) fn take_failure(&self) -> Option<DeviceError> {
-        self.lock().outcome.take()
+        self.lock().failure.take()
     }
 }
 

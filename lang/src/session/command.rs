@@ -20,6 +20,7 @@ use crate::inspect::{self, Stage};
 use crate::reader::{self, Sexp};
 use crate::source::Span;
 use crate::tier::PROMOTED_LEVEL;
+use crate::timeline::Timeline;
 use crate::timing::Phase;
 use crate::tree::{CellId, CellKind, TypedCell};
 use crate::{Item, Language, Outcome, Stream};
@@ -126,6 +127,21 @@ impl Session {
                         outcome.items.push(Item::Timing(timing.clone()));
                     }
                     None => outcome.items.push(message("no cell has run yet".into())),
+                }
+            }
+            Command::Timeline => match self.history.last_timing.as_ref().and_then(Timeline::of) {
+                Some(timeline) => outcome.items.push(Item::Timeline(timeline)),
+                None => outcome.items.push(message("no cell's code has run yet".into())),
+            },
+            Command::Trace(path) => {
+                let (json, events) = self.history.trace.take_json();
+                match std::fs::write(path, json) {
+                    Ok(()) => outcome.items.push(message(format!(
+                        "wrote {events} events to {path} (Chrome trace-event JSON: open it in ui.perfetto.dev)"
+                    ))),
+                    Err(error) => outcome
+                        .diagnostics
+                        .push(Diagnostic::error(Kind::Syntax, format!("cannot write {path}: {error}"))),
                 }
             }
             Command::Bench(text) => return self.eval_cell(&format!("(bench {text})"), &mut |_| {}),

@@ -20,9 +20,11 @@ impl Session {
             return self.run_command(text);
         }
         self.history.last_cell = Some(text.to_string());
+        let name_of_cell = name.clone();
         let mut outcome = self.eval_source(name, text.to_string(), CellOptions::of(EvalMode::Cell), progress);
         // Promotions swapped in before the cell, and before its benchmarks ran.
         outcome.timing.promotions = std::mem::take(&mut self.tiering.unreported);
+        self.history.trace.record(&name_of_cell, &outcome.timing);
         self.history.last_timing = Some(outcome.timing.clone());
         if self.history.show_timing {
             outcome.items.push(Item::Timing(outcome.timing.clone()));
@@ -49,6 +51,7 @@ impl Session {
         }
         let Committed { mut outcome, cell, entries, session_forms } = compiled.commit();
         let run_start = Instant::now();
+        outcome.timing.started = Some(run_start);
         // A bench's report is its output: nothing to show before it ends.
         let progress: &mut dyn FnMut(&Outcome) = if session_forms.is_empty() { progress } else { &mut |_| {} };
         self.run_top_level(&cell, &entries, options.mode, &mut outcome, progress);

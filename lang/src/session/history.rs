@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::reader::Sexp;
 use crate::source::{SourceFile, SourceId, Span};
+use crate::timeline::Trace;
 use crate::timing::PhaseTimes;
 use crate::Outcome;
 
@@ -31,8 +32,10 @@ pub(super) struct History {
     pub(super) last_expansion: Option<Vec<Sexp>>,
     /// Show the timing table after every cell (`:time on`).
     pub(super) show_timing: bool,
-    /// The last cell's phase times, for `:time last`.
+    /// The last cell's phase times, for `:time last` and `:timeline`.
     pub(super) last_timing: Option<PhaseTimes>,
+    /// Every cell's code and device work since the last `:trace FILE`.
+    pub(super) trace: Trace,
     /// When each name was first defined.
     definitions: BTreeMap<DefinitionKey, u32>,
     definition_counter: u32,

@@ -177,3 +177,97 @@ fn a_fault_on_a_device_worker_surfaces_at_await_and_the_worker_goes_on() {
     ok(&mut session, "(await (submit e))");
     assert_eq!(value(&mut session, "b"), "<gpu 1 × int> [7]");
 }
+
+const TWO_SUBMISSIONS: &str = "(define-kernel ((count void) (a (ptr int)) (n int))
+  (declare i int)
+  (for ((set i 0) (lt i n) (set i (add i 1))) (store a (add (load a) 1))))
+(define-global (x (gpu-buf int)))
+(define-global (y (gpu-buf int)))
+(set x (gpu-alloc int 1))
+(set y (gpu-alloc int 1))
+(define ((both void))
+  (declare ex encoder) (declare ey encoder) (declare fx fence) (declare fy fence)
+  (set ex (encode-begin gpu))
+  (set ey (encode-begin gpu))
+  (encode-call ex count (grid 1) (block 1) x 1000)
+  (encode-call ey count (grid 1) (block 1) y 2000)
+  (set fx (submit ex))
+  (set fy (submit ey))
+  (await fx)
+  (await fy))";
+
+#[test]
+fn a_timeline_has_a_lane_per_submission_inside_the_cell() {
+    let mut session = session();
+    ok(&mut session, TWO_SUBMISSIONS);
+    ok(&mut session, "(call both)");
+    let outcome = ok(&mut session, ":timeline");
+    let Some(crate::Item::Timeline(timeline)) = outcome.items.first() else { panic!("{:?}", outcome.items) };
+    use crate::timing::Lane;
+    assert_eq!(timeline.lanes(), [Lane::Host, Lane::Submission(1), Lane::Submission(2)]);
+    let labels = |lane: Lane| -> Vec<&str> {
+        timeline.spans.iter().filter(|span| span.lane == lane).map(|span| span.label.as_str()).collect()
+    };
+    assert_eq!(labels(Lane::Host), ["code", "submit", "submit", "await", "await"]);
+    assert_eq!(labels(Lane::Submission(1)), ["kernel count"]);
+    assert_eq!(labels(Lane::Submission(2)), ["kernel count"]);
+    // Every span lies in the host code's span, which starts the timeline.
+    let code = &timeline.spans[0];
+    assert_eq!(code.start, Duration::ZERO);
+    for span in &timeline.spans {
+        assert!(span.end() <= code.end() && span.end() <= timeline.length, "{span:?} outside {code:?}");
+    }
+    assert_eq!(value(&mut session, "x"), "<gpu 1 × int> [1000]");
+    assert_eq!(value(&mut session, "y"), "<gpu 1 × int> [2000]");
+}
+
+#[test]
+fn the_trace_is_chrome_trace_event_json_with_a_thread_per_lane() {
+    let mut session = session();
+    ok(&mut session, TWO_SUBMISSIONS);
+    ok(&mut session, "(call both)");
+    let path = std::env::temp_dir().join(format!("quasi-trace-{}.json", std::process::id()));
+    let outcome = ok(&mut session, &format!(":trace {}", path.display()));
+    let text = std::fs::read_to_string(&path).expect("the trace was written");
+    std::fs::remove_file(&path).ok();
+    let document: serde_json::Value = serde_json::from_str(&text).expect("the trace is JSON");
+    let events = document["traceEvents"].as_array().expect("a traceEvents array");
+    let named = |tid: u64| {
+        events
+            .iter()
+            .find(|event| event["ph"] == "M" && event["name"] == "thread_name" && event["tid"] == tid)
+            .and_then(|event| event["args"]["name"].as_str())
+            .map(str::to_string)
+    };
+    assert_eq!(named(0).as_deref(), Some("host"));
+    assert_eq!(named(1).as_deref(), Some("submission 1"));
+    assert_eq!(named(2).as_deref(), Some("submission 2"));
+    let complete: Vec<&serde_json::Value> = events.iter().filter(|event| event["ph"] == "X").collect();
+    for event in &complete {
+        assert_eq!(event["pid"], 1);
+        assert!(event["ts"].as_f64().is_some_and(|ts| ts >= 0.0), "{event}");
+        assert!(event["dur"].as_f64().is_some_and(|dur| dur >= 0.0), "{event}");
+    }
+    let mut kernels: Vec<u64> = complete
+        .iter()
+        .filter(|event| event["name"] == "kernel count")
+        .filter_map(|event| event["tid"].as_u64())
+        .collect();
+    kernels.sort_unstable();
+    assert_eq!(kernels, [1, 2], "each kernel on its submission's thread");
+    // Each cell's code is a span on the host's thread, named after the cell.
+    assert!(complete
+        .iter()
+        .any(|event| event["tid"] == 0 && event["name"].as_str().is_some_and(|name| name.starts_with("cell "))));
+    let wrote = format!("wrote {} events", complete.len());
+    assert!(
+        matches!(outcome.items.first(), Some(crate::Item::Message(text)) if text.starts_with(&wrote)),
+        "{:?}",
+        outcome.items
+    );
+    // The trace starts over.
+    let path = std::env::temp_dir().join(format!("quasi-trace-again-{}.json", std::process::id()));
+    let outcome = ok(&mut session, &format!(":trace {}", path.display()));
+    std::fs::remove_file(&path).ok();
+    assert!(matches!(outcome.items.first(), Some(crate::Item::Message(text)) if text.starts_with("wrote 0 events")));
+}
