@@ -2,8 +2,9 @@
 //!
 //! Harness-less on purpose: a run prints measurements side by side and never asserts a time
 //! (machines differ; ratios taken in one run are what compares). Sections:
-//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [ffi] [--iterations N] [--runs N] [--reps N] [--placements N] [--quick]`.
+//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [--iterations N] [--runs N] [--reps N] [--placements N] [--quick]`.
 
+mod asynchronous;
 mod ffi;
 mod kernels;
 mod latency;
@@ -30,6 +31,7 @@ pub struct Options {
     pub staging: bool,
     pub session: bool,
     pub sim: bool,
+    pub asynchronous: bool,
     pub ffi: bool,
     /// Timed iterations per latency row (after warm-up).
     pub iterations: usize,
@@ -47,7 +49,7 @@ pub struct Options {
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [ffi] [--iterations N] [--warmup N] [--runs N] [--reps N] [--placements N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [--iterations N] [--warmup N] [--runs N] [--reps N] [--placements N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
@@ -60,8 +62,10 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [st
   sim       the GPU simulator (:gpu sim), checked and unchecked: vector add and the staged SGEMM
             against compiled C-Lisp on the CPU, and Numba's CUDA simulator when
             QUASI_NUMBA_PYTHON names a Python with numba (QUASI_NUMBA_BUDGET: its seconds, 150)
+  async     asynchronous device work in the simulator: encode-call + submit + await against launch,
+            two submissions and a host loop beside a submission against each alone, interrupts
   ffi       (include …) of C headers, first and cached, against clang -fsyntax-only; load-library
-Without a section name, all eight run (start-up first, so its first Session::new is cold).
+Without a section name, all nine run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5), repetitions (3) and placements (2), for a first look.
 --placements N  kernels: times everything is loaded anew at new addresses (3); ratios are judged on the median.";
 
@@ -79,6 +83,7 @@ fn parse_options() -> Result<Options> {
         staging: false,
         session: false,
         sim: false,
+        asynchronous: false,
         ffi: false,
         iterations: 200,
         warmup: 20,
@@ -106,6 +111,7 @@ fn parse_options() -> Result<Options> {
             "staging" => options.staging = true,
             "session" => options.session = true,
             "sim" => options.sim = true,
+            "async" => options.asynchronous = true,
             "ffi" => options.ffi = true,
             "--iterations" => options.iterations = number("--iterations")?,
             "--warmup" => options.warmup = number("--warmup")?,
@@ -135,6 +141,7 @@ fn parse_options() -> Result<Options> {
         || options.staging
         || options.session
         || options.sim
+        || options.asynchronous
         || options.ffi)
     {
         (
@@ -145,8 +152,9 @@ fn parse_options() -> Result<Options> {
             options.staging,
             options.session,
             options.sim,
+            options.asynchronous,
             options.ffi,
-        ) = (true, true, true, true, true, true, true, true);
+        ) = (true, true, true, true, true, true, true, true, true);
     }
     Ok(options)
 }
@@ -175,6 +183,9 @@ fn main() -> Result<()> {
     }
     if options.sim {
         sim::run(&options)?;
+    }
+    if options.asynchronous {
+        asynchronous::run(&options)?;
     }
     if options.ffi {
         ffi::run(&options)?;

@@ -229,7 +229,8 @@ pub fn bench(summary: &str, report: &quasi_lang::BenchReport) -> String {
         quasi_repl::format_duration(report.mean),
         quasi_repl::format_duration(report.std),
     ];
-    format!("<div>{}</div>{}", escape(first), table(&header, &[row]))
+    // Flush with the text outputs beside it (definitions, values), as `FLUSH` makes a `<pre>`.
+    format!("<div style=\"{FLUSH}\">{}</div>{}", escape(first), table(&header, &[row]))
 }
 
 /// The autotuning table, fastest first.
@@ -267,7 +268,7 @@ pub fn autotune(report: &quasi_lang::AutotuneReport) -> String {
             row
         })
         .collect();
-    format!("<div>autotune {}</div>{}", escape(&report.name), table(&header, &rows))
+    format!("<div style=\"{FLUSH}\">autotune {}</div>{}", escape(&report.name), table(&header, &rows))
 }
 
 #[cfg(test)]

@@ -188,6 +188,10 @@ pub struct SavedCell {
     pub text: String,
     /// The cell is tagged `raises-exception`: it is meant to fail.
     pub raises: bool,
+    /// Its metadata says `"quasi": {"varies": true}`: what it shows depends on timing beyond
+    /// what `comparable` masks (an autotune's ranking and winner, the timeline of the fastest),
+    /// so only whether it fails and whether it shows anything are compared.
+    pub varies: bool,
 }
 
 /// The code cells of a notebook (nbformat 4) with their saved outputs.
@@ -203,6 +207,7 @@ pub fn read_notebook(text: &str) -> Result<Vec<SavedCell>, String> {
             .pointer("/metadata/tags")
             .and_then(|tags| tags.as_array())
             .is_some_and(|tags| tags.iter().any(|tag| tag.as_str() == Some("raises-exception")));
+        let varies = cell.pointer("/metadata/quasi/varies").and_then(|varies| varies.as_bool()).unwrap_or(false);
         let outputs = cell.get("outputs").and_then(|outputs| outputs.as_array()).map_or(&[][..], Vec::as_slice);
         let pieces: Vec<(bool, String)> = outputs.iter().map(saved_output).collect();
         saved.push(SavedCell {
@@ -210,6 +215,7 @@ pub fn read_notebook(text: &str) -> Result<Vec<SavedCell>, String> {
             source: multiline(cell.get("source")),
             text: cell_text(pieces.iter().map(|(is_stream, text)| (*is_stream, text.as_str()))),
             raises,
+            varies,
         });
     }
     Ok(saved)
@@ -257,12 +263,14 @@ pub fn strip_ansi(text: &str) -> String {
 
 /// A cell's text without what legitimately changes between runs: colour, addresses, durations
 /// and shares of time, the column widths of tables that hold them, `:ptx`'s ptxas line (it
-/// depends on whether and which ptxas is installed), and timing rows of functions promoted by
-/// tiered compilation (which cell's boundary a background compile ends at depends on timing).
+/// depends on whether and which ptxas is installed), timing rows of functions promoted by
+/// tiered compilation (which cell's boundary a background compile ends at depends on timing),
+/// and the bars of a `:timeline`.
 pub fn comparable(text: &str) -> String {
-    static VOLATILE: LazyLock<[(Regex, &str); 8]> = LazyLock::new(|| {
+    static VOLATILE: LazyLock<[(Regex, &str); 9]> = LazyLock::new(|| {
         let pattern = |text: &str| Regex::new(text).expect("a valid pattern");
         [
+            (pattern(r"[─■▒█ ]*[■▒█][─■▒█ ]*"), "<bars>"),
             (pattern(r"(?m)^\W*promoted \S+ \(opt \d in the background.*\n"), ""),
             (pattern(r"(?m)^ptxas[ :].*$"), "ptxas <resources>"),
             (pattern(r"0x[0-9a-f]+"), "0x<address>"),
@@ -293,6 +301,8 @@ mod tests {
         let found = "}\nptxas sm_90: 8 registers, 0 bytes spill stores, 0 bytes spill loads, 0 bytes smem; occupancy …";
         assert_eq!(comparable(found), comparable("}\nptxas: not found, so no register count (…)"));
         assert_ne!(comparable(found), comparable("}\n"));
+        let bars = "host          ■■■─────██\nsubmission 2    ▒▒▒███████▒\n";
+        assert_eq!(comparable(bars), comparable("host          ──■■■■■■■■■■■\nsubmission 2  ▒▒████▒\n"));
         let promoted = "│ total ┆ 1 ms ┆ 100% │\n│ promoted sq (opt 3 in the background, 9 ms after its definition) ┆ 3 ms ┆ - │\n└─┘\n";
         assert_eq!(comparable(promoted), comparable("│ total ┆ 2 ms ┆ 100% │\n└─┘\n"));
     }

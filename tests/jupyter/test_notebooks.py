@@ -1,6 +1,8 @@
 """Every notebook in notebooks/ runs end to end under nbclient, and its outputs match the
 ones saved in the file (addresses, durations, shares and throughputs masked, the widths of
-table rules and padding, as `quasi test` masks them, and `:ptx`'s ptxas line).
+table rules and padding, as `quasi test` masks them, and `:ptx`'s ptxas line). A cell whose
+metadata says `"quasi": {"varies": true}` shows what timing decides (an autotune's ranking and
+winner, the timeline of the fastest): its outputs must be of the saved kinds and MIME types.
 
 A notebook whose metadata says `"quasi": {"requires": ["cuda-device"]}` runs only where there is a
 CUDA device (it is skipped elsewhere, with the reason); where its outputs were never saved (made
@@ -41,6 +43,8 @@ PROMOTED = re.compile(
 )
 # A bench or autotune chart is drawn from the measured times: its shape changes every run.
 SVG = re.compile(r"<svg[\s\S]*?</svg>")
+# A timeline's bars in text (`:timeline`): where they start and end is timing.
+BARS = re.compile(r"[─■▒█ ]*[■▒█][─■▒█ ]*")
 
 
 def cuda_device():
@@ -64,6 +68,16 @@ def unmet_requirement(notebook, path):
     return None
 
 
+def varies(cell):
+    """Whether a cell's outputs depend on timing beyond what `mask` hides."""
+    return bool(cell.get("metadata", {}).get("quasi", {}).get("varies"))
+
+
+def kinds(output):
+    """What a varying output must keep: its type and MIME types."""
+    return json.dumps([output.get("output_type"), sorted(output.get("data", {}))])
+
+
 def has_saved_outputs(notebook):
     return any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")
 
@@ -78,7 +92,7 @@ def execute(notebook):
 
 
 def mask(text):
-    text = PROMOTED.sub("", text)
+    text = BARS.sub("<bars>", PROMOTED.sub("", text))
     text = PTXAS.sub('"ptxas <resources>"', text)
     text = ADDRESS.sub("0x<address>", SVG.sub("<svg/>", text))
     text = SHARE.sub("<share>", THROUGHPUT.sub("<throughput>", DURATION.sub("<duration>", text)))
@@ -110,8 +124,9 @@ def test_notebook_outputs_match(path):
     for index, (expected, actual) in enumerate(zip(saved.cells, executed.cells)):
         if expected.cell_type != "code":
             continue
-        expected_outputs = [comparable(output) for output in expected.outputs]
-        actual_outputs = [comparable(output) for output in actual.outputs]
+        compare = kinds if varies(expected) else comparable
+        expected_outputs = [compare(output) for output in expected.outputs]
+        actual_outputs = [compare(output) for output in actual.outputs]
         if actual_outputs != expected_outputs:
             diff = "\n".join(difflib.unified_diff("\n".join(expected_outputs).splitlines(), "\n".join(actual_outputs).splitlines(), "saved", "now", lineterm=""))
             pytest.fail(f"{path.name}, cell {index}:\n{expected.source}\n{diff}\n(after an intended change: python tests/jupyter/test_notebooks.py re-saves the outputs)")
