@@ -9,10 +9,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use quasi_lang::{GpuMode, Item, Phase, Session, SessionConfig};
+use quasi_lang::{GpuMode, Phase, Session, SessionConfig};
 
 use crate::stats::{ms, Samples};
-use crate::{eval, new_table, value_of, Options};
+use crate::{bench_median, eval, new_table, value_of, Options};
 
 /// The bench's definitions, one cell each. `spin` and `spin-host` sum `mix` over 0..n (a hash
 /// loop the compiler cannot shortcut); `gate` runs until the host writes 1 to `flag` (checked:
@@ -96,19 +96,6 @@ fn runs(session: &mut Session, cell: &str, reps: usize) -> Result<Samples> {
         times.push(eval(session, cell)?.timing.get(Phase::Run));
     }
     Ok(Samples::new(times))
-}
-
-/// The median of a `(bench …)` cell.
-fn bench_median(session: &mut Session, cell: &str) -> Result<Duration> {
-    let outcome = eval(session, cell)?;
-    outcome
-        .items
-        .iter()
-        .find_map(|item| match item {
-            Item::Bench(report) => Some(report.median),
-            _ => None,
-        })
-        .with_context(|| format!("`{cell}` printed no bench report"))
 }
 
 /// The value of `x` (or `y`) after a kernel, against the host's sum.

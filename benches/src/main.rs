@@ -277,6 +277,19 @@ pub fn eval(session: &mut quasi_lang::Session, cell: &str) -> Result<quasi_lang:
     Ok(outcome)
 }
 
+/// The median of a cell's `(bench …)` report.
+pub fn bench_median(session: &mut quasi_lang::Session, cell: &str) -> Result<std::time::Duration> {
+    let outcome = eval(session, cell)?;
+    outcome
+        .items
+        .iter()
+        .find_map(|item| match item {
+            quasi_lang::Item::Bench(report) => Some(report.median),
+            _ => None,
+        })
+        .with_context(|| format!("`{cell}` printed no bench report"))
+}
+
 /// The first value a cell printed.
 pub fn value_of(outcome: &quasi_lang::Outcome) -> Result<String> {
     outcome

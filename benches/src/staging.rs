@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use quasi_lang::{Item, Phase, Session, SessionConfig};
+use quasi_lang::{Phase, Session, SessionConfig};
 
 use crate::stats::{ms, Samples};
 use crate::{eval, new_table, Options};
@@ -70,15 +70,7 @@ fn expansion_share(options: &Options) -> Result<()> {
 
 /// The median of a `(bench …)` the session ran.
 fn bench_median(session: &mut Session, expression: &str) -> Result<Duration> {
-    let outcome = eval(session, &format!("(bench {expression} (time 0.3))"))?;
-    outcome
-        .items
-        .iter()
-        .find_map(|item| match item {
-            Item::Bench(report) => Some(report.median),
-            _ => None,
-        })
-        .ok_or_else(|| anyhow::anyhow!("no bench report for {expression}"))
+    crate::bench_median(session, &format!("(bench {expression} (time 0.3))"))
 }
 
 /// MetaOCaml's vector add: plain loop, fully unrolled (n = 64) and strip-mined by f, at :opt 3.

@@ -14,6 +14,8 @@
 
 use std::time::Duration;
 
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use quasi_lang::{AutotuneReport, BenchReport, Lane, SpanKind, Timeline, VariantReport};
@@ -176,40 +178,39 @@ fn variant_label(params: &[String], variant: &VariantReport) -> String {
     cut(&label, LABEL_CHARS)
 }
 
-fn row_chart(caption: &str, rows: &[Row]) -> Result<String, ChartError> {
-    let count = rows.len().max(1);
-    let rows_height = |pitch: u32| FRAME_HEIGHT + pitch * count as u32;
-    let height = rows_height(ROW_PITCH).clamp(MIN_ROWS_HEIGHT, HEIGHT).max(rows_height(ROW_HEIGHT));
-    let longest = rows.iter().map(|row| row.label.chars().count()).max().unwrap_or(0);
-    let label_width = (longest as u32 * 8 + 16).clamp(48, 280);
-    // Why a variant failed is cut to stay inside the chart.
-    let reason_chars = ((WIDTH - label_width - 40) / 8) as usize;
-    let top = rows.iter().filter_map(|row| row.timing.as_ref().ok()).map(|whisker| whisker.high).fold(0.0, f64::max);
-    let unit = Unit::of(top);
-    // Room right of the slowest whisker for its annotation.
-    let axis_end = if top > 0.0 { top * 1.3 / unit.nanos } else { 1.0 };
-    // Plotters counts rows upwards; the first (fastest) row goes on top.
-    // Row `index` is centred on `count - 1 - index` of an axis from -0.5 to `count - 0.5`, whose
-    // ticks plotters puts on whole numbers: the row centres, labelled with the rows' labels.
-    // (Plotters' segmented axes divide by zero for a single row.)
-    let position = |index: usize| (count - 1 - index) as f64;
-    let label_of = |value: &f64| {
-        let index = count as f64 - 1.0 - value.round();
-        let whole = (value - value.round()).abs() < 1e-6 && (0.0..count as f64).contains(&index);
-        rows.get(index as usize).filter(|_| whole).map_or_else(String::new, |row| row.label.clone())
-    };
-    let time = |value: &f64| axis_number(*value);
+/// The axes of a chart with a row per label, the first on top, and time along x from 0.
+struct RowAxes<'a> {
+    caption: &'a str,
+    labels: &'a [String],
+    /// Pixels left of the plot for the labels.
+    label_width: u32,
+    x_end: f64,
+    x_desc: String,
+}
 
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, (FONT, CAPTION_SIZE).into_font().color(&GREY))
+type RowChart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+impl RowAxes<'_> {
+    /// Draws the caption, the axes, their labels and the vertical grid.
+    fn draw<'a, 'b>(&self, root: &'a DrawingArea<SVGBackend<'b>, Shift>) -> Result<RowChart<'a, 'b>, ChartError> {
+        let count = self.labels.len().max(1);
+        // Plotters counts rows upwards. Row `index` is centred on `count - 1 - index` of an axis
+        // from -0.5 to `count - 0.5`, whose ticks plotters puts on whole numbers: the row
+        // centres, labelled with the rows' labels. (Plotters' segmented axes divide by zero for
+        // a single row.)
+        let label_of = |value: &f64| {
+            let index = count as f64 - 1.0 - value.round();
+            let whole = (value - value.round()).abs() < 1e-6 && (0.0..count as f64).contains(&index);
+            self.labels.get(index as usize).filter(|_| whole).cloned().unwrap_or_default()
+        };
+        let time = |value: &f64| axis_number(*value);
+        let mut chart = ChartBuilder::on(root)
+            .caption(self.caption, (FONT, CAPTION_SIZE).into_font().color(&GREY))
             .margin(8)
             .margin_right(16)
             .x_label_area_size(36)
-            .y_label_area_size(label_width)
-            .build_cartesian_2d(0.0..axis_end, -0.5..count as f64 - 0.5)
+            .y_label_area_size(self.label_width)
+            .build_cartesian_2d(0.0..self.x_end, -0.5..count as f64 - 0.5)
             .map_err(drawing_error)?;
         chart
             .configure_mesh()
@@ -222,10 +223,40 @@ fn row_chart(caption: &str, rows: &[Row]) -> Result<String, ChartError> {
             .y_labels(count + 1)
             .x_label_formatter(&time)
             .y_label_formatter(&label_of)
-            .x_desc(format!("time per run ({})", unit.name))
+            .x_desc(self.x_desc.clone())
             .axis_desc_style((FONT, LABEL_SIZE).into_font().color(&GREY))
             .draw()
             .map_err(drawing_error)?;
+        Ok(chart)
+    }
+}
+
+/// The y of row `index` of `count` on `RowAxes`' axis: the first row on top.
+fn row_centre(count: usize, index: usize) -> f64 {
+    (count - 1 - index) as f64
+}
+
+fn row_chart(caption: &str, rows: &[Row]) -> Result<String, ChartError> {
+    let count = rows.len().max(1);
+    let rows_height = |pitch: u32| FRAME_HEIGHT + pitch * count as u32;
+    let height = rows_height(ROW_PITCH).clamp(MIN_ROWS_HEIGHT, HEIGHT).max(rows_height(ROW_HEIGHT));
+    let longest = rows.iter().map(|row| row.label.chars().count()).max().unwrap_or(0);
+    let label_width = (longest as u32 * 8 + 16).clamp(48, 280);
+    // Why a variant failed is cut to stay inside the chart.
+    let reason_chars = ((WIDTH - label_width - 40) / 8) as usize;
+    let top = rows.iter().filter_map(|row| row.timing.as_ref().ok()).map(|whisker| whisker.high).fold(0.0, f64::max);
+    let unit = Unit::of(top);
+    // Room right of the slowest whisker for its annotation.
+    let axis_end = if top > 0.0 { top * 1.3 / unit.nanos } else { 1.0 };
+    let labels: Vec<String> = rows.iter().map(|row| row.label.clone()).collect();
+    let position = |index: usize| row_centre(count, index);
+
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        let x_desc = format!("time per run ({})", unit.name);
+        let axes = RowAxes { caption, labels: &labels, label_width, x_end: axis_end, x_desc };
+        let mut chart = axes.draw(&root)?;
         for (index, row) in rows.iter().enumerate() {
             let centre = position(index);
             match &row.timing {
@@ -371,40 +402,14 @@ pub fn timeline(timeline: &Timeline) -> Result<String, ChartError> {
     let unit = Unit::of(nanos(timeline.length).max(1.0));
     let axis_end = (nanos(timeline.length) / unit.nanos).max(1e-9);
     let position =
-        |lane: Lane| lanes.iter().position(|other| *other == lane).map_or(0.0, |index| (count - 1 - index) as f64);
-    let label_of = |value: &f64| {
-        let index = count as f64 - 1.0 - value.round();
-        let whole = (value - value.round()).abs() < 1e-6 && (0.0..count as f64).contains(&index);
-        names.get(index as usize).filter(|_| whole).cloned().unwrap_or_default()
-    };
-    let time = |value: &f64| axis_number(*value);
+        |lane: Lane| lanes.iter().position(|other| *other == lane).map_or(0.0, |index| row_centre(count, index));
     let caption = "timeline: grey host code, dark grey the host waits, orange copies, blue kernels";
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, (FONT, CAPTION_SIZE).into_font().color(&GREY))
-            .margin(8)
-            .margin_right(16)
-            .x_label_area_size(36)
-            .y_label_area_size(label_width)
-            .build_cartesian_2d(0.0..axis_end, -0.5..count as f64 - 0.5)
-            .map_err(drawing_error)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(GREY.mix(0.25))
-            .axis_style(GREY)
-            .label_style((FONT, LABEL_SIZE).into_font().color(&GREY))
-            .x_labels(6)
-            .y_labels(count + 1)
-            .x_label_formatter(&time)
-            .y_label_formatter(&label_of)
-            .x_desc(format!("from the start of the cell's code ({})", unit.name))
-            .axis_desc_style((FONT, LABEL_SIZE).into_font().color(&GREY))
-            .draw()
-            .map_err(drawing_error)?;
+        let x_desc = format!("from the start of the cell's code ({})", unit.name);
+        let axes = RowAxes { caption, labels: &names, label_width, x_end: axis_end, x_desc };
+        let mut chart = axes.draw(&root)?;
         // Host code first, so that what the host waits for draws over it.
         let mut spans: Vec<_> = timeline.spans.iter().collect();
         spans.sort_by_key(|span| span.kind() != SpanKind::Code);

@@ -37,7 +37,7 @@ impl Runtime {
         let mut state = self.lock();
         state.work.next_encoder += 1;
         let handle = state.work.next_encoder;
-        state.work.encoders.insert(handle, Encoder { place: device.place(), commands: Vec::new(), submitted: None });
+        state.work.encoders.insert(handle, Encoder { place: device.place(), commands: Vec::new() });
         Ok(handle as i64)
     }
 
@@ -46,10 +46,12 @@ impl Runtime {
         let place = self.device().place();
         let state = self.lock();
         let message = match state.work.encoders.get(&handle) {
-            None => format!("`{form}` of an encoder that was never made: it comes from `(encode-begin gpu)`"),
-            Some(Encoder { submitted: Some(fence), .. }) => {
-                let what = if form == "submit" { "`submit` of" } else { &format!("`{form}` into") };
-                format!("{what} an encoder that was submitted already (its fence is <fence {fence}>): encode into a new `(encode-begin gpu)`")
+            None if handle == 0 || handle > state.work.next_encoder => {
+                format!("`{form}` of an encoder that was never made: it comes from `(encode-begin gpu)`")
+            }
+            None => {
+                let what = if form == "submit" { "`submit` of".to_string() } else { format!("`{form}` into") };
+                format!("{what} an encoder that was submitted already: encode into a new `(encode-begin gpu)`")
             }
             Some(encoder) if encoder.place != place => {
                 format!("`{form}` of an encoder made {}; `:gpu` has switched since", encoder.place)
@@ -117,9 +119,12 @@ impl Runtime {
         let started = Instant::now();
         self.open_encoder(encoder, "submit")?;
         let device = self.device();
-        let encoded = match self.lock().work.encoders.get_mut(&encoder) {
-            Some(encoder) => std::mem::take(&mut encoder.commands),
-            None => Vec::new(),
+        let Some(Encoder { place, commands: encoded }) = self.lock().work.encoders.remove(&encoder) else {
+            return Err("`submit` of an encoder that is gone (a bug in Quasi)".to_string().into());
+        };
+        // Until it runs, the encoder is as it was: a failure puts it back.
+        let restore = |encoded: Vec<Encoded>| {
+            self.lock().work.encoders.insert(encoder, Encoder { place, commands: encoded });
         };
         let mut commands = Vec::with_capacity(encoded.len());
         let mut buffers = Vec::new();
@@ -137,9 +142,7 @@ impl Runtime {
                 }
                 Err(error) => {
                     // The encoder stays as it was, to be submitted once the cause is fixed.
-                    if let Some(encoder) = self.lock().work.encoders.get_mut(&encoder) {
-                        encoder.commands = encoded;
-                    }
+                    restore(encoded);
                     return Err(format!("`submit`: command {}: {}", index + 1, error.message).into());
                 }
             }
@@ -150,10 +153,7 @@ impl Runtime {
             let mut state = self.lock();
             state.work.next_submission += 1;
             let id = state.work.next_submission;
-            if let Some(encoder) = state.work.encoders.get_mut(&encoder) {
-                encoder.submitted = Some(id);
-            }
-            let submitted = Submitted { place: device.place(), fence: Arc::clone(&fence), buffers, awaited: false };
+            let submitted = Submitted { place: device.place(), fence: Arc::clone(&fence), buffers };
             state.work.submissions.insert(id, submitted);
             id
         };
@@ -161,12 +161,8 @@ impl Runtime {
         let give_up = || self.interrupted();
         if let Err(error) = device.submit(submission, &give_up) {
             // Nothing ran: the encoder is as it was.
-            let mut state = self.lock();
-            state.work.submissions.remove(&id);
-            if let Some(encoder) = state.work.encoders.get_mut(&encoder) {
-                encoder.submitted = None;
-                encoder.commands = encoded;
-            }
+            self.lock().work.submissions.remove(&id);
+            restore(encoded);
             return Err(error);
         }
         let plural = if count == 1 { "" } else { "s" };
@@ -174,16 +170,20 @@ impl Runtime {
         Ok(id as i64)
     }
 
-    /// The submission of fence `handle`, of the current device.
-    fn submitted(&self, handle: u64, form: &str) -> Result<Arc<Fence>, DeviceError> {
+    /// The submission of fence `handle`, of the current device; `None` if it ended and was
+    /// awaited (and forgotten).
+    fn submitted(&self, handle: u64, form: &str) -> Result<Option<Arc<Fence>>, DeviceError> {
         let place = self.device().place();
         let state = self.lock();
         let message = match state.work.submissions.get(&handle) {
-            None => format!("`{form}` of a fence that no `submit` made"),
+            None if handle == 0 || handle > state.work.next_submission => {
+                format!("`{form}` of a fence that no `submit` made")
+            }
+            None => return Ok(None),
             Some(submitted) if submitted.place != place => {
                 format!("`{form}` of a fence of a submission {}; `:gpu` has switched since", submitted.place)
             }
-            Some(submitted) => return Ok(Arc::clone(&submitted.fence)),
+            Some(submitted) => return Ok(Some(Arc::clone(&submitted.fence))),
         };
         Err(message.into())
     }
@@ -191,19 +191,14 @@ impl Runtime {
     /// `(await F)`: waits, interruptibly, until F's submission ended; its first failure is
     /// this form's. Awaiting a fence again does nothing.
     fn await_fence(&self, handle: u64) -> Result<(), DeviceError> {
-        let fence = self.submitted(handle, "await")?;
-        if self.lock().work.submissions.get(&handle).is_some_and(|submitted| submitted.awaited) {
-            return Ok(());
-        }
+        let Some(fence) = self.submitted(handle, "await")? else { return Ok(()) };
         let started = Instant::now();
         let device = self.device();
         if !fence.wait(None, &|| device.poll(), &|| self.interrupted()) {
             return Err(format!("interrupted while awaiting submission {handle}, which keeps running").into());
         }
         self.rows.record("await".into(), started.elapsed(), None, format!("submission {handle}"));
-        if let Some(submitted) = self.lock().work.submissions.get_mut(&handle) {
-            submitted.awaited = true;
-        }
+        self.lock().work.submissions.remove(&handle);
         match fence.take_failure() {
             Some(error) => Err(error),
             None => Ok(()),
@@ -212,7 +207,7 @@ impl Runtime {
 
     /// `(fence-done F)`: whether F's submission ended.
     fn fence_done(&self, handle: u64) -> Result<bool, DeviceError> {
-        let fence = self.submitted(handle, "fence-done")?;
+        let Some(fence) = self.submitted(handle, "fence-done")? else { return Ok(true) };
         self.device().poll();
         Ok(fence.is_ended())
     }

@@ -1,6 +1,9 @@
 //! What the runtime keeps of asynchronous device work (docs/language.md §7.8): encoders and
 //! their recorded commands, submissions and their fences, `host-alloc` memory. Plain data; the
-//! forms that use it are `encode`'s.
+//! forms that use it are `encode`'s. Handles are numbered from 1 and never reused, so a long
+//! session (an autotune submits thousands of times) keeps only what is live: `submit` forgets
+//! its encoder and `await` its submission, and a number issued but forgotten is an encoder
+//! that was submitted, or a submission that ended and was awaited.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,8 +20,6 @@ pub(super) enum Encoded {
 pub(super) struct Encoder {
     pub(super) place: &'static str,
     pub(super) commands: Vec<Encoded>,
-    /// The fence `submit` gave for it: it is consumed.
-    pub(super) submitted: Option<u64>,
 }
 
 pub(super) struct Submitted {
@@ -26,7 +27,6 @@ pub(super) struct Submitted {
     pub(super) fence: Arc<Fence>,
     /// The buffers its commands use, which `gpu-free` must not free while it runs.
     pub(super) buffers: Vec<u64>,
-    pub(super) awaited: bool,
 }
 
 /// The runtime's encoders, submissions and `host-alloc` memory.

@@ -1,10 +1,13 @@
 //! The GPU simulator (`:gpu sim`) as a `Device`: its memory is host memory with red zones
 //! (`executor::Allocation`), copies are `memcpy`s timed by the clock, and a launch runs the
 //! kernel's build for the host (`build`) on the executor (`executor`), which checks every
-//! access against the memory this device made when checking is on.
+//! access against the memory this device made when checking is on. Submissions (§7.8) run on
+//! device workers (`queue`), each with an executor of its own, every command behind the fault
+//! guard; `host-alloc` memory and the protection of its pages are `host`'s.
 //!
-//! The device's lock guards its tables (allocations, kernels) and is never held while a copy
-//! touches the program's memory or a kernel runs: a fault there leaves by the guard's long jump.
+//! The device's locks guard its tables (allocations, kernels, host memory) and are never held
+//! while a copy touches the program's memory or a kernel runs: a fault there leaves by the
+//! guard's long jump.
 
 pub(crate) mod build;
 mod executor;
@@ -220,6 +223,7 @@ impl Device for SimDevice {
     }
 
     fn submit(&self, submission: Submission, give_up: &dyn Fn() -> bool) -> Result<(), DeviceError> {
+        self.workers.start()?;
         let steps = self.steps(&submission)?;
         // The last copy to pageable memory: `submit` returns when it ran.
         let pageable = steps.iter().rposition(
@@ -277,7 +281,7 @@ impl Device for SimDevice {
             shared.hosts().unprotect(protection);
             submission.fence.end(outcome);
         });
-        self.workers.push(Arc::clone(&fence), job)?;
+        self.workers.push(Arc::clone(&fence), job);
         if let Some(index) = pageable {
             // An interrupt ends the wait; the cell stops when `submit` returns, and the
             // submission keeps running.

@@ -62,16 +62,15 @@ pub(super) struct Workers {
 }
 
 impl Workers {
-    /// Queues a submission's job; starts the workers first if none runs.
-    pub(super) fn push(&self, fence: Arc<Fence>, job: Job) -> Result<(), String> {
-        self.start()?;
+    /// Queues a submission's job (after `start`).
+    pub(super) fn push(&self, fence: Arc<Fence>, job: Job) {
         self.shared.lock().jobs.push_back((fence, job));
         self.shared.waiting.fetch_add(1, Ordering::SeqCst);
         self.shared.changed.notify_all();
-        Ok(())
     }
 
-    fn start(&self) -> Result<(), String> {
+    /// Starts the workers, unless they run.
+    pub(super) fn start(&self) -> Result<(), String> {
         let mut threads = self.threads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !threads.is_empty() {
             return Ok(());
