@@ -355,12 +355,14 @@ impl CudaDevice {
         Ok((stream, anchor, commands))
     }
 
-    /// Queues a submission's commands on its stream, each between its events.
+    /// Queues a submission's commands on its stream, each between its events, after the anchor
+    /// event (`anchored`: the host's clock just after it was recorded).
     fn queue(
         &self,
         submission: &Submission,
         stream: Handle<sys::CUstream>,
         anchor: sys::CUevent,
+        anchored: &mut Instant,
         timed: &mut [Timed],
         functions: &[sys::CUfunction],
     ) -> Result<(), String> {
@@ -372,6 +374,7 @@ impl CudaDevice {
         // and kernel parameters are copied by `cuLaunchKernel` when it is called.
         unsafe {
             result::event::record(anchor, stream).map_err(cuda_error)?;
+            *anchored = Instant::now();
             for (command, timed) in submission.commands.iter().zip(timed) {
                 result::event::record(timed.events.0 .0, stream).map_err(cuda_error)?;
                 match command {
@@ -621,8 +624,10 @@ impl Device for CudaDevice {
         }
         let (_, epoch) = self.handles()?;
         let (stream, anchor, mut commands) = self.take_resources(&submission)?;
-        let queued = self.queue(&submission, stream, anchor.0, &mut commands, &functions);
-        let anchor = (anchor, Instant::now());
+        // The host's clock when the anchor event was recorded: an idle stream passes it at once.
+        let mut anchored = Instant::now();
+        let queued = self.queue(&submission, stream, anchor.0, &mut anchored, &mut commands, &functions);
+        let anchor = (anchor, anchored);
         let running = Running { id: submission.id, fence: submission.fence, epoch, stream, anchor, commands };
         if let Err(message) = queued {
             // What was queued runs out before the resources are used again.
