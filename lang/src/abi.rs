@@ -63,6 +63,10 @@ pub(crate) const SIM_SYNC: &str = "quasi#sim_sync";
 /// `ptr (ptr frame, ptr address, i64 bytes, i64 tag)`: the address a checked access uses
 /// (`sim_check_tag`).
 pub(crate) const SIM_CHECK: &str = "quasi#sim_check";
+/// `i64 (ptr frame, i32 site, i32 op, i32 mask, i64 value, i32 operand)`: a collective warp
+/// operation (`tree::WarpOp::code`): the lanes of MASK meet, and each gets its result as 64 bits
+/// (a shuffled value, a ballot's bits, a vote as 0 or 1).
+pub(crate) const SIM_WARP: &str = "quasi#sim_warp";
 
 /// The link name of a function the runtime provides under a C name (`print`, `exit`…).
 pub(crate) fn runtime_symbol(name: &str) -> String {
@@ -293,14 +297,28 @@ impl SimFrame {
     }
 }
 
-/// The tag a checked access passes to `SIM_CHECK`: its site's number and whether it writes.
-pub(crate) const fn sim_check_tag(site: u32, write: bool) -> u64 {
-    ((site as u64) << 1) | write as u64
+/// How a checked access touches memory (`SIM_CHECK`'s tag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    /// An atomic read-modify-write (§7.9): it never races with another atomic.
+    Atomic,
 }
 
-/// A tag's site and whether the access writes.
-pub(crate) const fn sim_check_site(tag: i64) -> (u32, bool) {
-    ((tag >> 1) as u32, tag & 1 == 1)
+/// The tag a checked access passes to `SIM_CHECK`: its site's number and its kind.
+pub(crate) const fn sim_check_tag(site: u32, access: Access) -> u64 {
+    ((site as u64) << 2) | access as u64
+}
+
+/// A tag's site and kind.
+pub(crate) const fn sim_check_site(tag: i64) -> (u32, Access) {
+    let access = match tag & 3 {
+        0 => Access::Read,
+        1 => Access::Write,
+        _ => Access::Atomic,
+    };
+    ((tag >> 2) as u32, access)
 }
 
 #[cfg(test)]
@@ -323,7 +341,9 @@ mod tests {
         }
         assert_eq!(FaultCode::from_code(8), None);
         assert_eq!(GuardCode::from_code(102), Some(GuardCode::Exit));
-        assert_eq!(sim_check_site(sim_check_tag(77, true) as i64), (77, true));
+        for access in [Access::Read, Access::Write, Access::Atomic] {
+            assert_eq!(sim_check_site(sim_check_tag(77, access) as i64), (77, access));
+        }
         assert_eq!(SimFrame::slot("nctaid", 2), 11);
     }
 }

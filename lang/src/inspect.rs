@@ -217,6 +217,12 @@ impl TypedPrinter<'_> {
                 Vec::new(),
             ),
             ExprKind::Barrier => list(vec![symbol("syncthreads")]),
+            ExprKind::Warp(op, operands) => {
+                self.node(op.name(), ty, operands.iter().map(|operand| self.expr(operand)).collect())
+            }
+            ExprKind::Atomic(op, operands) => {
+                self.node(op.name(), ty, operands.iter().map(|operand| self.expr(operand)).collect())
+            }
             ExprKind::GpuAlloc(element, count) => {
                 self.node("gpu-alloc", ty, vec![symbol(element.to_string()), self.expr(count)])
             }

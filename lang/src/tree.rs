@@ -215,6 +215,112 @@ pub(crate) enum ExprKind {
     FenceDone(Box<Expr>),
     /// `(host-alloc T n)`: page-locked host memory for n elements of T.
     HostAlloc(Ty, Box<Expr>),
+    /// A warp-level operation of §7.9 and its operands (device code only).
+    Warp(WarpOp, Vec<Expr>),
+    /// `(atomic-add P V)` and its kin (§7.9): P, then V (`atomic-cas`: EXPECTED and NEW).
+    Atomic(AtomicOp, Vec<Expr>),
+}
+
+/// The warp-level operations of docs/language.md §7.9.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WarpOp {
+    /// `(lane-id)`: the thread's lane in its warp.
+    LaneId,
+    /// `(warp-size)`: 32.
+    WarpSize,
+    /// `(shfl-sync MASK V LANE)`: V of lane LANE.
+    Shfl,
+    /// `(shfl-up-sync MASK V D)`: V of the lane D below.
+    ShflUp,
+    /// `(shfl-down-sync MASK V D)`: V of the lane D above.
+    ShflDown,
+    /// `(shfl-xor-sync MASK V M)`: V of the lane whose number is this one's xor M.
+    ShflXor,
+    /// `(ballot-sync MASK P)`: a bit per lane of MASK whose P holds.
+    Ballot,
+    /// `(all-sync MASK P)`: whether P holds in every lane of MASK.
+    All,
+    /// `(any-sync MASK P)`: whether P holds in some lane of MASK.
+    Any,
+    /// `(syncwarp [MASK])`: the lanes of MASK meet.
+    SyncWarp,
+}
+
+impl WarpOp {
+    pub const ALL: [WarpOp; 10] = [
+        WarpOp::LaneId,
+        WarpOp::WarpSize,
+        WarpOp::Shfl,
+        WarpOp::ShflUp,
+        WarpOp::ShflDown,
+        WarpOp::ShflXor,
+        WarpOp::Ballot,
+        WarpOp::All,
+        WarpOp::Any,
+        WarpOp::SyncWarp,
+    ];
+
+    /// The form's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WarpOp::LaneId => "lane-id",
+            WarpOp::WarpSize => "warp-size",
+            WarpOp::Shfl => "shfl-sync",
+            WarpOp::ShflUp => "shfl-up-sync",
+            WarpOp::ShflDown => "shfl-down-sync",
+            WarpOp::ShflXor => "shfl-xor-sync",
+            WarpOp::Ballot => "ballot-sync",
+            WarpOp::All => "all-sync",
+            WarpOp::Any => "any-sync",
+            WarpOp::SyncWarp => "syncwarp",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<WarpOp> {
+        WarpOp::ALL.into_iter().find(|op| op.name() == name)
+    }
+
+    /// Whether the lanes of its MASK execute it together (all but `lane-id` and `warp-size`).
+    pub fn is_collective(self) -> bool {
+        !matches!(self, WarpOp::LaneId | WarpOp::WarpSize)
+    }
+
+    /// Its code in the simulator's runtime call (`abi::SIM_WARP`).
+    pub fn code(self) -> u32 {
+        WarpOp::ALL.iter().position(|op| *op == self).unwrap_or(0) as u32
+    }
+
+    pub fn from_code(code: u32) -> Option<WarpOp> {
+        WarpOp::ALL.get(code as usize).copied()
+    }
+}
+
+/// The atomics of docs/language.md §7.9.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AtomicOp {
+    Add,
+    Min,
+    Max,
+    Exch,
+    Cas,
+}
+
+impl AtomicOp {
+    pub const ALL: [AtomicOp; 5] = [AtomicOp::Add, AtomicOp::Min, AtomicOp::Max, AtomicOp::Exch, AtomicOp::Cas];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::Add => "atomic-add",
+            AtomicOp::Min => "atomic-min",
+            AtomicOp::Max => "atomic-max",
+            AtomicOp::Exch => "atomic-exch",
+            AtomicOp::Cas => "atomic-cas",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<AtomicOp> {
+        AtomicOp::ALL.into_iter().find(|op| op.name() == name)
+    }
 }
 
 /// The special registers of §7.2: `tid` (threadIdx), `ctaid` (blockIdx), `ntid` (blockDim),
@@ -746,6 +852,7 @@ pub(crate) fn expr_children(expr: &Expr) -> Vec<&Expr> {
         | ExprKind::FenceDone(a)
         | ExprKind::HostAlloc(_, a) => vec![a.as_ref()],
         ExprKind::EncodeCopy(_, operands) => operands.iter().collect(),
+        ExprKind::Warp(_, operands) | ExprKind::Atomic(_, operands) => operands.iter().collect(),
         ExprKind::EncodeCall(encoder, launch) => std::iter::once(encoder.as_ref())
             .chain(&launch.grid)
             .chain(&launch.block)

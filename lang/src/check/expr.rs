@@ -5,7 +5,7 @@ use std::rc::Rc;
 use super::context::{arity, cast_note, define_attributes, syntax, type_error, typed_literal, BodyChecker};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind};
-use crate::tree::{BinOp, CastOp, Dialect, Expr, ExprKind, FloatCmp, IntCmp, Place};
+use crate::tree::{AtomicOp, BinOp, CastOp, Dialect, Expr, ExprKind, FloatCmp, IntCmp, Place, WarpOp};
 use crate::types::{scalar_type_name, Ty, INT, INT64};
 
 impl BodyChecker<'_, '_> {
@@ -134,6 +134,8 @@ impl BodyChecker<'_, '_> {
             "encode-call" => self.check_encode_call(form, operands),
             "submit" | "await" | "fence-done" => self.check_fence_form(form, name, operands),
             "host-alloc" => self.check_host_alloc(form, operands),
+            _ if WarpOp::from_name(name).is_some() => self.check_warp(form, WarpOp::from_name(name)?, operands),
+            _ if AtomicOp::from_name(name).is_some() => self.check_atomic(form, AtomicOp::from_name(name)?, operands),
             _ if name.starts_with("define-")
                 && define_attributes(name).is_none()
                 && !matches!(name, "define-struct" | "define-global" | "define-kernel" | "define-shared") =>

@@ -21,6 +21,7 @@ mod context;
 mod env;
 mod expr;
 mod gpu;
+mod warp;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -154,6 +155,21 @@ pub(crate) const FORM_NAMES: &[&str] = &[
     "host-alloc",
     "encoder",
     "fence",
+    "lane-id",
+    "warp-size",
+    "shfl-sync",
+    "shfl-up-sync",
+    "shfl-down-sync",
+    "shfl-xor-sync",
+    "ballot-sync",
+    "all-sync",
+    "any-sync",
+    "syncwarp",
+    "atomic-add",
+    "atomic-min",
+    "atomic-max",
+    "atomic-exch",
+    "atomic-cas",
     "grid",
     "block",
     "in",

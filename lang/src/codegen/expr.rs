@@ -235,6 +235,8 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.device_intrinsic("llvm.nvvm.barrier0", &[])?;
                 return Ok(Value::Nothing);
             }
+            ExprKind::Warp(op, operands) => return self.warp(state, *op, operands, expr.span),
+            ExprKind::Atomic(op, operands) => return self.atomic(state, *op, operands, expr.span),
             ExprKind::GpuAlloc(element, count) => {
                 let element_size = self.size_of(element);
                 let count = self.index(state, count)?;

@@ -18,6 +18,7 @@ mod sim;
 mod stmt;
 mod trampoline;
 pub(crate) mod versioning;
+mod warp;
 
 use inkwell::context::Context;
 use inkwell::module::{Linkage, Module};

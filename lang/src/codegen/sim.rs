@@ -21,7 +21,7 @@ use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, Poi
 use inkwell::AddressSpace;
 
 use super::lowering::{no_value, CodegenError, Lowering, Result, SimGlobal, SimLowering, SimSite};
-use crate::abi::{sim_check_tag, SimFrame, SIM_CHECK, SIM_SYNC};
+use crate::abi::{sim_check_tag, Access, SimFrame, SIM_CHECK, SIM_SYNC};
 use crate::reader::Span;
 use crate::tree::FunctionDef;
 use crate::types::Ty;
@@ -100,6 +100,26 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
+    /// A collective warp operation's site; the kernel then runs a fiber per thread, as one with
+    /// barriers does, so that the lanes of a warp can meet.
+    pub(super) fn sim_warp_site(&mut self, function: &str, span: Span) -> u32 {
+        if let Some(sim) = self.sim_state() {
+            sim.barrier = true;
+        }
+        self.sim_site(function, span)
+    }
+
+    /// The address an atomic uses: with checking on, what the simulator's check gives it.
+    pub(super) fn sim_checked_atomic(
+        &mut self,
+        pointer: PointerValue<'ctx>,
+        ty: &Ty,
+        function: &str,
+        span: Span,
+    ) -> Result<PointerValue<'ctx>> {
+        self.sim_checked_access(pointer, ty, Access::Atomic, function, span)
+    }
+
     fn sim_site(&mut self, function: &str, span: Span) -> u32 {
         let Some(sim) = self.sim_state() else { return 0 };
         sim.sites.push(SimSite { span, function: function.to_string() });
@@ -113,6 +133,18 @@ impl<'ctx> Lowering<'ctx, '_> {
         pointer: PointerValue<'ctx>,
         ty: &Ty,
         write: bool,
+        function: &str,
+        span: Span,
+    ) -> Result<PointerValue<'ctx>> {
+        let access = if write { Access::Write } else { Access::Read };
+        self.sim_checked_access(pointer, ty, access, function, span)
+    }
+
+    fn sim_checked_access(
+        &mut self,
+        pointer: PointerValue<'ctx>,
+        ty: &Ty,
+        access: Access,
         function: &str,
         span: Span,
     ) -> Result<PointerValue<'ctx>> {
@@ -130,7 +162,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         } else {
             self.builder.build_address_space_cast(pointer, ptr, "")?
         };
-        let tag = word.const_int(sim_check_tag(site, write), false);
+        let tag = word.const_int(sim_check_tag(site, access), false);
         let checked = self
             .builder
             .build_call(check, &[self.frame().into(), generic.into(), bytes.into(), tag.into()], "")?

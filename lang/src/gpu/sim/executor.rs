@@ -30,9 +30,11 @@ use std::time::{Duration, Instant};
 use corosensei::stack::{DefaultStack, Stack};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
-use crate::abi::{sim_check_site, SimFrame};
+use super::warp::{self, Request, Waiting};
+use crate::abi::{sim_check_site, Access, SimFrame};
 use crate::codegen::SimSite;
 use crate::source::Span;
+use crate::tree::WarpOp;
 
 /// Bytes before and after every simulated allocation that no access may touch.
 const RED_ZONE: usize = 256;
@@ -151,6 +153,11 @@ struct Run {
     /// A launch is running (set until it returns): still set at the next launch, the last one
     /// left through a long jump (a fault or interrupt) and its fibers are abandoned.
     active: bool,
+    /// The block's thread whose fiber runs (its index in the block, x fastest).
+    current: usize,
+    /// Each thread's warp operation while it waits at one, and its result.
+    requests: Vec<Option<Request>>,
+    results: Vec<u64>,
 }
 
 /// One executor of simulated launches. The frame comes first: the frame's address, which the
@@ -367,6 +374,10 @@ impl Simulator {
         let words = words.as_ptr() as usize;
         run.fibers.clear();
         run.fiber_stacks.clear();
+        run.requests.clear();
+        run.requests.resize(threads.len(), None);
+        run.results.clear();
+        run.results.resize(threads.len(), 0);
         for _ in threads {
             let stack = match run.stacks.pop() {
                 Some(stack) => stack,
@@ -385,17 +396,21 @@ impl Simulator {
             });
             run.fibers.push(Some(fiber));
         }
-        let mut finished: Option<usize> = None;
-        let mut waiting: Vec<(usize, u32)> = Vec::new();
+        let mut states = vec![Waiting::Runnable; threads.len()];
+        let place = |thread: usize| format!("block {}, thread {}", triple(block), triple(threads[thread]));
         loop {
-            waiting.clear();
+            // Every runnable thread runs to its next barrier or warp operation, or to its end.
             for (index, thread) in threads.iter().enumerate() {
+                if states[index] != Waiting::Runnable {
+                    continue;
+                }
                 // SAFETY: see `launch`; no fiber runs now.
                 let run = unsafe { &mut *self.run.get() };
                 let Some(fiber) = run.fibers[index].as_mut() else { continue };
                 // SAFETY: as above, for the frame.
                 unsafe { (&mut (*self.frame.get()).index)[0..3].copy_from_slice(thread) };
                 run.stack = run.fiber_stacks[index];
+                run.current = index;
                 let top = run.stack.1;
                 let fiber: *mut Fiber = fiber;
                 // SAFETY: the guard keeps the value in a thread-local; the fiber lives in
@@ -408,51 +423,103 @@ impl Simulator {
                 };
                 // SAFETY: see `launch`; the fiber has stopped.
                 let run = unsafe { &mut *self.run.get() };
-                match result {
-                    CoroutineResult::Yield(site) => waiting.push((index, site)),
+                states[index] = match result {
+                    CoroutineResult::Yield(site) if site & WARP_YIELD != 0 => Waiting::Warp,
+                    CoroutineResult::Yield(site) => Waiting::Barrier(site),
                     CoroutineResult::Return(()) => {
                         if let Some(done) = run.fibers[index].take() {
                             run.stacks.push(done.into_stack());
                         }
-                        finished.get_or_insert(index);
+                        Waiting::Done
                     }
-                }
+                };
                 if run.check_failed.is_some() {
                     run.abandon();
                     return Ok(());
                 }
             }
-            let Some(&(first, site)) = waiting.first() else { return Ok(()) };
             // SAFETY: see `launch`; no fiber runs now.
             let run = unsafe { &mut *self.run.get() };
-            let place = |thread: usize| format!("block {}, thread {}", triple(block), triple(threads[thread]));
+            // Warp operations whose lanes have all arrived complete; their lanes run on.
+            match warp::resolve(&mut states, &run.requests, &mut run.results, &place, &run.kernel) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(stuck) => {
+                    run.abandon();
+                    return Err(SimError {
+                        message: stuck.message,
+                        site: kernel.sites.get(stuck.site as usize).map(|site| site.span),
+                    });
+                }
+            }
+            if states.iter().all(|state| *state == Waiting::Done) {
+                return Ok(());
+            }
             let line = |site: u32| site_phrase(kernel, site);
-            if let Some(done) = finished {
+            let barrier = states.iter().enumerate().find_map(|(index, state)| match state {
+                Waiting::Barrier(site) => Some((index, *site)),
+                _ => None,
+            });
+            let Some((first, site)) = barrier else {
+                // Only warp operations wait, and none can complete (cannot happen: `resolve`
+                // reports why one cannot).
                 run.abandon();
-                return Err(SimError {
-                    message: format!(
+                return Err(plain(format!(
+                    "kernel `{}`: the threads of {} are stuck (a bug in Quasi)",
+                    run.kernel,
+                    place(0)
+                )));
+            };
+            let error = |message: String, site: u32| SimError {
+                message,
+                site: kernel.sites.get(site as usize).map(|site| site.span),
+            };
+            if let Some(done) = states.iter().position(|state| *state == Waiting::Done) {
+                run.abandon();
+                return Err(error(
+                    format!(
                         "kernel `{}`: {} waits at {}, which {} never reaches (it finished): every thread of a block must reach each `syncthreads`",
                         run.kernel,
                         place(first),
                         line(site),
                         place(done)
                     ),
-                    site: kernel.sites.get(site as usize).map(|site| site.span),
-                });
+                    site,
+                ));
             }
-            if let Some(&(other, other_site)) = waiting.iter().find(|(_, other)| *other != site) {
+            if let Some(warp) = states.iter().position(|state| *state == Waiting::Warp) {
+                let warp_site = run.requests[warp].map_or(site, |request| request.site);
+                let name = run.requests[warp].map_or("a warp operation", |request| request.op.name());
                 run.abandon();
-                return Err(SimError {
-                    message: format!(
+                return Err(error(
+                    format!(
+                        "kernel `{}`: {} waits at `{name}` while {} waits at {}: a lane its MASK names never arrives",
+                        run.kernel,
+                        place(warp),
+                        place(first),
+                        line(site)
+                    ),
+                    warp_site,
+                ));
+            }
+            if let Some((other, other_site)) = states.iter().enumerate().find_map(|(index, state)| match state {
+                Waiting::Barrier(other) if *other != site => Some((index, *other)),
+                _ => None,
+            }) {
+                run.abandon();
+                return Err(error(
+                    format!(
                         "kernel `{}`: the threads of a block wait at different barriers: {} at {}, {} at another (marked below)",
                         run.kernel,
                         place(first),
                         line(site),
                         place(other),
                     ),
-                    site: kernel.sites.get(other_site as usize).map(|site| site.span),
-                });
+                    other_site,
+                ));
             }
+            // Every thread waits at the same barrier: all run on.
+            states.fill(Waiting::Runnable);
         }
     }
 }
@@ -495,6 +562,47 @@ fn site_phrase(kernel: &SimKernel, site: u32) -> String {
     }
 }
 
+/// What a fiber yields at a warp operation: the flag, with the site in the low bits; a barrier
+/// yields its site alone.
+const WARP_YIELD: u32 = 1 << 31;
+
+/// `SIM_WARP`: records the running thread's warp operation and suspends its fiber; the block's
+/// scheduler completes the operation when the lanes its MASK names have all arrived
+/// (`warp::resolve`) and resumes the thread with its result.
+pub(crate) extern "C" fn runtime_warp(
+    frame: *mut SimFrame,
+    site: i32,
+    op: i32,
+    mask: i32,
+    value: i64,
+    operand: i32,
+) -> i64 {
+    // SAFETY: as in `runtime_sync`; the run state is the executor thread's during the launch,
+    // and no reference to it lives across the suspension (other fibers use it meanwhile).
+    unsafe {
+        let simulator = &*(frame as *const Simulator);
+        let run = simulator.run.get();
+        let (yielder, thread) = {
+            let state = &mut *run;
+            (state.yielder as *const Yielder<(), u32>, state.current)
+        };
+        let Some(op) = WarpOp::from_code(op as u32).filter(|_| !yielder.is_null()) else { return value };
+        {
+            let state = &mut *run;
+            if let Some(slot) = state.requests.get_mut(thread) {
+                *slot = Some(Request { site: site as u32, op, mask: mask as u32, value: value as u64, operand });
+            }
+        }
+        (*yielder).suspend(WARP_YIELD | (site as u32 & !WARP_YIELD));
+        let state = &mut *run;
+        state.yielder = yielder as usize;
+        if let Some(slot) = state.requests.get_mut(thread) {
+            *slot = None;
+        }
+        state.results.get(thread).copied().unwrap_or(0) as i64
+    }
+}
+
 /// `SIM_SYNC`: suspends the running thread's fiber until the block's next round.
 pub(crate) extern "C" fn runtime_sync(frame: *mut SimFrame, site: i32) {
     // SAFETY: compiled code passes the frame of the simulator running it (the simulator's
@@ -534,12 +642,16 @@ pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, byt
     if run.check_failed.is_none() {
         // SAFETY: as above.
         let frame = unsafe { &*frame };
-        let (site, write) = sim_check_site(tag);
+        let (site, access) = sim_check_site(tag);
         let thread = [frame.index[0], frame.index[1], frame.index[2]];
         let block = [frame.index[3], frame.index[4], frame.index[5]];
         let message = format!(
             "out-of-bounds {} of {bytes} bytes in kernel `{}`, block {}, thread {}: {}",
-            if write { "write" } else { "read" },
+            match access {
+                Access::Read => "read",
+                Access::Write => "write",
+                Access::Atomic => "atomic",
+            },
             run.kernel,
             triple(block),
             triple(thread),

@@ -15,13 +15,14 @@ mod host;
 mod queue;
 #[cfg(test)]
 mod tests;
+mod warp;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub(crate) use executor::{runtime_check, runtime_sync, Allocation, SimKernel, THREAD_STACK};
+pub(crate) use executor::{runtime_check, runtime_sync, runtime_warp, Allocation, SimKernel, THREAD_STACK};
 
 use super::device::{
     copy_detail, run_commands, Command, Copy, CopyKind, Device, DeviceError, Launch, Memory, Rows, Submission,
