@@ -125,7 +125,7 @@ fn the_staged_sgemm_uses_shared_tiles() {
     }
     eval_ok(&mut session, ",@(reduce sum 256)");
     let text = ptx(&mut session, "sum");
-    for needle in [".entry sum(", "bar.sync", "red.add.f32"] {
+    for needle in [".entry sum(", "bar.sync", "atom.global.add.f32"] {
         assert!(text.contains(needle), "PTX lacks `{needle}`:\n{text}");
     }
 }

@@ -32,7 +32,7 @@ const SETUP: [&str; 14] = [
        (for ((set i 0) (lt i n) (set i (add i 1))) (set s (add s (call mix i))))
        (ret s))",
     "(define-kernel ((empty void) (out (ptr int))) (ret))",
-    "(define-kernel ((gate void) (flag (ptr int))) (while (eq (load flag) 0)))",
+    "(define-kernel ((gate void) (flag (ptr int))) (while (eq (atomic-add flag 0) 0)))",
     "(define-global (x (gpu-buf int))) (define-global (y (gpu-buf int))) (define-global (flag (gpu-buf int)))
      (define-global (go (ptr int))) (define-global (held fence))",
     "(set x (gpu-alloc int 1)) (set y (gpu-alloc int 1)) (set flag (gpu-alloc int 1))

@@ -281,6 +281,23 @@ pub(crate) struct SimFrame {
     pub index: [i32; 12],
     /// The running block's shared memory.
     pub shared: *mut u8,
+    /// With checking on, each site's guard (`SimGuard`), by site number.
+    pub guards: *const SimGuard,
+}
+
+/// What a checked access tests inline before it calls `SIM_CHECK` (docs/language.md §7.7): an
+/// address of `[low, high)` whose access the launch's proofs made safe without a shadow takes
+/// its pointer as it is; any other goes through the call. `NEVER` sends every access of a site
+/// through the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SimGuard {
+    pub low: usize,
+    pub high: usize,
+}
+
+impl SimGuard {
+    pub(crate) const NEVER: SimGuard = SimGuard { low: usize::MAX, high: 0 };
 }
 
 impl SimFrame {

@@ -233,10 +233,22 @@ impl Backend {
     /// behind the crash guard. LLVM's errors about the code are the module's
     /// (`BackendError::Rejected`); a crash leaks the module, which LLVM left mid-way.
     pub(crate) fn compile(&self, module: Module<'_>, target: &Target, emit: Emit) -> Result<Compiled, BackendError> {
+        self.compile_inspected(module, target, emit, &mut |_| {})
+    }
+
+    /// `compile`, with `inspect` shown the optimised module before its code generation (the
+    /// simulator's proofs read its checked accesses there).
+    pub(crate) fn compile_inspected(
+        &self,
+        module: Module<'_>,
+        target: &Target,
+        emit: Emit,
+        inspect: &mut dyn FnMut(&Module<'_>),
+    ) -> Result<Compiled, BackendError> {
         // Errors left over from earlier work (an inspection command) belong to no module.
         self.take_llvm_errors();
         let ir = (emit == Emit::Listing).then(|| module.print_to_string().to_string());
-        let worked = guard::guarded_here(|| self.optimise_and_emit(&module, target, emit));
+        let worked = guard::guarded_here(|| self.optimise_and_emit(&module, target, emit, inspect));
         let (optimise, optimised, code, assembly, emit_time) = match worked {
             Ok(result) => result?,
             Err(signal) => {
@@ -282,6 +294,7 @@ impl Backend {
         module: &Module<'_>,
         target: &Target,
         emit: Emit,
+        inspect: &mut dyn FnMut(&Module<'_>),
     ) -> Result<(Option<Duration>, Option<String>, Vec<u8>, Option<String>, Duration), BackendError> {
         let listing = emit == Emit::Listing;
         let passes_start = Instant::now();
@@ -296,6 +309,7 @@ impl Backend {
         }
         let optimise = (*target != Target::Host(0)).then(|| passes_start.elapsed());
         let optimised = listing.then(|| module.print_to_string().to_string());
+        inspect(module);
         let emit_start = Instant::now();
         let (code, assembly) = match target {
             // A listing's code is its assembly: nothing will link it.
@@ -459,7 +473,7 @@ exit:
         module.set_triple(&self.triple);
         module.set_data_layout(&self.target_data(&target)?.get_data_layout());
         // Not through the object cache: the point is to exercise the machine.
-        let worked = guard::guarded_here(|| self.optimise_and_emit(&module, &target, Emit::Code));
+        let worked = guard::guarded_here(|| self.optimise_and_emit(&module, &target, Emit::Code, &mut |_| {}));
         worked.map_err(BackendError::Crashed)?.map(drop)
     }
 

@@ -108,6 +108,8 @@ pub(crate) fn lower_device<'ctx>(
         let sim = lowering.device.as_mut().and_then(|device| {
             let mut sim = device.sim.take()?;
             sim.globals = device.sim_globals.take();
+            sim.shared = device.sim_shared.borrow().values().copied().collect();
+            sim.shared.sort_unstable();
             Some(sim)
         });
         return Ok(DeviceModule { module: lowering.module, entry, shared_bytes, libdevice: Vec::new(), sim });

@@ -375,7 +375,7 @@ pub(super) struct DeviceState<'ctx, 'n> {
     pub(super) sim: Option<SimLowering>,
     /// For the simulator: the globals' storage, and each shared array's offset.
     pub(super) sim_globals: std::cell::RefCell<Vec<SimGlobal>>,
-    pub(super) sim_shared: std::cell::RefCell<HashMap<String, u64>>,
+    pub(super) sim_shared: std::cell::RefCell<HashMap<String, (u64, u64)>>,
 }
 
 /// How device code is lowered for the simulator.
@@ -410,6 +410,8 @@ pub(crate) struct SimLowering {
     pub sites: Vec<SimSite>,
     /// Whether the code has a barrier: without one, threads run one after another, no fibers.
     pub barrier: bool,
+    /// Each shared-memory array's offset and length in bytes, in the block's shared memory.
+    pub shared: Vec<(u64, u64)>,
     pub(super) prefix: String,
     pub(super) check: bool,
 }

@@ -163,18 +163,69 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.builder.build_address_space_cast(pointer, ptr, "")?
         };
         let tag = word.const_int(sim_check_tag(site, access), false);
-        let checked = self
+        // The site's guard: an address inside it is used as it is; another calls the check.
+        let frame = self.frame();
+        let guards_offset = word.const_int(std::mem::offset_of!(SimFrame, guards) as u64, false);
+        // SAFETY: `guards` lies inside the frame; the table has an entry per site.
+        let guards_slot =
+            unsafe { self.builder.build_in_bounds_gep(self.context.i8_type(), frame, &[guards_offset], "")? };
+        let guards = self.invariant_load(ptr.into(), guards_slot)?.into_pointer_value();
+        let guard_type = self.context.struct_type(&[word.into(), word.into()], false);
+        let index = word.const_int(u64::from(site), false);
+        let zero = self.context.i32_type().const_zero();
+        let one = self.context.i32_type().const_int(1, false);
+        // SAFETY: as above.
+        let (low_slot, high_slot) = unsafe {
+            (
+                self.builder.build_in_bounds_gep(guard_type, guards, &[index, zero], "")?,
+                self.builder.build_in_bounds_gep(guard_type, guards, &[index, one], "")?,
+            )
+        };
+        let low = self.invariant_load(word.into(), low_slot)?.into_int_value();
+        let high = self.invariant_load(word.into(), high_slot)?.into_int_value();
+        let address = self.builder.build_ptr_to_int(generic, word, "")?;
+        let end = self.builder.build_int_add(address, bytes, "")?;
+        let above = self.builder.build_int_compare(inkwell::IntPredicate::UGE, address, low, "")?;
+        let below = self.builder.build_int_compare(inkwell::IntPredicate::ULE, end, high, "")?;
+        let inside = self.builder.build_and(above, below, "")?;
+        let function = self.builder.get_insert_block().and_then(|block| block.get_parent()).ok_or_else(no_value)?;
+        let here = self.builder.get_insert_block().ok_or_else(no_value)?;
+        let slow = self.context.append_basic_block(function, "check");
+        let join = self.context.append_basic_block(function, "checked");
+        self.builder.build_conditional_branch(inside, join, slow)?;
+        self.builder.position_at_end(slow);
+        let called = self
             .builder
-            .build_call(check, &[self.frame().into(), generic.into(), bytes.into(), tag.into()], "")?
+            .build_call(check, &[frame.into(), generic.into(), bytes.into(), tag.into()], "")?
             .try_as_basic_value()
             .basic()
             .ok_or_else(no_value)?
             .into_pointer_value();
+        self.builder.build_unconditional_branch(join)?;
+        self.builder.position_at_end(join);
+        let merged = self.builder.build_phi(ptr, "")?;
+        merged.add_incoming(&[(&generic, here), (&called, slow)]);
+        let checked = merged.as_basic_value().into_pointer_value();
         if pointer.get_type() == ptr {
             Ok(checked)
         } else {
             Ok(self.builder.build_address_space_cast(checked, pointer.get_type(), "")?)
         }
+    }
+
+    /// A load of memory that does not change while a launch runs (the frame's guard table):
+    /// `!invariant.load`, so that LLVM may hoist it out of loops past the check's call.
+    fn invariant_load(
+        &self,
+        ty: inkwell::types::BasicTypeEnum<'ctx>,
+        pointer: PointerValue<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let value = self.builder.build_load(ty, pointer, "")?;
+        if let Some(instruction) = inkwell::values::BasicValue::as_instruction_value(&value) {
+            let kind = self.context.get_kind_id("invariant.load");
+            let _ = instruction.set_metadata(self.context.metadata_node(&[]), kind);
+        }
+        Ok(value)
     }
 
     /// A device global for the simulator: in shared memory at its offset (read from the frame
@@ -192,11 +243,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         let device = self.device.as_ref()?;
         let sim = device.sim.as_ref()?;
         if shared {
-            let offset = *device.sim_shared.borrow_mut().entry(name.to_string()).or_insert_with(|| {
+            let (offset, _) = *device.sim_shared.borrow_mut().entry(name.to_string()).or_insert_with(|| {
                 let align = align.max(16) as u64;
                 let offset = device.shared_bytes.get().div_ceil(align) * align;
                 device.shared_bytes.set(offset + size as u64);
-                offset
+                (offset, size as u64)
             });
             let generic = self.context.ptr_type(AddressSpace::default());
             let base = self.builder.build_load(generic, self.sim_shared_slot(), "").ok()?.into_pointer_value();

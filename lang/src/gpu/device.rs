@@ -105,26 +105,27 @@ pub(crate) struct Launch<'a> {
 }
 
 /// Why a device operation failed: the message, for the simulator the source of the access or
-/// barrier it names, and whether the device is missing altogether (the session then says how to
-/// work without one).
+/// barrier it names (and of a race's other access, with its label), and whether the device is
+/// missing altogether (the session then says how to work without one).
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub(crate) struct DeviceError {
     pub message: String,
     pub site: Option<Span>,
+    pub also: Option<(Span, &'static str)>,
     pub unavailable: bool,
 }
 
 impl DeviceError {
     /// The device is missing: no CUDA driver, no device, or a reset that failed.
     pub(crate) fn unavailable(message: String) -> DeviceError {
-        DeviceError { message, site: None, unavailable: true }
+        DeviceError { message, site: None, also: None, unavailable: true }
     }
 }
 
 impl From<String> for DeviceError {
     fn from(message: String) -> DeviceError {
-        DeviceError { message, site: None, unavailable: false }
+        DeviceError { message, site: None, also: None, unavailable: false }
     }
 }
 

@@ -72,6 +72,9 @@ impl Session {
                 if let Some(site) = gpu_error.as_ref().and_then(|error| error.site) {
                     diagnostic = diagnostic.with_secondary(site, "here in the kernel");
                 }
+                if let Some((site, label)) = gpu_error.as_ref().and_then(|error| error.also) {
+                    diagnostic = diagnostic.with_secondary(site, label);
+                }
                 if gpu_error.as_ref().is_some_and(|error| error.unavailable) {
                     diagnostic = diagnostic
                         .with_note("kernels still compile without a device, and `:ptx NAME` shows their PTX")

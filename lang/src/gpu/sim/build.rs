@@ -4,6 +4,7 @@
 //! `gpu::build` decides when (a member or a global it reads changed) and frees the old build.
 
 use super::executor::{Allocation, SimKernel};
+use super::facts::{self, Facts};
 use crate::backend::{BackendError, Emit, Target};
 use crate::check::MAX_SHARED_BYTES;
 use crate::codegen::{CodegenError, SimLowering, SimTarget};
@@ -16,6 +17,7 @@ pub(crate) struct SimBuild {
     entry: String,
     sim: SimLowering,
     shared_bytes: u64,
+    facts: Facts,
 }
 
 /// Compiles `root`'s device code for the simulator (`Target::Sim`).
@@ -24,6 +26,7 @@ pub(crate) fn compile(
     root: &std::rc::Rc<crate::tree::FunctionDef>,
     target: SimTarget,
 ) -> Result<SimBuild, String> {
+    let check = target.check;
     let members = launchable(source, root).map_err(|diagnostic| diagnostic.message)?;
     let backend = source.backend;
     let sim = Target::Sim;
@@ -39,18 +42,26 @@ pub(crate) fn compile(
             lowered.shared_bytes
         ));
     }
-    let object = match backend.compile(lowered.module, &sim, Emit::Code) {
+    // With checking on, the proofs read the optimised code's checked accesses.
+    let mut facts = Facts::default();
+    let entry = lowered.entry.clone();
+    let mut inspect = |module: &inkwell::module::Module<'_>| {
+        if check {
+            facts = facts::analyse(module, &entry);
+        }
+    };
+    let object = match backend.compile_inspected(lowered.module, &sim, Emit::Code, &mut inspect) {
         Ok(compiled) => compiled.code,
         Err(BackendError::Crashed(signal)) => return Err(llvm_crashed(&root.name, signal, "the simulator").message),
         Err(error) => return Err(error.to_string()),
     };
     let sim = lowered.sim.unwrap_or_default();
-    Ok(SimBuild { object, entry: lowered.entry, sim, shared_bytes: lowered.shared_bytes })
+    Ok(SimBuild { object, entry: lowered.entry, sim, shared_bytes: lowered.shared_bytes, facts })
 }
 
 /// Makes the build's globals, links its code; returns the kernel and the code's id.
 pub(crate) fn link(program: &mut Program, name: &str, build: SimBuild) -> Result<(SimKernel, u64), String> {
-    let SimBuild { object, entry, sim, shared_bytes } = build;
+    let SimBuild { object, entry, sim, shared_bytes, facts } = build;
     let mut globals = Vec::new();
     let mut symbols = Vec::new();
     for global in sim.globals {
@@ -62,5 +73,16 @@ pub(crate) fn link(program: &mut Program, name: &str, build: SimBuild) -> Result
     let (id, entry) = program.link_device(&object, name, &symbols, &entry).map_err(|diagnostic| {
         format!("linking the simulator's build failed (a bug in Quasi): {}", diagnostic.message)
     })?;
-    Ok((SimKernel { entry, shared_bytes, barrier: sim.barrier, sites: sim.sites, globals }, id))
+    let global_symbols = symbols.into_iter().collect();
+    let kernel = SimKernel {
+        entry,
+        shared_bytes,
+        barrier: sim.barrier,
+        sites: sim.sites,
+        globals,
+        global_symbols,
+        shared_arrays: sim.shared,
+        facts,
+    };
+    Ok((kernel, id))
 }

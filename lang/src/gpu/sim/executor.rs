@@ -30,8 +30,11 @@ use std::time::{Duration, Instant};
 use corosensei::stack::{DefaultStack, Stack};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
+use super::facts::Facts;
+use super::proofs::{self, Shape};
+use super::races::{GlobalShadow, Report, SharedShadow};
 use super::warp::{self, Request, Waiting};
-use crate::abi::{sim_check_site, Access, SimFrame};
+use crate::abi::{sim_check_site, Access, SimFrame, SimGuard};
 use crate::codegen::SimSite;
 use crate::source::Span;
 use crate::tree::WarpOp;
@@ -115,6 +118,12 @@ pub(crate) struct SimKernel {
     pub sites: Vec<SimSite>,
     /// The storage of its device globals (the code refers to it by address).
     pub globals: Vec<(String, Allocation)>,
+    /// Each device global's symbol and address, for the proofs.
+    pub global_symbols: Vec<(String, usize)>,
+    /// Each shared-memory array's offset and length.
+    pub shared_arrays: Vec<(u64, u64)>,
+    /// What the proofs read from the optimised code (with checking on).
+    pub facts: Facts,
 }
 
 /// Memory a thread may use, for checking: `[start, end)` and what it is.
@@ -129,6 +138,8 @@ pub(crate) struct Region {
 struct Failure {
     message: String,
     site: Option<u32>,
+    /// A second place the report is about (the other access of a race), and its label.
+    other: Option<(u32, &'static str)>,
 }
 
 type Fiber = Coroutine<(), u32, (), DefaultStack>;
@@ -143,6 +154,15 @@ struct Run {
     stack: (usize, usize),
     shared: (usize, usize),
     check_failed: Option<Failure>,
+    /// The first race or uninitialised read, kept until its barrier interval ends: a barrier
+    /// some thread misses (synccheck) is the cause to report, when there is one.
+    race_failed: Option<Failure>,
+    /// What the launch's proofs (`proofs`) cover, which racecheck and initcheck keep no shadow
+    /// of: spans of shared memory (offsets), and regions by index.
+    unshadowed_shared: Vec<(usize, usize)>,
+    unshadowed_regions: Vec<bool>,
+    /// Each site's guard (the frame points at it while the launch runs).
+    guards: Vec<SimGuard>,
     scratch: Vec<u64>,
     kernel: String,
     fibers: Vec<Option<Fiber>>,
@@ -158,6 +178,12 @@ struct Run {
     /// Each thread's warp operation while it waits at one, and its result.
     requests: Vec<Option<Request>>,
     results: Vec<u64>,
+    /// Each warp's count of completed warp operations (racecheck orders its lanes by it).
+    warp_epochs: Vec<u32>,
+    /// racecheck and initcheck (`races`): the shadow of the block's shared memory, and of the
+    /// global memory of the launch.
+    shared_shadow: SharedShadow,
+    global_shadow: GlobalShadow,
 }
 
 /// One executor of simulated launches. The frame comes first: the frame's address, which the
@@ -185,12 +211,14 @@ pub(crate) struct Ran {
 pub(crate) struct SimError {
     pub message: String,
     pub site: Option<Span>,
+    /// A second place in the kernel's source (the other access of a race), with its label.
+    pub also: Option<(Span, &'static str)>,
 }
 
 impl Simulator {
     pub(crate) fn new() -> Box<Simulator> {
         Box::new(Simulator {
-            frame: UnsafeCell::new(SimFrame { index: [0; 12], shared: std::ptr::null_mut() }),
+            frame: UnsafeCell::new(SimFrame { index: [0; 12], shared: std::ptr::null_mut(), guards: std::ptr::null() }),
             run: UnsafeCell::new(Run::default()),
         })
     }
@@ -231,7 +259,10 @@ impl Simulator {
         run.last = 0;
         run.yielder = 0;
         run.check_failed = None;
+        run.race_failed = None;
         run.kernel = name.to_string();
+        run.shared_shadow.begin_launch(kernel.shared_bytes as usize);
+        run.global_shadow.begin_launch(run.regions.len());
         let mut shared = Allocation::zeroed(kernel.shared_bytes as usize).map_err(plain)?;
         run.shared = (shared.start(), shared.start() + kernel.shared_bytes as usize);
         // SAFETY: as above; compiled code reads the frame only while this launch runs it.
@@ -241,6 +272,21 @@ impl Simulator {
         frame.index[6..9].copy_from_slice(&dims[3..6]);
         frame.index[9..12].copy_from_slice(&dims[0..3]);
         frame.shared = shared.start() as *mut u8;
+        let bounds: Vec<(usize, usize)> = run.regions.iter().map(|region| (region.start, region.end)).collect();
+        let shape = Shape {
+            dimensions,
+            words,
+            regions: &bounds,
+            globals: &kernel.global_symbols,
+            shared_start: shared.start(),
+            shared_arrays: &kernel.shared_arrays,
+            sites: kernel.sites.len(),
+        };
+        let plan = proofs::plan(&kernel.facts, &shape);
+        run.guards = plan.guards;
+        run.unshadowed_shared = plan.unshadowed_shared;
+        run.unshadowed_regions = plan.unshadowed_regions;
+        frame.guards = run.guards.as_ptr();
         run.active = true;
         let start = Instant::now();
         let outcome = if kernel.barrier {
@@ -263,8 +309,9 @@ impl Simulator {
     }
 
     fn error(&self, kernel: &SimKernel, failure: Failure) -> SimError {
-        let site = failure.site.and_then(|site| kernel.sites.get(site as usize));
-        SimError { message: failure.message, site: site.map(|site| site.span) }
+        let span = |site: u32| kernel.sites.get(site as usize).map(|site| site.span);
+        let also = failure.other.and_then(|(site, label)| span(site).map(|span| (span, label)));
+        SimError { message: failure.message, site: failure.site.and_then(span), also }
     }
 
     /// A kernel without barriers: every thread, one after another, on one fiber.
@@ -294,6 +341,12 @@ impl Simulator {
             for bz in 0..grid[2] {
                 for by in 0..grid[1] {
                     for bx in 0..grid[0] {
+                        // SAFETY: the run state and shared memory are ours while the launch runs.
+                        unsafe {
+                            let (start, end) = (*run).shared;
+                            std::ptr::write_bytes(start as *mut u8, SHARED_PATTERN, end - start);
+                            (*run).shared_shadow.begin_block();
+                        }
                         for tz in 0..block[2] {
                             for ty in 0..block[1] {
                                 for tx in 0..block[0] {
@@ -307,6 +360,13 @@ impl Simulator {
                                         return;
                                     }
                                 }
+                            }
+                        }
+                        // SAFETY: as above; the block's threads have all run.
+                        unsafe {
+                            if let Some(failure) = end_interval(&mut *run, &*frame) {
+                                (*run).check_failed = Some(failure);
+                                return;
                             }
                         }
                     }
@@ -346,9 +406,16 @@ impl Simulator {
         for bz in 0..grid[2] {
             for by in 0..grid[1] {
                 for bx in 0..grid[0] {
-                    shared.bytes_mut().fill(0);
+                    // Shared memory is uninitialised on a GPU: not zeroed here either.
+                    shared.bytes_mut().fill(SHARED_PATTERN);
                     // SAFETY: see `launch`.
-                    unsafe { (&mut (*self.frame.get()).index)[3..6].copy_from_slice(&[bx, by, bz]) };
+                    unsafe {
+                        let run = &mut *self.run.get();
+                        run.shared_shadow.begin_block();
+                        run.warp_epochs.clear();
+                        run.warp_epochs.resize(threads.len().div_ceil(warp::WARP), 0);
+                        (&mut (*self.frame.get()).index)[3..6].copy_from_slice(&[bx, by, bz]);
+                    }
                     self.run_block(kernel, [bx, by, bz], &threads, words)?;
                     // SAFETY: see `launch`.
                     if let Some(failure) = unsafe { (*self.run.get()).check_failed.take() } {
@@ -441,7 +508,8 @@ impl Simulator {
             // SAFETY: see `launch`; no fiber runs now.
             let run = unsafe { &mut *self.run.get() };
             // Warp operations whose lanes have all arrived complete; their lanes run on.
-            match warp::resolve(&mut states, &run.requests, &mut run.results, &place, &run.kernel) {
+            match warp::resolve(&mut states, &run.requests, &mut run.results, &mut run.warp_epochs, &place, &run.kernel)
+            {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(stuck) => {
@@ -449,10 +517,15 @@ impl Simulator {
                     return Err(SimError {
                         message: stuck.message,
                         site: kernel.sites.get(stuck.site as usize).map(|site| site.span),
+                        also: None,
                     });
                 }
             }
             if states.iter().all(|state| *state == Waiting::Done) {
+                // SAFETY: as above, for the frame.
+                if let Some(failure) = end_interval(run, unsafe { &*self.frame.get() }) {
+                    run.check_failed = Some(failure);
+                }
                 return Ok(());
             }
             let line = |site: u32| site_phrase(kernel, site);
@@ -473,6 +546,7 @@ impl Simulator {
             let error = |message: String, site: u32| SimError {
                 message,
                 site: kernel.sites.get(site as usize).map(|site| site.span),
+                also: None,
             };
             if let Some(done) = states.iter().position(|state| *state == Waiting::Done) {
                 run.abandon();
@@ -518,7 +592,13 @@ impl Simulator {
                     other_site,
                 ));
             }
-            // Every thread waits at the same barrier: all run on.
+            // Every thread waits at the same barrier: all run on, in a new interval.
+            // SAFETY: as above, for the frame.
+            if let Some(failure) = end_interval(run, unsafe { &*self.frame.get() }) {
+                run.check_failed = Some(failure);
+                run.abandon();
+                return Ok(());
+            }
             states.fill(Waiting::Runnable);
         }
     }
@@ -548,7 +628,7 @@ impl Drop for Run {
 }
 
 fn plain(message: String) -> SimError {
-    SimError { message, site: None }
+    SimError { message, site: None, also: None }
 }
 
 fn triple(index: [i32; 3]) -> String {
@@ -626,23 +706,51 @@ pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, byt
     let run = unsafe { &mut *(*(frame as *const Simulator)).run.get() };
     let end = address.wrapping_add(bytes.max(0) as usize);
     let inside = |(start, stop): (usize, usize)| start <= address && end <= stop && address <= end;
-    if inside(run.stack) || inside(run.shared) {
+    if inside(run.stack) {
         return address;
     }
-    if let Some(region) = run.regions.get(run.last) {
-        if inside((region.start, region.end)) {
+    // SAFETY: as above.
+    let frame = unsafe { &*frame };
+    let (site, access) = sim_check_site(tag);
+    let length = bytes.max(0) as usize;
+    if inside(run.shared) {
+        let offset = address - run.shared.0;
+        // An access the launch's proofs cover has no shadow to keep (a stray access of another
+        // array's site that lands there is checked for bounds only).
+        if run.unshadowed_shared.iter().any(|&(start, end)| start <= offset && offset < end) {
             return address;
         }
+        let thread = linear(&frame.index[0..3], &frame.index[6..9]);
+        let epoch = run.warp_epochs.get(thread as usize / warp::WARP).copied().unwrap_or(0);
+        if let Some(report) = run.shared_shadow.access(offset, length, thread, site, epoch, access) {
+            if run.race_failed.is_none() {
+                run.race_failed = Some(race_failure(run, frame, &report, None));
+            }
+        }
+        // A race's access goes through: the memory is the kernel's, and the report waits for
+        // the interval's end.
+        return address;
     }
+    let known = run.regions.get(run.last).is_some_and(|region| inside((region.start, region.end)));
     let index = run.regions.partition_point(|region| region.start <= address);
-    if index > 0 && inside((run.regions[index - 1].start, run.regions[index - 1].end)) {
-        run.last = index - 1;
+    if known || (index > 0 && inside((run.regions[index - 1].start, run.regions[index - 1].end))) {
+        if !known {
+            run.last = index - 1;
+        }
+        if run.unshadowed_regions.get(run.last).copied().unwrap_or(false) {
+            return address;
+        }
+        let block = linear(&frame.index[3..6], &frame.index[9..12]);
+        let start = run.regions[run.last].start;
+        if let Some(report) = run.global_shadow.access(run.last, address - start, length, block, site, access) {
+            if run.race_failed.is_none() {
+                let region = run.regions.get(run.last).map(|region| region.what.clone());
+                run.race_failed = Some(race_failure(run, frame, &report, region));
+            }
+        }
         return address;
     }
     if run.check_failed.is_none() {
-        // SAFETY: as above.
-        let frame = unsafe { &*frame };
-        let (site, access) = sim_check_site(tag);
         let thread = [frame.index[0], frame.index[1], frame.index[2]];
         let block = [frame.index[3], frame.index[4], frame.index[5]];
         let message = format!(
@@ -657,13 +765,85 @@ pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, byt
             triple(thread),
             describe(run, address)
         );
-        run.check_failed = Some(Failure { message, site: Some(site) });
+        run.check_failed = Some(Failure { message, site: Some(site), other: None });
     }
+    scratch(run, bytes)
+}
+
+/// Scratch memory for an access that must not touch its address (a failed check).
+fn scratch(run: &mut Run, bytes: i64) -> usize {
     let words = (bytes.max(8) as usize).div_ceil(8);
     if run.scratch.len() < words {
         run.scratch.resize(words, 0);
     }
     run.scratch.as_mut_ptr() as usize
+}
+
+/// Shared memory's bytes at the start of every block: uninitialised on a GPU, so not zero here
+/// (a float of them is NaN, an int -1), and a result that depends on them differs.
+const SHARED_PATTERN: u8 = 0xff;
+
+/// An index (x, y, z) in dimensions (x, y, z), as one number, x fastest.
+fn linear(index: &[i32], dimensions: &[i32]) -> u32 {
+    (index[0] + dimensions[0] * (index[1] + dimensions[1] * index[2])) as u32
+}
+
+/// A linear index back in (x, y, z).
+fn unlinear(value: u32, dimensions: &[i32]) -> [i32; 3] {
+    let value = value as i32;
+    let (x, y) = (dimensions[0].max(1), dimensions[1].max(1));
+    [value % x, (value / x) % y, value / (x * y)]
+}
+
+/// The race or uninitialised read of the interval that ends, as a failure, if any.
+fn end_interval(run: &mut Run, frame: &SimFrame) -> Option<Failure> {
+    let uninitialised = run.shared_shadow.end_interval();
+    if let Some(race) = run.race_failed.take() {
+        return Some(race);
+    }
+    let report = uninitialised?;
+    Some(race_failure(run, frame, &report, None))
+}
+
+/// A racecheck or initcheck report as a failure: `region` says what the global memory is,
+/// `None` for the block's shared memory.
+fn race_failure(run: &Run, frame: &SimFrame, report: &Report, region: Option<String>) -> Failure {
+    let block = [frame.index[3], frame.index[4], frame.index[5]];
+    let (who, site, did) = report.second;
+    let shared = region.is_none();
+    let name = |who: u32| {
+        if shared {
+            format!("thread {}", triple(unlinear(who, &frame.index[6..9])))
+        } else {
+            format!("block {}", triple(unlinear(who, &frame.index[9..12])))
+        }
+    };
+    let memory = match &region {
+        None => format!("byte {} of the block's shared memory", report.offset),
+        Some(what) => format!("byte {} of {what}", report.offset),
+    };
+    let Some((first, first_site, first_did)) = report.first else {
+        let message = format!(
+            "uninitialised read in kernel `{}`, block {}, {}: {memory}, which no thread of the block wrote before this read's barrier interval or in it (shared memory is uninitialised on a GPU)",
+            run.kernel,
+            triple(block),
+            name(who)
+        );
+        return Failure { message, site: Some(site), other: None };
+    };
+    let (place, why) = if shared {
+        (format!(" block {},", triple(block)), "between the same two barriers, not both atomically")
+    } else {
+        (String::new(), "in one launch, whose blocks run concurrently on a GPU, not both atomically")
+    };
+    let message = format!(
+        "race ({}) in kernel `{}`,{place} on {memory}: {} {first_did}, and {} {did} it, {why}",
+        report.kind,
+        run.kernel,
+        name(first),
+        name(who)
+    );
+    Failure { message, site: Some(site), other: Some((first_site, "the other access")) }
 }
 
 /// Where a bad address lies: past the end of, or before, the nearest memory it may use.

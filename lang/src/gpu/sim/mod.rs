@@ -11,8 +11,11 @@
 
 pub(crate) mod build;
 mod executor;
+mod facts;
 mod host;
+mod proofs;
 mod queue;
+mod races;
 #[cfg(test)]
 mod tests;
 mod warp;
@@ -83,9 +86,9 @@ impl Shared {
             .collect();
         // No lock is held while the kernel runs: a fault or an interrupt leaves by a long jump.
         let start = Instant::now();
-        let ran = executor
-            .launch(launch.name, kernel, launch.dimensions, launch.values, regions)
-            .map_err(|error| DeviceError { message: error.message, site: error.site, unavailable: false })?;
+        let ran = executor.launch(launch.name, kernel, launch.dimensions, launch.values, regions).map_err(|error| {
+            DeviceError { message: error.message, site: error.site, also: error.also, unavailable: false }
+        })?;
         let [gx, gy, gz, bx, by, bz] = launch.dimensions;
         let detail = format!("simulated: grid ({gx}, {gy}, {gz}) block ({bx}, {by}, {bz})");
         let label = format!("kernel {}", launch.name);

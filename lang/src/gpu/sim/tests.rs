@@ -120,7 +120,7 @@ fn a_rebuilt_kernel_gives_its_old_code_back() {
 }
 
 /// A kernel that spins until the host writes 1 to its flag, and a submission of it.
-const GATE: &str = "(define-kernel ((gate void) (flag (ptr int))) (while (eq (load flag) 0)))
+const GATE: &str = "(define-kernel ((gate void) (flag (ptr int))) (while (eq (atomic-add flag 0) 0)))
 (define-global (flag (gpu-buf int)))
 (define-global (go (ptr int)))
 (define-global (e encoder))

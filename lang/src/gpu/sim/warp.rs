@@ -41,12 +41,14 @@ pub(super) struct Stuck {
 }
 
 /// Completes every warp operation whose lanes have all arrived: each lane's result goes to
-/// `results` and the lane becomes runnable. Returns whether any completed. `describe` names a
-/// thread of the block by its index; `kernel` names the kernel.
+/// `results`, the lane becomes runnable and its warp's epoch (`epochs`, by warp) counts one
+/// more. Returns whether any completed. `describe` names a thread of the block by its index;
+/// `kernel` names the kernel.
 pub(super) fn resolve(
     states: &mut [Waiting],
     requests: &[Option<Request>],
     results: &mut [u64],
+    epochs: &mut [u32],
     describe: &dyn Fn(usize) -> String,
     kernel: &str,
 ) -> Result<bool, Stuck> {
@@ -116,6 +118,10 @@ pub(super) fn resolve(
                 continue;
             }
             complete(first, lanes, &request, requests, results, describe, kernel)?;
+            // The warp's accesses before and after are ordered (racecheck).
+            if let Some(epoch) = epochs.get_mut(first / WARP) {
+                *epoch += 1;
+            }
             for other in 0..lanes {
                 if request.mask & (1 << other) != 0 {
                     states[first + other] = Waiting::Runnable;

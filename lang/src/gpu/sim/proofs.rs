@@ -1,0 +1,542 @@
+//! What checking need not do at run time (docs/language.md §7.7): proofs made from a simulator
+//! build's optimised code when it is built (`facts::analyse`), and completed when it is
+//! launched (`plan`), with the launch's grid, block, arguments and memory.
+//!
+//! Every checked access tests its address inline against its site's guard (`SimGuard`) before
+//! it calls `SIM_CHECK`; a guard lets through the accesses proved to need no shadow, and only
+//! those of the memory they were proved for, so a stray address still takes the call and its
+//! memcheck. At build time `facts` reads each access's address and barrier intervals back from
+//! the IR. At launch the offsets become affine forms in the thread and block ids, and:
+//! - a buffer (region) needs no racecheck shadow when no access may write it, or all that touch
+//!   it have one form whose address tells the block apart (two blocks never meet at a byte);
+//! - a shared-memory array needs none when every two accesses of it that can share an interval,
+//!   one writing, have one form that tells the thread apart, and each read follows a barrier
+//!   that every thread reached after a write covering the whole array (initcheck).
+//!
+//! An access whose address cannot be read, or may go anywhere, leaves every shared and global
+//! access to the shadow. A stray access of a proved site that lands in memory another proof
+//! covers is checked for bounds only: a race through it can go unreported, never one be
+//! reported falsely.
+
+use super::facts::{Checked, Expr, Facts, Root};
+use crate::abi::{Access, SimGuard};
+
+/// An address's offset at a launch: `c + Σ k[v]·v` over `tid.x y z` and `ctaid.x y z`, plus
+/// something unknown when `opaque` (then `c` and `k` are only a part of it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Affine {
+    c: i128,
+    k: [i128; 6],
+    opaque: bool,
+}
+
+impl Affine {
+    const OPAQUE: Affine = Affine { c: 0, k: [0; 6], opaque: true };
+
+    const fn constant(c: i128) -> Affine {
+        Affine { c, k: [0; 6], opaque: false }
+    }
+
+    fn is_constant(&self) -> bool {
+        !self.opaque && self.k == [0; 6]
+    }
+
+    fn plus(self, other: Affine, sign: i128) -> Affine {
+        let mut k = self.k;
+        for (into, from) in k.iter_mut().zip(other.k) {
+            *into += sign * from;
+        }
+        Affine { c: self.c + sign * other.c, k, opaque: self.opaque || other.opaque }
+    }
+
+    fn times(self, factor: i128) -> Affine {
+        Affine { c: self.c * factor, k: self.k.map(|k| k * factor), opaque: self.opaque }
+    }
+}
+
+/// What a launch gives the proofs.
+pub(crate) struct Shape<'a> {
+    /// Grid x y z, then block x y z.
+    pub dimensions: [i64; 6],
+    pub words: &'a [u64],
+    /// The launch's memory regions, `[start, end)`, sorted by start.
+    pub regions: &'a [(usize, usize)],
+    /// Each device global's symbol and address.
+    pub globals: &'a [(String, usize)],
+    /// Where the block's shared memory is (the same for every block), and its arrays' offsets
+    /// and lengths.
+    pub shared_start: usize,
+    pub shared_arrays: &'a [(u64, u64)],
+    pub sites: usize,
+}
+
+/// What the proofs leave to the run: each site's guard, and the memory no shadow is kept of.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Plan {
+    pub guards: Vec<SimGuard>,
+    pub unshadowed_shared: Vec<(usize, usize)>,
+    pub unshadowed_regions: Vec<bool>,
+}
+
+impl Shape<'_> {
+    /// How many values variable `v` takes (threads per block, blocks per grid, on its axis).
+    fn extent(&self, variable: usize) -> i128 {
+        let dimension = if variable < 3 { self.dimensions[3 + variable] } else { self.dimensions[variable - 3] };
+        i128::from(dimension.max(1))
+    }
+
+    fn range(&self, affine: &Affine) -> (i128, i128) {
+        let (mut low, mut high) = (affine.c, affine.c);
+        for (variable, k) in affine.k.iter().enumerate() {
+            let span = k * (self.extent(variable) - 1);
+            if span < 0 {
+                low += span;
+            } else {
+                high += span;
+            }
+        }
+        (low, high)
+    }
+
+    fn fits(&self, affine: Affine, bits: u32) -> Affine {
+        if affine.opaque || bits >= 127 {
+            return affine;
+        }
+        let (low, high) = self.range(&affine);
+        let limit = 1i128 << (bits - 1);
+        if low >= -limit && high < limit {
+            affine
+        } else {
+            Affine::OPAQUE
+        }
+    }
+
+    fn evaluate(&self, expr: &Expr) -> Affine {
+        match expr {
+            Expr::Const(value) => Affine::constant(*value),
+            Expr::Register(slot @ 0..=5) => {
+                let mut k = [0; 6];
+                k[*slot as usize] = 1;
+                Affine { c: 0, k, opaque: false }
+            }
+            Expr::Register(slot @ 6..=8) => Affine::constant(i128::from(self.dimensions[3 + *slot as usize - 6])),
+            Expr::Register(slot @ 9..=11) => Affine::constant(i128::from(self.dimensions[*slot as usize - 9])),
+            Expr::Register(_) | Expr::Opaque => Affine::OPAQUE,
+            Expr::Word(index) => self
+                .words
+                .get(*index as usize)
+                .map_or(Affine::OPAQUE, |&word| Affine::constant(i128::from(word as i64))),
+            Expr::Add(left, right, bits) => self.fits(self.evaluate(left).plus(self.evaluate(right), 1), *bits),
+            Expr::Sub(left, right, bits) => self.fits(self.evaluate(left).plus(self.evaluate(right), -1), *bits),
+            Expr::Mul(left, right, bits) => {
+                let (left, right) = (self.evaluate(left), self.evaluate(right));
+                let product = if left.is_constant() {
+                    right.times(left.c)
+                } else if right.is_constant() {
+                    left.times(right.c)
+                } else {
+                    Affine::OPAQUE
+                };
+                self.fits(product, *bits)
+            }
+            Expr::Shl(inner, amount, bits) => self.fits(self.evaluate(inner).times(1 << amount), *bits),
+            Expr::Sext(inner, _) => self.evaluate(inner),
+            Expr::Zext(inner, bits) => {
+                let inner = self.evaluate(inner);
+                if inner.opaque || self.range(&inner).0 >= 0 {
+                    inner
+                } else if inner.is_constant() {
+                    Affine::constant(inner.c + (1i128 << bits))
+                } else {
+                    Affine::OPAQUE
+                }
+            }
+            Expr::Trunc(inner, bits) => {
+                let inner = self.evaluate(inner);
+                let kept = self.fits(inner, *bits);
+                if kept.opaque && inner.is_constant() {
+                    let shift = 128 - bits;
+                    Affine::constant((inner.c << shift) >> shift)
+                } else {
+                    kept
+                }
+            }
+        }
+    }
+
+    /// Whether accesses of `bytes` bytes at `affine` by different values of the variables in
+    /// `apart` never overlap: each of those that varies has a coefficient at least the span of
+    /// the smaller ones (any other varying variable must not move the address).
+    fn separates(&self, affine: &Affine, apart: std::ops::Range<usize>, bytes: i128) -> bool {
+        if affine.opaque {
+            return false;
+        }
+        let mut terms = Vec::new();
+        for variable in 0..6 {
+            let (k, extent) = (affine.k[variable].abs(), self.extent(variable));
+            if extent <= 1 {
+                continue;
+            }
+            if k == 0 {
+                if apart.contains(&variable) {
+                    return false;
+                }
+                continue;
+            }
+            // Threads always count (one block's threads meet at a byte too); blocks only when
+            // they are to be kept apart (shared memory is a block's own).
+            if variable < 3 || apart.contains(&variable) {
+                terms.push((k, extent));
+            }
+        }
+        terms.sort_unstable();
+        let mut span = 0;
+        for (k, extent) in terms {
+            if k < span + bytes {
+                return false;
+            }
+            span += k * (extent - 1);
+        }
+        true
+    }
+
+    /// The bytes every thread of a block writing `bytes` at `affine` covers, with no gap.
+    fn covers(&self, affine: &Affine, bytes: i128) -> Option<(i128, i128)> {
+        if affine.opaque || affine.k[3..].iter().any(|&k| k != 0) {
+            return None;
+        }
+        let mut terms: Vec<(i128, i128)> =
+            (0..3).filter(|&v| self.extent(v) > 1 && affine.k[v] != 0).map(|v| (affine.k[v], self.extent(v))).collect();
+        terms.sort_unstable();
+        let mut next = bytes;
+        for (k, extent) in terms {
+            if k != next {
+                return None;
+            }
+            next = k * extent;
+        }
+        Some((affine.c, affine.c + next))
+    }
+
+    /// The region holding `address`, by index.
+    fn region(&self, address: i128) -> Option<usize> {
+        let index = self.regions.partition_point(|&(start, _)| start as i128 <= address);
+        (index > 0 && address < self.regions[index - 1].1 as i128).then(|| index - 1)
+    }
+}
+
+/// Where one checked access goes at a launch.
+enum Target {
+    /// Region N, at an offset from its start.
+    Region(usize, Affine),
+    /// The block's shared memory, at an offset.
+    Shared(Affine),
+    /// Its thread's stack, proved inside its slot or not.
+    Stack(bool),
+    Anywhere,
+}
+
+/// The guards and unshadowed memory of a launch of a build with `facts`.
+pub(crate) fn plan(facts: &Facts, shape: &Shape<'_>) -> Plan {
+    let mut plan = Plan {
+        guards: vec![SimGuard::NEVER; shape.sites],
+        unshadowed_shared: Vec::new(),
+        unshadowed_regions: vec![false; shape.regions.len()],
+    };
+    let targets: Vec<Target> = facts.checked.iter().map(|checked| target(checked, shape)).collect();
+    // Each site's guard, as its copies agree on it (`None`: not yet given; NEVER wins).
+    let mut given: Vec<Option<SimGuard>> = vec![None; shape.sites];
+    let mut give = |site: u32, guard: SimGuard| {
+        if let Some(slot) = given.get_mut(site as usize) {
+            *slot = match *slot {
+                None => Some(guard),
+                Some(old) if old == guard => Some(old),
+                Some(_) => Some(SimGuard::NEVER),
+            };
+        }
+    };
+    let anywhere = targets.iter().any(|target| matches!(target, Target::Anywhere));
+    for (checked, target) in facts.checked.iter().zip(&targets) {
+        match target {
+            Target::Stack(true) => give(checked.site, SimGuard { low: 0, high: usize::MAX }),
+            Target::Stack(false) | Target::Anywhere => give(checked.site, SimGuard::NEVER),
+            _ => {}
+        }
+    }
+    // Global memory, region by region.
+    for (index, &(start, end)) in shape.regions.iter().enumerate() {
+        let on: Vec<(&Checked, &Affine)> = facts
+            .checked
+            .iter()
+            .zip(&targets)
+            .filter_map(|(checked, target)| match target {
+                Target::Region(at, affine) if *at == index => Some((checked, affine)),
+                _ => None,
+            })
+            .collect();
+        let proved = !anywhere && region_proved(&on, shape);
+        let guard = if proved { SimGuard { low: start, high: end } } else { SimGuard::NEVER };
+        for (checked, _) in &on {
+            give(checked.site, guard);
+        }
+        plan.unshadowed_regions[index] = proved && !on.is_empty();
+    }
+    // Shared memory, array by array.
+    let shared_known = !anywhere && !facts.opaque_calls;
+    for &(offset, length) in shape.shared_arrays {
+        let (start, end) = (i128::from(offset), i128::from(offset + length));
+        let on: Vec<(usize, &Checked, &Affine)> = facts
+            .checked
+            .iter()
+            .zip(&targets)
+            .enumerate()
+            .filter_map(|(index, (checked, target))| match target {
+                Target::Shared(affine) if (start..end).contains(&lowest(affine, shape)) => {
+                    Some((index, checked, affine))
+                }
+                _ => None,
+            })
+            .collect();
+        let proved = shared_known && array_proved(facts, &targets, &on, (start, end), shape);
+        let guard = if proved {
+            SimGuard {
+                low: shape.shared_start + offset as usize,
+                high: shape.shared_start + (offset + length) as usize,
+            }
+        } else {
+            SimGuard::NEVER
+        };
+        for (_, checked, _) in &on {
+            give(checked.site, guard);
+        }
+        if proved && !on.is_empty() {
+            plan.unshadowed_shared.push((offset as usize, (offset + length) as usize));
+        }
+    }
+    // A shared access outside every array has no proof.
+    for (checked, target) in facts.checked.iter().zip(&targets) {
+        if let Target::Shared(affine) = target {
+            let at = lowest(affine, shape);
+            if !shape
+                .shared_arrays
+                .iter()
+                .any(|&(offset, length)| (i128::from(offset)..i128::from(offset + length)).contains(&at))
+            {
+                give(checked.site, SimGuard::NEVER);
+            }
+        }
+    }
+    plan.guards = given.into_iter().map(|guard| guard.unwrap_or(SimGuard::NEVER)).collect();
+    plan
+}
+
+/// The lowest byte the known part of an offset reaches: which array an access is of.
+fn lowest(affine: &Affine, shape: &Shape<'_>) -> i128 {
+    shape.range(affine).0
+}
+
+fn target(checked: &Checked, shape: &Shape<'_>) -> Target {
+    let offset = shape.evaluate(&checked.offset);
+    match &checked.root {
+        Root::Param(word) => {
+            let Some(&base) = shape.words.get(*word as usize) else { return Target::Anywhere };
+            match shape.region(i128::from(base)) {
+                Some(index) => {
+                    let start = shape.regions[index].0 as i128;
+                    Target::Region(index, offset.plus(Affine::constant(i128::from(base) - start), 1))
+                }
+                None => Target::Anywhere,
+            }
+        }
+        Root::Global(symbol) => {
+            let found =
+                shape.globals.iter().find(|(name, _)| name == symbol).and_then(|&(_, at)| shape.region(at as i128));
+            match found {
+                Some(index) => {
+                    let start = shape.regions[index].0 as i128;
+                    let at = shape.globals.iter().find(|(name, _)| name == symbol).map_or(0, |&(_, at)| at as i128);
+                    Target::Region(index, offset.plus(Affine::constant(at - start), 1))
+                }
+                None => Target::Anywhere,
+            }
+        }
+        Root::Shared => Target::Shared(offset),
+        Root::Stack(size) => {
+            let (low, high) = shape.range(&offset);
+            Target::Stack(!offset.opaque && low >= 0 && high + checked.bytes as i128 <= i128::from(*size))
+        }
+        Root::Unknown => Target::Anywhere,
+    }
+}
+
+fn writes(checked: &Checked) -> bool {
+    checked.access != Access::Read
+}
+
+/// Whether two accesses of one memory agree on a form that keeps apart the variables in
+/// `apart` (blocks for global memory, threads for shared memory).
+fn same_form(a: (&Checked, &Affine), b: (&Checked, &Affine), apart: std::ops::Range<usize>, shape: &Shape<'_>) -> bool {
+    a.1 == b.1 && a.0.bytes == b.0.bytes && shape.separates(a.1, apart, a.0.bytes as i128)
+}
+
+/// No two blocks meet at a byte of the region with one writing, not both atomically.
+fn region_proved(on: &[(&Checked, &Affine)], shape: &Shape<'_>) -> bool {
+    if on.iter().all(|(checked, _)| checked.access == Access::Read)
+        || on.iter().all(|(checked, _)| checked.access == Access::Atomic)
+    {
+        return true;
+    }
+    let first = on[0];
+    on.iter().all(|&other| same_form(first, other, 3..6, shape))
+}
+
+/// No two threads of a block meet at a byte of the array between two barriers with one
+/// writing, and every read follows a barrier all threads reached after writing all of it.
+fn array_proved(
+    facts: &Facts,
+    targets: &[Target],
+    on: &[(usize, &Checked, &Affine)],
+    (start, end): (i128, i128),
+    shape: &Shape<'_>,
+) -> bool {
+    let meet = |a: &Checked, b: &Checked| match (&a.origins, &b.origins) {
+        (Some(a), Some(b)) => a.iter().any(|origin| b.contains(origin)),
+        _ => true,
+    };
+    for (position, &(_, a, a_form)) in on.iter().enumerate() {
+        for &(_, b, b_form) in &on[position..] {
+            let conflict = (writes(a) || writes(b)) && !(a.access == Access::Atomic && b.access == Access::Atomic);
+            if conflict && meet(a, b) && !same_form((a, a_form), (b, b_form), 0..3, shape) {
+                return false;
+            }
+        }
+    }
+    let covering = |written: &usize| {
+        let Some(Target::Shared(affine)) = targets.get(*written) else { return false };
+        let checked = &facts.checked[*written];
+        shape.covers(affine, checked.bytes as i128).is_some_and(|(low, high)| low <= start && end <= high)
+    };
+    on.iter().filter(|(_, checked, _)| checked.access == Access::Read).all(|(_, checked, _)| {
+        checked.passed.as_ref().is_some_and(|passed| {
+            passed
+                .iter()
+                .any(|barrier| facts.written_before.get(barrier).is_some_and(|written| written.iter().any(covering)))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeSet, HashMap};
+
+    use super::*;
+    use crate::gpu::sim::facts::ENTRY;
+
+    fn boxed(expr: Expr) -> Box<Expr> {
+        Box::new(expr)
+    }
+
+    /// `4·(ctaid.x·ntid.x + tid.x)`: a thread's float of a grid-wide array.
+    fn global_index() -> Expr {
+        let index = Expr::Add(
+            boxed(Expr::Mul(boxed(Expr::Register(3)), boxed(Expr::Register(6)), 32)),
+            boxed(Expr::Register(0)),
+            32,
+        );
+        Expr::Mul(boxed(Expr::Sext(boxed(index), 32)), boxed(Expr::Const(4)), 64)
+    }
+
+    fn access(site: u32, access: Access, root: Root, offset: Expr, origins: &[u32], passed: &[u32]) -> Checked {
+        Checked {
+            site,
+            access,
+            bytes: 4,
+            root,
+            offset,
+            origins: Some(origins.iter().copied().collect()),
+            passed: Some(passed.iter().copied().collect()),
+        }
+    }
+
+    fn shape<'a>(
+        words: &'a [u64],
+        regions: &'a [(usize, usize)],
+        shared: &'a [(u64, u64)],
+        grid: i64,
+        block: i64,
+    ) -> Shape<'a> {
+        Shape {
+            dimensions: [grid, 1, 1, block, 1, 1],
+            words,
+            regions,
+            globals: &[],
+            shared_start: 1 << 20,
+            shared_arrays: shared,
+            sites: 8,
+        }
+    }
+
+    #[test]
+    fn a_vector_add_needs_no_shadow_and_a_shared_slot_written_by_every_block_does() {
+        let (a, b, c) = (0x10000usize, 0x20000usize, 0x30000usize);
+        let regions = [(a, a + 4096), (b, b + 4096), (c, c + 4096)];
+        let words = [a as u64, b as u64, c as u64];
+        let facts = Facts {
+            checked: vec![
+                access(0, Access::Read, Root::Param(0), global_index(), &[ENTRY], &[]),
+                access(1, Access::Read, Root::Param(1), global_index(), &[ENTRY], &[]),
+                access(2, Access::Write, Root::Param(2), global_index(), &[ENTRY], &[]),
+            ],
+            ..Facts::default()
+        };
+        let made = plan(&facts, &shape(&words, &regions, &[], 4, 256));
+        assert_eq!(made.guards[2], SimGuard { low: c, high: c + 4096 });
+        assert_eq!(made.unshadowed_regions, vec![true; 3]);
+        // c[0] written by every block: a race the proofs must leave to the shadow.
+        let facts = Facts {
+            checked: vec![access(0, Access::Write, Root::Param(2), Expr::Const(0), &[ENTRY], &[])],
+            ..Facts::default()
+        };
+        let made = plan(&facts, &shape(&words, &regions, &[], 4, 256));
+        assert_eq!(made.guards[0], SimGuard::NEVER);
+        assert!(!made.unshadowed_regions[2]);
+        // c[i + 1] read beside c[i] written: blocks meet at their edges.
+        let shifted = Expr::Add(boxed(global_index()), boxed(Expr::Const(4)), 64);
+        let facts = Facts {
+            checked: vec![
+                access(0, Access::Read, Root::Param(2), shifted, &[ENTRY], &[]),
+                access(1, Access::Write, Root::Param(2), global_index(), &[ENTRY], &[]),
+            ],
+            ..Facts::default()
+        };
+        assert!(!plan(&facts, &shape(&words, &regions, &[], 4, 256)).unshadowed_regions[2]);
+    }
+
+    #[test]
+    fn a_shared_reverse_is_proved_only_with_its_barrier_and_its_full_write() {
+        let own = Expr::Mul(boxed(Expr::Sext(boxed(Expr::Register(0)), 32)), boxed(Expr::Const(4)), 64);
+        let mirrored = Expr::Mul(
+            boxed(Expr::Sext(boxed(Expr::Sub(boxed(Expr::Const(63)), boxed(Expr::Register(0)), 32)), 32)),
+            boxed(Expr::Const(4)),
+            64,
+        );
+        let shared = [(0, 256)];
+        let with_barrier = |origins: &[u32], written: &[usize]| Facts {
+            checked: vec![
+                access(0, Access::Write, Root::Shared, own.clone(), &[ENTRY], &[]),
+                access(1, Access::Read, Root::Shared, mirrored.clone(), origins, &[5]),
+            ],
+            written_before: HashMap::from([(5, written.iter().copied().collect::<BTreeSet<usize>>())]),
+            opaque_calls: false,
+        };
+        let proved = plan(&with_barrier(&[5], &[0]), &shape(&[], &[], &shared, 1, 64));
+        assert_eq!(proved.unshadowed_shared, vec![(0, 256)]);
+        assert_eq!(proved.guards[1], SimGuard { low: 1 << 20, high: (1 << 20) + 256 });
+        // No barrier between the write and the read: they share an interval.
+        assert!(plan(&with_barrier(&[ENTRY], &[0]), &shape(&[], &[], &shared, 1, 64)).unshadowed_shared.is_empty());
+        // The write not made on every path to the barrier (under a condition): initcheck's.
+        assert!(plan(&with_barrier(&[5], &[]), &shape(&[], &[], &shared, 1, 64)).unshadowed_shared.is_empty());
+        // Half the block writes: the array is not covered.
+        assert!(plan(&with_barrier(&[5], &[0]), &shape(&[], &[], &shared, 1, 32)).unshadowed_shared.is_empty());
+    }
+}
