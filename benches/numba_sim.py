@@ -2,8 +2,11 @@
 
     python numba_sim.py [--budget SECONDS] [--reps N] JOB...
 
-JOB is `vadd:N` (c = a + b over N float32, blocks of 256 threads) or `sgemm:N` (an N×N×N
-product with 16×16 tiles in shared memory, two barriers per tile). Inputs are small integers,
+JOB is `vadd:N` (c = a + b over N float32, blocks of 256 threads), `sgemm:N` (an N×N×N
+product with 16×16 tiles in shared memory, two barriers per tile) or `reduce:N` (the sum of N
+float32 as prelude/gpu.rhai's `reduce` makes it: 64 blocks of 256 threads, a grid-stride loop,
+a tree in shared memory with a barrier per level, an atomic add per block; Numba's simulator
+has no warp shuffles, so `warp_reduce` has no counterpart). Inputs are small integers,
 so results are exact; each is checked against NumPy (a mismatch exits with status 1). For each
 job it prints one line that quasi-bench parses:
 
@@ -34,6 +37,30 @@ def vadd(a, b, c, n):
     i = cuda.grid(1)
     if i < n:
         c[i] = a[i] + b[i]
+
+
+REDUCE_BLOCK = 256
+
+
+@cuda.jit
+def reduce(x, out, n):
+    partial = cuda.shared.array(REDUCE_BLOCK, float32)
+    thread = cuda.threadIdx.x
+    total = float32(0.0)
+    i = cuda.blockIdx.x * REDUCE_BLOCK + thread
+    while i < n:
+        total += x[i]
+        i += REDUCE_BLOCK * cuda.gridDim.x
+    partial[thread] = total
+    cuda.syncthreads()
+    half = REDUCE_BLOCK // 2
+    while half > 0:
+        if thread < half:
+            partial[thread] += partial[thread + half]
+        cuda.syncthreads()
+        half //= 2
+    if thread == 0:
+        cuda.atomic.add(out, 0, partial[0])
 
 
 @cuda.jit
@@ -85,7 +112,17 @@ def make(kind, size):
         # Every partial sum is a small integer: float32 is exact, NumPy's order does not matter.
         reference = a.astype(np.float64) @ b.astype(np.float64)
         return launch, lambda: np.array_equal(c.astype(np.float64), reference), size**3
-    raise SystemExit(f"unknown job kind {kind!r} (vadd or sgemm)")
+    if kind == "reduce":
+        x = small_integers(size, 3)
+        out = np.zeros(1, dtype=np.float32)
+
+        def launch():
+            out[0] = 0.0
+            reduce[64, REDUCE_BLOCK](x, out, size)
+
+        # Partial sums of small integers below 2^24: exact in float32.
+        return launch, lambda: out[0] == x.astype(np.float64).sum(), size
+    raise SystemExit(f"unknown job kind {kind!r} (vadd, sgemm or reduce)")
 
 
 def main():
@@ -107,7 +144,7 @@ def main():
             continue
         if kind not in warmed:
             # Warm-up: a small launch of the same kernel, so first-call costs are not timed.
-            warm_up, warm_correct, _ = make(kind, 256 if kind == "vadd" else 16)
+            warm_up, warm_correct, _ = make(kind, 16 if kind == "sgemm" else 256)
             warm_up()
             if not warm_correct():
                 print(f"numba-sim {kind}: the warm-up result differs from NumPy's", file=sys.stderr)

@@ -283,6 +283,16 @@ pub(crate) struct SimFrame {
     pub shared: *mut u8,
     /// With checking on, each site's guard (`SimGuard`), by site number.
     pub guards: *const SimGuard,
+    /// racecheck's stamps of shared memory, one per 4-byte granule (`gpu::sim::races`): an
+    /// aligned read or write of whole granules whose stamps let it through skips `SIM_CHECK`.
+    pub stamps: *const u64,
+    /// The block's shared memory's length in bytes.
+    pub shared_len: u64,
+    /// The stamps that let the running thread through in this interval: a granule it alone
+    /// wrote (read or write), it alone read (read), several threads read and none wrote (read).
+    pub stamp_written: u64,
+    pub stamp_read: u64,
+    pub stamp_shared: u64,
 }
 
 /// What a checked access tests inline before it calls `SIM_CHECK` (docs/language.md §7.7): an

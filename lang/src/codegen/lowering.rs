@@ -412,6 +412,8 @@ pub(crate) struct SimLowering {
     pub barrier: bool,
     /// Each shared-memory array's offset and length in bytes, in the block's shared memory.
     pub shared: Vec<(u64, u64)>,
+    /// Whether the code has a warp operation.
+    pub warp: bool,
     pub(super) prefix: String,
     pub(super) check: bool,
 }

@@ -105,6 +105,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     pub(super) fn sim_warp_site(&mut self, function: &str, span: Span) -> u32 {
         if let Some(sim) = self.sim_state() {
             sim.barrier = true;
+            sim.warp = true;
         }
         self.sim_site(function, span)
     }
@@ -194,6 +195,75 @@ impl<'ctx> Lowering<'ctx, '_> {
         let join = self.context.append_basic_block(function, "checked");
         self.builder.build_conditional_branch(inside, join, slow)?;
         self.builder.position_at_end(slow);
+        // Outside its guard, an aligned read or write of whole granules of shared memory may
+        // still go through on its stamps.
+        let granules = match bytes.get_zero_extended_constant() {
+            Some(size @ (4 | 8 | 16)) if access != Access::Atomic => size / 4,
+            _ => 0,
+        };
+        let mut stamped = None;
+        if granules > 0 {
+            let call = self.context.append_basic_block(function, "call");
+            // The shared memory's place and length and the stamps' place do not change while
+            // a launch runs (loads LLVM may hoist); the running thread's stamps change at each
+            // barrier.
+            let field = |this: &Self, offset: usize, ty: inkwell::types::BasicTypeEnum<'ctx>, fixed: bool| {
+                let offset = word.const_int(offset as u64, false);
+                // SAFETY: a field of the frame.
+                let slot = unsafe { this.builder.build_in_bounds_gep(this.context.i8_type(), frame, &[offset], "")? };
+                if fixed {
+                    this.invariant_load(ty, slot)
+                } else {
+                    Ok(this.builder.build_load(ty, slot, "")?)
+                }
+            };
+            let shared = field(self, std::mem::offset_of!(SimFrame, shared), ptr.into(), true)?.into_pointer_value();
+            let shared = self.builder.build_ptr_to_int(shared, word, "")?;
+            let length = field(self, std::mem::offset_of!(SimFrame, shared_len), word.into(), true)?.into_int_value();
+            let offset = self.builder.build_int_sub(address, shared, "")?;
+            let last = self.builder.build_int_add(offset, word.const_int(granules * 4, false), "")?;
+            let fits = self.builder.build_int_compare(inkwell::IntPredicate::ULE, last, length, "")?;
+            let below = self.builder.build_int_compare(inkwell::IntPredicate::ULT, offset, length, "")?;
+            let misaligned = self.builder.build_and(offset, word.const_int(3, false), "")?;
+            let aligned =
+                self.builder.build_int_compare(inkwell::IntPredicate::EQ, misaligned, word.const_zero(), "")?;
+            let within = self.builder.build_and(self.builder.build_and(fits, below, "")?, aligned, "")?;
+            let stamps_block = self.context.append_basic_block(function, "stamps");
+            self.builder.build_conditional_branch(within, stamps_block, call)?;
+            self.builder.position_at_end(stamps_block);
+            let stamps = field(self, std::mem::offset_of!(SimFrame, stamps), ptr.into(), true)?.into_pointer_value();
+            let written =
+                field(self, std::mem::offset_of!(SimFrame, stamp_written), word.into(), false)?.into_int_value();
+            let (read, shared_read) = if access == Access::Read {
+                (
+                    Some(field(self, std::mem::offset_of!(SimFrame, stamp_read), word.into(), false)?.into_int_value()),
+                    Some(
+                        field(self, std::mem::offset_of!(SimFrame, stamp_shared), word.into(), false)?.into_int_value(),
+                    ),
+                )
+            } else {
+                (None, None)
+            };
+            let first = self.builder.build_right_shift(offset, word.const_int(2, false), false, "")?;
+            let mut all = self.context.bool_type().const_all_ones();
+            for granule in 0..granules {
+                let index = self.builder.build_int_add(first, word.const_int(granule, false), "")?;
+                // SAFETY: the stamps have one word per granule of shared memory, and the
+                // access lies inside shared memory.
+                let slot = unsafe { self.builder.build_in_bounds_gep(word, stamps, &[index], "")? };
+                let stamp = self.builder.build_load(word, slot, "")?.into_int_value();
+                let mut ok = self.builder.build_int_compare(inkwell::IntPredicate::EQ, stamp, written, "")?;
+                for other in [read, shared_read].into_iter().flatten() {
+                    let same = self.builder.build_int_compare(inkwell::IntPredicate::EQ, stamp, other, "")?;
+                    ok = self.builder.build_or(ok, same, "")?;
+                }
+                all = self.builder.build_and(all, ok, "")?;
+            }
+            self.builder.build_conditional_branch(all, join, call)?;
+            stamped = Some(stamps_block);
+            self.builder.position_at_end(call);
+        }
+        let call_block = self.builder.get_insert_block().ok_or_else(no_value)?;
         let called = self
             .builder
             .build_call(check, &[frame.into(), generic.into(), bytes.into(), tag.into()], "")?
@@ -204,7 +274,10 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.builder.build_unconditional_branch(join)?;
         self.builder.position_at_end(join);
         let merged = self.builder.build_phi(ptr, "")?;
-        merged.add_incoming(&[(&generic, here), (&called, slow)]);
+        merged.add_incoming(&[(&generic, here), (&called, call_block)]);
+        if let Some(stamped) = stamped {
+            merged.add_incoming(&[(&generic, stamped)]);
+        }
         let checked = merged.as_basic_value().into_pointer_value();
         if pointer.get_type() == ptr {
             Ok(checked)

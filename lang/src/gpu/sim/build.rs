@@ -83,6 +83,7 @@ pub(crate) fn link(program: &mut Program, name: &str, build: SimBuild) -> Result
         global_symbols,
         shared_arrays: sim.shared,
         facts,
+        warps: sim.warp,
     };
     Ok((kernel, id))
 }

@@ -32,7 +32,7 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 use super::facts::Facts;
 use super::proofs::{self, Shape};
-use super::races::{GlobalShadow, Report, SharedShadow};
+use super::races::{stamp, GlobalShadow, Report, SharedShadow, NO_STAMP};
 use super::warp::{self, Request, Waiting};
 use crate::abi::{sim_check_site, Access, SimFrame, SimGuard};
 use crate::codegen::SimSite;
@@ -124,6 +124,8 @@ pub(crate) struct SimKernel {
     pub shared_arrays: Vec<(u64, u64)>,
     /// What the proofs read from the optimised code (with checking on).
     pub facts: Facts,
+    /// Whether the code has a warp operation.
+    pub warps: bool,
 }
 
 /// Memory a thread may use, for checking: `[start, end)` and what it is.
@@ -163,6 +165,10 @@ struct Run {
     unshadowed_regions: Vec<bool>,
     /// Each site's guard (the frame points at it while the launch runs).
     guards: Vec<SimGuard>,
+    /// racecheck's stamps of shared memory (`races::stamp`), and whether the kernel has warp
+    /// operations (then no stamp lets several readers through).
+    stamps: Vec<u64>,
+    warps: bool,
     scratch: Vec<u64>,
     kernel: String,
     fibers: Vec<Option<Fiber>>,
@@ -218,7 +224,16 @@ pub(crate) struct SimError {
 impl Simulator {
     pub(crate) fn new() -> Box<Simulator> {
         Box::new(Simulator {
-            frame: UnsafeCell::new(SimFrame { index: [0; 12], shared: std::ptr::null_mut(), guards: std::ptr::null() }),
+            frame: UnsafeCell::new(SimFrame {
+                index: [0; 12],
+                shared: std::ptr::null_mut(),
+                guards: std::ptr::null(),
+                stamps: std::ptr::null(),
+                shared_len: 0,
+                stamp_written: NO_STAMP,
+                stamp_read: NO_STAMP,
+                stamp_shared: NO_STAMP,
+            }),
             run: UnsafeCell::new(Run::default()),
         })
     }
@@ -287,6 +302,12 @@ impl Simulator {
         run.unshadowed_shared = plan.unshadowed_shared;
         run.unshadowed_regions = plan.unshadowed_regions;
         frame.guards = run.guards.as_ptr();
+        run.stamps.clear();
+        // A word past the end for each granule an access of 16 bytes may name.
+        run.stamps.resize((kernel.shared_bytes as usize).div_ceil(4) + 4, 0);
+        frame.stamps = run.stamps.as_ptr();
+        frame.shared_len = kernel.shared_bytes;
+        run.warps = kernel.warps;
         run.active = true;
         let start = Instant::now();
         let outcome = if kernel.barrier {
@@ -353,6 +374,7 @@ impl Simulator {
                                     // SAFETY: the frame is ours while the launch runs.
                                     unsafe {
                                         (&mut (*frame).index)[0..6].copy_from_slice(&[tx, ty, tz, bx, by, bz]);
+                                        set_stamps(&*run, &mut *frame);
                                     }
                                     entry(words as *const u64, frame);
                                     // SAFETY: as above.
@@ -475,7 +497,11 @@ impl Simulator {
                 let run = unsafe { &mut *self.run.get() };
                 let Some(fiber) = run.fibers[index].as_mut() else { continue };
                 // SAFETY: as above, for the frame.
-                unsafe { (&mut (*self.frame.get()).index)[0..3].copy_from_slice(thread) };
+                unsafe {
+                    let frame = &mut *self.frame.get();
+                    frame.index[0..3].copy_from_slice(thread);
+                    set_stamps(&*self.run.get(), frame);
+                }
                 run.stack = run.fiber_stacks[index];
                 run.current = index;
                 let top = run.stack.1;
@@ -726,6 +752,14 @@ pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, byt
             if run.race_failed.is_none() {
                 run.race_failed = Some(race_failure(run, frame, &report, None));
             }
+        } else {
+            // What this access leaves lets the next ones of its granules through inline.
+            for index in offset / 4..(offset + length).div_ceil(4) {
+                let stamp = run.shared_shadow.stamp(index, thread, run.warps);
+                if let Some(slot) = run.stamps.get_mut(index) {
+                    *slot = stamp;
+                }
+            }
         }
         // A race's access goes through: the memory is the kernel's, and the report waits for
         // the interval's end.
@@ -777,6 +811,15 @@ fn scratch(run: &mut Run, bytes: i64) -> usize {
         run.scratch.resize(words, 0);
     }
     run.scratch.as_mut_ptr() as usize
+}
+
+/// The running thread's stamps in the frame (`races::stamp`), for its interval.
+fn set_stamps(run: &Run, frame: &mut SimFrame) {
+    let serial = run.shared_shadow.serial();
+    let thread = linear(&frame.index[0..3], &frame.index[6..9]);
+    frame.stamp_written = stamp(serial, thread, 1);
+    frame.stamp_read = stamp(serial, thread, 2);
+    frame.stamp_shared = if run.warps { NO_STAMP } else { stamp(serial, 0, 3) };
 }
 
 /// Shared memory's bytes at the start of every block: uninitialised on a GPU, so not zero here

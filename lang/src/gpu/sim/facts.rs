@@ -33,6 +33,9 @@ pub(crate) enum Expr {
     Sext(Box<Expr>, u32),
     Zext(Box<Expr>, u32),
     Trunc(Box<Expr>, u32),
+    /// The offset moved down so that the root's address plus it is a multiple of `-mask`
+    /// (`(inttoptr (and (ptrtoint P) MASK))`, how staged kernels show LLVM an alignment).
+    AlignDown(Box<Expr>, i128),
     /// Anything else: a loaded value, a loop's counter, a division.
     Opaque,
 }
@@ -213,10 +216,7 @@ impl Reader {
         match opcode(value) {
             Some(LLVMOpcode::LLVMGetElementPtr) => self.element(value),
             Some(LLVMOpcode::LLVMBitCast | LLVMOpcode::LLVMAddrSpaceCast) => self.pointer(operand(value, 0)),
-            Some(LLVMOpcode::LLVMIntToPtr) => match self.integer(operand(value, 0)) {
-                Expr::Word(word) => Pointer::Rooted(Root::Param(word), Expr::Const(0)),
-                _ => unknown,
-            },
+            Some(LLVMOpcode::LLVMIntToPtr) => self.integer_pointer(operand(value, 0)),
             Some(LLVMOpcode::LLVMLoad) => match self.pointer(operand(value, 0)) {
                 Pointer::Base(Base::Frame, Expr::Const(offset))
                     if offset == std::mem::offset_of!(SimFrame, shared) as i128 =>
@@ -230,6 +230,35 @@ impl Reader {
             },
             Some(LLVMOpcode::LLVMPHI | LLVMOpcode::LLVMSelect) => self.merge(value),
             _ => unknown,
+        }
+    }
+
+    /// `inttoptr`'s pointer: an argument word, a pointer through `ptrtoint`, or one aligned
+    /// down by a mask of low bits.
+    fn integer_pointer(&mut self, value: LLVMValueRef) -> Pointer {
+        match opcode(value) {
+            Some(LLVMOpcode::LLVMPtrToInt) => return self.pointer(operand(value, 0)),
+            Some(LLVMOpcode::LLVMAnd) => {
+                let (left, right) = (operand(value, 0), operand(value, 1));
+                let (inner, mask) = match (constant(left), constant(right)) {
+                    (_, Some(mask)) => (left, mask),
+                    (Some(mask), _) => (right, mask),
+                    _ => return Pointer::Rooted(Root::Unknown, Expr::Opaque),
+                };
+                // Only low bits cleared: -2^k.
+                let aligns = mask < 0 && (-mask) & (-mask - 1) == 0;
+                if aligns && opcode(inner) == Some(LLVMOpcode::LLVMPtrToInt) {
+                    return match self.pointer(operand(inner, 0)) {
+                        Pointer::Rooted(root, offset) => Pointer::Rooted(root, Expr::AlignDown(Box::new(offset), mask)),
+                        _ => Pointer::Rooted(Root::Unknown, Expr::Opaque),
+                    };
+                }
+            }
+            _ => {}
+        }
+        match self.integer(value) {
+            Expr::Word(word) => Pointer::Rooted(Root::Param(word), Expr::Const(0)),
+            _ => Pointer::Rooted(Root::Unknown, Expr::Opaque),
         }
     }
 
@@ -571,8 +600,9 @@ fn intervals(start: LLVMValueRef, index_of: &HashMap<LLVMValueRef, usize>, facts
                 .collect()
         }
     };
-    // A checked write happens where its guard branches (the call is only its slow path): at
-    // the conditional branch of the call's block's one predecessor, else at the call.
+    // A checked write happens where its paths meet (the call is only its slow path): at the
+    // PHI that merges the call's pointer with the guarded one, else at the conditional branch
+    // of the call's block's one predecessor, else at the call.
     let mut predecessors: HashMap<LLVMBasicBlockRef, Vec<LLVMBasicBlockRef>> = HashMap::new();
     for &block in &blocks {
         for next in successors(block) {
@@ -584,9 +614,20 @@ fn intervals(start: LLVMValueRef, index_of: &HashMap<LLVMValueRef, usize>, facts
         if facts.checked[index].access != Access::Write {
             continue;
         }
-        // SAFETY: an instruction's block, and a block's terminator.
+        // SAFETY: an instruction's uses, block, and a block's terminator.
         let place = unsafe {
             let block = LLVMGetInstructionParent(instruction);
+            let first = LLVMGetFirstUse(instruction);
+            let only = if !first.is_null() && LLVMGetNextUse(first).is_null() {
+                LLVMGetUser(first)
+            } else {
+                std::ptr::null_mut()
+            };
+            let merged = !only.is_null() && opcode(only) == Some(LLVMOpcode::LLVMPHI);
+            if merged {
+                writes_at.entry(only).or_default().push(index);
+                continue;
+            }
             match predecessors.get(&block).map(Vec::as_slice) {
                 Some([only]) => {
                     let branch = LLVMGetBasicBlockTerminator(*only);

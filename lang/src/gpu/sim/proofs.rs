@@ -111,7 +111,8 @@ impl Shape<'_> {
         }
     }
 
-    fn evaluate(&self, expr: &Expr) -> Affine {
+    /// `expr`'s value at the launch; `base` is the address of the root it is an offset from.
+    fn evaluate(&self, base: i128, expr: &Expr) -> Affine {
         match expr {
             Expr::Const(value) => Affine::constant(*value),
             Expr::Register(slot @ 0..=5) => {
@@ -122,14 +123,26 @@ impl Shape<'_> {
             Expr::Register(slot @ 6..=8) => Affine::constant(i128::from(self.dimensions[3 + *slot as usize - 6])),
             Expr::Register(slot @ 9..=11) => Affine::constant(i128::from(self.dimensions[*slot as usize - 9])),
             Expr::Register(_) | Expr::Opaque => Affine::OPAQUE,
+            Expr::AlignDown(inner, mask) => {
+                let inner = self.evaluate(base, inner);
+                if inner.is_constant() {
+                    Affine::constant(((base + inner.c) & mask) - base)
+                } else {
+                    Affine::OPAQUE
+                }
+            }
             Expr::Word(index) => self
                 .words
                 .get(*index as usize)
                 .map_or(Affine::OPAQUE, |&word| Affine::constant(i128::from(word as i64))),
-            Expr::Add(left, right, bits) => self.fits(self.evaluate(left).plus(self.evaluate(right), 1), *bits),
-            Expr::Sub(left, right, bits) => self.fits(self.evaluate(left).plus(self.evaluate(right), -1), *bits),
+            Expr::Add(left, right, bits) => {
+                self.fits(self.evaluate(base, left).plus(self.evaluate(base, right), 1), *bits)
+            }
+            Expr::Sub(left, right, bits) => {
+                self.fits(self.evaluate(base, left).plus(self.evaluate(base, right), -1), *bits)
+            }
             Expr::Mul(left, right, bits) => {
-                let (left, right) = (self.evaluate(left), self.evaluate(right));
+                let (left, right) = (self.evaluate(base, left), self.evaluate(base, right));
                 let product = if left.is_constant() {
                     right.times(left.c)
                 } else if right.is_constant() {
@@ -139,10 +152,10 @@ impl Shape<'_> {
                 };
                 self.fits(product, *bits)
             }
-            Expr::Shl(inner, amount, bits) => self.fits(self.evaluate(inner).times(1 << amount), *bits),
-            Expr::Sext(inner, _) => self.evaluate(inner),
+            Expr::Shl(inner, amount, bits) => self.fits(self.evaluate(base, inner).times(1 << amount), *bits),
+            Expr::Sext(inner, _) => self.evaluate(base, inner),
             Expr::Zext(inner, bits) => {
-                let inner = self.evaluate(inner);
+                let inner = self.evaluate(base, inner);
                 if inner.opaque || self.range(&inner).0 >= 0 {
                     inner
                 } else if inner.is_constant() {
@@ -152,7 +165,7 @@ impl Shape<'_> {
                 }
             }
             Expr::Trunc(inner, bits) => {
-                let inner = self.evaluate(inner);
+                let inner = self.evaluate(base, inner);
                 let kept = self.fits(inner, *bits);
                 if kept.opaque && inner.is_constant() {
                     let shift = 128 - bits;
@@ -336,32 +349,24 @@ fn lowest(affine: &Affine, shape: &Shape<'_>) -> i128 {
 }
 
 fn target(checked: &Checked, shape: &Shape<'_>) -> Target {
-    let offset = shape.evaluate(&checked.offset);
+    // The root's address, and the region holding it (the block's shared memory has none).
+    let in_region = |base: i128| {
+        let index = shape.region(base)?;
+        let start = shape.regions[index].0 as i128;
+        let offset = shape.evaluate(base, &checked.offset);
+        Some(Target::Region(index, offset.plus(Affine::constant(base - start), 1)))
+    };
     match &checked.root {
         Root::Param(word) => {
-            let Some(&base) = shape.words.get(*word as usize) else { return Target::Anywhere };
-            match shape.region(i128::from(base)) {
-                Some(index) => {
-                    let start = shape.regions[index].0 as i128;
-                    Target::Region(index, offset.plus(Affine::constant(i128::from(base) - start), 1))
-                }
-                None => Target::Anywhere,
-            }
+            shape.words.get(*word as usize).and_then(|&base| in_region(i128::from(base))).unwrap_or(Target::Anywhere)
         }
         Root::Global(symbol) => {
-            let found =
-                shape.globals.iter().find(|(name, _)| name == symbol).and_then(|&(_, at)| shape.region(at as i128));
-            match found {
-                Some(index) => {
-                    let start = shape.regions[index].0 as i128;
-                    let at = shape.globals.iter().find(|(name, _)| name == symbol).map_or(0, |&(_, at)| at as i128);
-                    Target::Region(index, offset.plus(Affine::constant(at - start), 1))
-                }
-                None => Target::Anywhere,
-            }
+            let at = shape.globals.iter().find(|(name, _)| name == symbol).map(|&(_, at)| at as i128);
+            at.and_then(in_region).unwrap_or(Target::Anywhere)
         }
-        Root::Shared => Target::Shared(offset),
+        Root::Shared => Target::Shared(shape.evaluate(shape.shared_start as i128, &checked.offset)),
         Root::Stack(size) => {
+            let offset = shape.evaluate(0, &checked.offset);
             let (low, high) = shape.range(&offset);
             Target::Stack(!offset.opaque && low >= 0 && high + checked.bytes as i128 <= i128::from(*size))
         }

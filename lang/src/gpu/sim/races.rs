@@ -182,8 +182,22 @@ pub(super) struct SharedShadow {
     /// Counts blocks: a granule of an older block is fresh (no clearing between blocks).
     generation: u32,
     interval: u32,
+    /// Counts intervals of the launch (blocks' too): the high word of this interval's stamps.
+    serial: u64,
     /// The first read of a byte no thread wrote, reported when its interval ends.
     uninitialised: Option<Report>,
+}
+
+/// A granule's stamp (`SimFrame::stamps`) says what further accesses of it in the interval
+/// need no record: `serial << 32 | thread << 2 | kind`, kind 1: the thread alone wrote all of
+/// it (its reads and writes), 2: the thread alone read all of it, initialised (its reads), 3:
+/// several threads read all of it, initialised, none wrote (any read; thread 0). Stamps of
+/// older intervals match nothing. `NO_STAMP` is what the frame holds for a stamp that must
+/// match nothing.
+pub(super) const NO_STAMP: u64 = u64::MAX;
+
+pub(super) fn stamp(serial: u64, thread: u32, kind: u64) -> u64 {
+    serial << 32 | u64::from(thread) << 2 | kind
 }
 
 impl SharedShadow {
@@ -192,11 +206,13 @@ impl SharedShadow {
         self.granules.clear();
         self.granules.resize(len.div_ceil(GRANULE), FRESH);
         self.generation = 0;
+        self.serial = 0;
         self.begin_block();
     }
 
     /// A new block: nothing written, a first interval.
     pub(super) fn begin_block(&mut self) {
+        self.serial += 1;
         self.generation += 1;
         self.interval = 1;
         self.uninitialised = None;
@@ -205,8 +221,46 @@ impl SharedShadow {
     /// The block's threads passed a barrier (or finished): the interval's uninitialised read,
     /// if any, then a new interval.
     pub(super) fn end_interval(&mut self) -> Option<Report> {
+        self.serial += 1;
         self.interval += 1;
         self.uninitialised.take()
+    }
+
+    /// The interval's serial number (`stamp`).
+    pub(super) fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// The stamp of granule `index` after an access by `who` that raced with nothing: what
+    /// lets `who`'s (or everyone's) further accesses through without a record, or 0. With warp
+    /// operations (`warps`), reads by several threads get none: the lanes of a warp an
+    /// operation orders may read and write one byte, so every read must be recorded.
+    pub(super) fn stamp(&self, index: usize, who: u32, warps: bool) -> u64 {
+        let Some(granule) = self.granules.get(index) else { return 0 };
+        if granule.generation != self.generation || granule.interval != self.interval {
+            return 0;
+        }
+        let full = 0b1111;
+        let marks = [granule.writer, granule.readers[0], granule.readers[1]];
+        if marks.iter().any(|mark| mark.who != NONE && mark.atomic) {
+            return 0;
+        }
+        let only_mine = granule.readers.iter().all(|reader| reader.who == NONE || reader.who == who);
+        if granule.writer.who == who && granule.writer.bytes == full && only_mine {
+            return stamp(self.serial, who, 1);
+        }
+        if granule.writer.who != NONE || granule.initialised != full {
+            return 0;
+        }
+        let [first, second] = granule.readers;
+        if first.who == who && first.bytes == full && second.who == NONE {
+            return stamp(self.serial, who, 2);
+        }
+        let both_full = first.who != NONE && second.who != NONE && first.bytes == full && second.bytes == full;
+        if !warps && both_full && first.who != second.who {
+            return stamp(self.serial, 0, 3);
+        }
+        0
     }
 
     pub(super) fn access(
