@@ -481,12 +481,14 @@ fn print_table(measured: &[Measured], numba: &std::result::Result<(String, Numba
          (vector add: a plain loop; SGEMM: i-j-k with a float accumulator, and i-k-j), the first version being the\n\
          baseline of the ratios. Inputs are small integers, so sums are exact: every result was compared with the\n\
          CPU reference, element by element, before it counted. Rates: elements/s (vector add), GFLOP/s = 2·n³/s.\n\
-         SGEMM kernels: prelude/gpu.rhai's sgemm (block tile bm×bn×bk, tm×tn per thread), 256 threads a block."
+         SGEMM kernels: prelude/gpu.rhai's sgemm (block tile bm×bn×bk, tm×tn per thread), 256 threads a block.\n\
+         Sums: prelude/gpu.rhai's reduce (a tree in shared memory) and warp_reduce (warp shuffles), 64 blocks of 256."
     );
     match numba {
         Ok((version, _)) => println!(
             "Numba = its CUDA simulator (NUMBA_ENABLE_CUDASIM=1, {version}) running benches/numba_sim.py: vector add\n\
-             with blocks of 256, SGEMM with 16×16 shared-memory tiles; median of up to 3 runs, checked against NumPy.\n\
+             with blocks of 256, SGEMM with 16×16 shared-memory tiles, the shared-memory sum at 2^16 floats (Numba's\n\
+             simulator has no warp shuffles); median of up to 3 runs, checked against NumPy.\n\
              Numba / Quasi = Numba's time per element (per multiply-add for SGEMM) over the checked simulator's."
         ),
         Err(message) => println!("{message}"),
