@@ -752,10 +752,10 @@ pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, byt
             if run.race_failed.is_none() {
                 run.race_failed = Some(race_failure(run, frame, &report, None));
             }
-        } else {
+        } else if !run.warps {
             // What this access leaves lets the next ones of its granules through inline.
             for index in offset / 4..(offset + length).div_ceil(4) {
-                let stamp = run.shared_shadow.stamp(index, thread, run.warps);
+                let stamp = run.shared_shadow.stamp(index, thread);
                 if let Some(slot) = run.stamps.get_mut(index) {
                     *slot = stamp;
                 }
@@ -817,9 +817,16 @@ fn scratch(run: &mut Run, bytes: i64) -> usize {
 fn set_stamps(run: &Run, frame: &mut SimFrame) {
     let serial = run.shared_shadow.serial();
     let thread = linear(&frame.index[0..3], &frame.index[6..9]);
-    frame.stamp_written = stamp(serial, thread, 1);
-    frame.stamp_read = stamp(serial, thread, 2);
-    frame.stamp_shared = if run.warps { NO_STAMP } else { stamp(serial, 0, 3) };
+    // With warp operations no stamp lets anything through: a lane's access after a warp
+    // operation must be recorded with its warp's new epoch.
+    let (written, read, shared) = if run.warps {
+        (NO_STAMP, NO_STAMP, NO_STAMP)
+    } else {
+        (stamp(serial, thread, 1), stamp(serial, thread, 2), stamp(serial, 0, 3))
+    };
+    frame.stamp_written = written;
+    frame.stamp_read = read;
+    frame.stamp_shared = shared;
 }
 
 /// Shared memory's bytes at the start of every block: uninitialised on a GPU, so not zero here

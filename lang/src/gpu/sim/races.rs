@@ -137,9 +137,15 @@ impl Touch {
         let uninitialised =
             (access == Access::Read && unwritten != 0).then(|| offset + unwritten.trailing_zeros() as usize);
         let new = Mark { who: self.who, site: self.site, epoch: self.epoch, bytes, atomic: access == Access::Atomic };
+        // A thread's mark is of its latest access: its warp's epoch then (a later access by
+        // another lane is ordered only after that one).
         if access != Access::Write {
             match granule.readers.iter_mut().find(|reader| reader.who == self.who || reader.who == NONE) {
-                Some(slot) if slot.who == self.who => slot.bytes |= bytes,
+                Some(slot) if slot.who == self.who => {
+                    slot.bytes |= bytes;
+                    slot.epoch = self.epoch;
+                    slot.site = self.site;
+                }
                 Some(slot) => *slot = new,
                 None => {}
             }
@@ -148,6 +154,8 @@ impl Touch {
             if granule.writer.who == self.who {
                 granule.writer.bytes |= bytes;
                 granule.writer.site = self.site;
+                granule.writer.epoch = self.epoch;
+                granule.writer.atomic &= access == Access::Atomic;
             } else {
                 granule.writer = new;
             }
@@ -232,10 +240,10 @@ impl SharedShadow {
     }
 
     /// The stamp of granule `index` after an access by `who` that raced with nothing: what
-    /// lets `who`'s (or everyone's) further accesses through without a record, or 0. With warp
-    /// operations (`warps`), reads by several threads get none: the lanes of a warp an
-    /// operation orders may read and write one byte, so every read must be recorded.
-    pub(super) fn stamp(&self, index: usize, who: u32, warps: bool) -> u64 {
+    /// lets `who`'s (or everyone's) further accesses through without a record, or 0. (A kernel
+    /// with warp operations gets no stamps: a lane's access after one must be recorded with its
+    /// warp's new epoch.)
+    pub(super) fn stamp(&self, index: usize, who: u32) -> u64 {
         let Some(granule) = self.granules.get(index) else { return 0 };
         if granule.generation != self.generation || granule.interval != self.interval {
             return 0;
@@ -257,7 +265,7 @@ impl SharedShadow {
             return stamp(self.serial, who, 2);
         }
         let both_full = first.who != NONE && second.who != NONE && first.bytes == full && second.bytes == full;
-        if !warps && both_full && first.who != second.who {
+        if both_full && first.who != second.who {
             return stamp(self.serial, 0, 3);
         }
         0
