@@ -166,7 +166,7 @@ struct Run {
     /// Each site's guard (the frame points at it while the launch runs).
     guards: Vec<SimGuard>,
     /// racecheck's stamps of shared memory (`races::stamp`), and whether the kernel has warp
-    /// operations (then no stamp lets several readers through).
+    /// operations (then no stamp lets anything through).
     stamps: Vec<u64>,
     warps: bool,
     scratch: Vec<u64>,

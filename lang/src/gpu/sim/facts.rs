@@ -33,6 +33,10 @@ pub(crate) enum Expr {
     Sext(Box<Expr>, u32),
     Zext(Box<Expr>, u32),
     Trunc(Box<Expr>, u32),
+    /// Division and remainder by a positive constant (of a value that is not negative, or the
+    /// proofs take it as opaque).
+    Div(Box<Expr>, i128),
+    Rem(Box<Expr>, i128),
     /// The offset moved down so that the root's address plus it is a multiple of `-mask`
     /// (`(inttoptr (and (ptrtoint P) MASK))`, how staged kernels show LLVM an alignment).
     AlignDown(Box<Expr>, i128),
@@ -385,6 +389,25 @@ impl Reader {
                 Some(amount @ 0..=62) => Expr::Shl(Box::new(self.integer(operand(value, 0))), amount as u32, bits),
                 _ => Expr::Opaque,
             },
+            Some(LLVMOpcode::LLVMSDiv | LLVMOpcode::LLVMUDiv) => match constant(operand(value, 1)) {
+                Some(divisor) if divisor > 0 => Expr::Div(Box::new(self.integer(operand(value, 0))), divisor),
+                _ => Expr::Opaque,
+            },
+            Some(LLVMOpcode::LLVMSRem | LLVMOpcode::LLVMURem) => match constant(operand(value, 1)) {
+                Some(divisor) if divisor > 0 => Expr::Rem(Box::new(self.integer(operand(value, 0))), divisor),
+                _ => Expr::Opaque,
+            },
+            Some(LLVMOpcode::LLVMLShr | LLVMOpcode::LLVMAShr) => match constant(operand(value, 1)) {
+                Some(amount @ 0..=62) => Expr::Div(Box::new(self.integer(operand(value, 0))), 1 << amount),
+                _ => Expr::Opaque,
+            },
+            // A mask of low bits: the remainder by a power of two.
+            Some(LLVMOpcode::LLVMAnd) => match constant(operand(value, 1)) {
+                Some(mask) if mask > 0 && mask & (mask + 1) == 0 => {
+                    Expr::Rem(Box::new(self.integer(operand(value, 0))), mask + 1)
+                }
+                _ => Expr::Opaque,
+            },
             Some(LLVMOpcode::LLVMSExt) => {
                 Expr::Sext(Box::new(self.integer(operand(value, 0))), int_width(operand(value, 0)))
             }
@@ -434,30 +457,26 @@ fn simplify(expr: Expr) -> Expr {
     }
 }
 
-fn blocks(function: LLVMValueRef) -> Vec<LLVMBasicBlockRef> {
-    let mut blocks = Vec::new();
-    // SAFETY: walking a function's blocks.
-    unsafe {
-        let mut block = LLVMGetFirstBasicBlock(function);
-        while !block.is_null() {
-            blocks.push(block);
-            block = LLVMGetNextBasicBlock(block);
-        }
+/// The items of one of LLVM's lists, from its first (null: none) by its `next`.
+fn chain<T>(first: *mut T, next: unsafe extern "C" fn(*mut T) -> *mut T) -> Vec<*mut T> {
+    let mut items = Vec::new();
+    let mut item = first;
+    while !item.is_null() {
+        items.push(item);
+        // SAFETY: `item` is an item of the list `next` walks.
+        item = unsafe { next(item) };
     }
-    blocks
+    items
+}
+
+fn blocks(function: LLVMValueRef) -> Vec<LLVMBasicBlockRef> {
+    // SAFETY: a function's first block.
+    chain(unsafe { LLVMGetFirstBasicBlock(function) }, LLVMGetNextBasicBlock)
 }
 
 fn instructions(block: LLVMBasicBlockRef) -> Vec<LLVMValueRef> {
-    let mut instructions = Vec::new();
-    // SAFETY: walking a block's instructions.
-    unsafe {
-        let mut instruction = LLVMGetFirstInstruction(block);
-        while !instruction.is_null() {
-            instructions.push(instruction);
-            instruction = LLVMGetNextInstruction(instruction);
-        }
-    }
-    instructions
+    // SAFETY: a block's first instruction.
+    chain(unsafe { LLVMGetFirstInstruction(block) }, LLVMGetNextInstruction)
 }
 
 /// The function a call instruction calls, if it is a call of a named function.
@@ -499,15 +518,8 @@ pub(crate) fn analyse(module: &Module<'_>, entry: &str) -> Facts {
     let raw_module = module.as_mut_ptr();
     use inkwell::values::AsValueRef;
     let entry = entry.as_value_ref();
-    let mut all = Vec::new();
-    // SAFETY: walking the module's functions.
-    unsafe {
-        let mut function = LLVMGetFirstFunction(raw_module);
-        while !function.is_null() {
-            all.push(function);
-            function = LLVMGetNextFunction(function);
-        }
-    }
+    // SAFETY: the module's first function.
+    let all = chain(unsafe { LLVMGetFirstFunction(raw_module) }, LLVMGetNextFunction);
     let mut callers: HashMap<LLVMValueRef, Vec<LLVMValueRef>> = HashMap::new();
     for &function in all.iter().filter(|&&function| has_body(function)) {
         for block in blocks(function) {

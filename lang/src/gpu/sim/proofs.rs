@@ -21,36 +21,123 @@
 use super::facts::{Checked, Expr, Facts, Root};
 use crate::abi::{Access, SimGuard};
 
-/// An address's offset at a launch: `c + Σ k[v]·v` over `tid.x y z` and `ctaid.x y z`, plus
-/// something unknown when `opaque` (then `c` and `k` are only a part of it).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A digit of a thread or block id: `(id / low) % count`; `var` 0–2 is `tid.x y z`, 3–5
+/// `ctaid.x y z`. A whole id is its digit with `low` 1 and `count` its extent; `div` and `rem`
+/// by a constant that divides it split it (mixed radix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Digit {
+    var: u8,
+    low: i128,
+    count: i128,
+}
+
+/// An address's offset at a launch: `c + Σ k·digit`, plus something unknown when `opaque`
+/// (then `c` and the terms are only a part of it). Terms are sorted by digit, none zero.
+#[derive(Clone, Debug, PartialEq)]
 struct Affine {
     c: i128,
-    k: [i128; 6],
+    terms: Vec<(Digit, i128)>,
     opaque: bool,
 }
 
 impl Affine {
-    const OPAQUE: Affine = Affine { c: 0, k: [0; 6], opaque: true };
+    const OPAQUE: Affine = Affine { c: 0, terms: Vec::new(), opaque: true };
 
     const fn constant(c: i128) -> Affine {
-        Affine { c, k: [0; 6], opaque: false }
+        Affine { c, terms: Vec::new(), opaque: false }
+    }
+
+    fn digit(digit: Digit) -> Affine {
+        Affine { c: 0, terms: vec![(digit, 1)], opaque: false }
     }
 
     fn is_constant(&self) -> bool {
-        !self.opaque && self.k == [0; 6]
+        !self.opaque && self.terms.is_empty()
     }
 
-    fn plus(self, other: Affine, sign: i128) -> Affine {
-        let mut k = self.k;
-        for (into, from) in k.iter_mut().zip(other.k) {
-            *into += sign * from;
+    fn plus(mut self, other: Affine, sign: i128) -> Affine {
+        for (digit, k) in other.terms {
+            add_term(&mut self.terms, digit, sign * k);
         }
-        Affine { c: self.c + sign * other.c, k, opaque: self.opaque || other.opaque }
+        Affine { c: self.c + sign * other.c, terms: self.terms, opaque: self.opaque || other.opaque }
     }
 
     fn times(self, factor: i128) -> Affine {
-        Affine { c: self.c * factor, k: self.k.map(|k| k * factor), opaque: self.opaque }
+        if factor == 0 {
+            return Affine { opaque: self.opaque, ..Affine::constant(0) };
+        }
+        let terms = self.terms.into_iter().map(|(digit, k)| (digit, k * factor)).collect();
+        Affine { c: self.c * factor, terms, opaque: self.opaque }
+    }
+
+    fn coefficient(&self, digit: &Digit) -> i128 {
+        self.terms.iter().find(|(other, _)| other == digit).map_or(0, |(_, k)| *k)
+    }
+}
+
+fn add_term(terms: &mut Vec<(Digit, i128)>, digit: Digit, k: i128) {
+    match terms.binary_search_by(|(other, _)| other.cmp(&digit)) {
+        Ok(at) => {
+            terms[at].1 += k;
+            if terms[at].1 == 0 {
+                terms.remove(at);
+            }
+        }
+        Err(at) if k != 0 => terms.insert(at, (digit, k)),
+        Err(_) => {}
+    }
+}
+
+/// Each id's cuts (the `low`s and `low·count`s of its digits in a launch's forms): every form
+/// is rewritten in the finest digits they make, so that equal offsets have equal forms.
+#[derive(Default)]
+struct Cuts {
+    cuts: [Vec<i128>; 6],
+    /// An id whose cuts do not divide one another: its forms are opaque.
+    broken: [bool; 6],
+}
+
+impl Cuts {
+    fn new(forms: &[&Affine], shape: &Shape<'_>) -> Cuts {
+        let mut cuts = Cuts::default();
+        for var in 0..6 {
+            cuts.cuts[var] = vec![1, shape.extent(var)];
+        }
+        for form in forms {
+            for (digit, _) in &form.terms {
+                let list = &mut cuts.cuts[digit.var as usize];
+                list.push(digit.low);
+                list.push(digit.low * digit.count);
+            }
+        }
+        for var in 0..6 {
+            let list = &mut cuts.cuts[var];
+            list.sort_unstable();
+            list.dedup();
+            cuts.broken[var] = list.windows(2).any(|pair| pair[1] % pair[0] != 0);
+        }
+        cuts
+    }
+
+    /// The finest digits of id `var`.
+    fn digits(&self, var: usize) -> impl Iterator<Item = Digit> + '_ {
+        self.cuts[var].windows(2).map(move |pair| Digit { var: var as u8, low: pair[0], count: pair[1] / pair[0] })
+    }
+
+    fn refine(&self, form: &Affine) -> Affine {
+        let mut refined = Affine { c: form.c, terms: Vec::new(), opaque: form.opaque };
+        for (digit, k) in &form.terms {
+            let var = digit.var as usize;
+            if self.broken[var] {
+                return Affine::OPAQUE;
+            }
+            for fine in self.digits(var) {
+                if fine.low >= digit.low && fine.low * fine.count <= digit.low * digit.count {
+                    add_term(&mut refined.terms, fine, k * (fine.low / digit.low));
+                }
+            }
+        }
+        refined
     }
 }
 
@@ -87,8 +174,8 @@ impl Shape<'_> {
 
     fn range(&self, affine: &Affine) -> (i128, i128) {
         let (mut low, mut high) = (affine.c, affine.c);
-        for (variable, k) in affine.k.iter().enumerate() {
-            let span = k * (self.extent(variable) - 1);
+        for (digit, k) in &affine.terms {
+            let span = k * (digit.count - 1);
             if span < 0 {
                 low += span;
             } else {
@@ -96,6 +183,40 @@ impl Shape<'_> {
             }
         }
         (low, high)
+    }
+
+    /// `affine` divided by `divisor` (a quotient and a remainder), when it is a whole number of
+    /// `divisor`s plus one digit, which `divisor` splits, and not negative.
+    fn divide(&self, affine: &Affine, divisor: i128) -> Option<(Affine, Affine)> {
+        if affine.opaque || divisor <= 0 || self.range(affine).0 < 0 {
+            return None;
+        }
+        if affine.is_constant() {
+            return Some((Affine::constant(affine.c / divisor), Affine::constant(affine.c % divisor)));
+        }
+        let odd: Vec<&(Digit, i128)> = affine.terms.iter().filter(|(_, k)| k % divisor != 0).collect();
+        if affine.c % divisor != 0 {
+            return None;
+        }
+        let whole = |skip: Option<Digit>| {
+            let mut quotient = Affine::constant(affine.c / divisor);
+            for (digit, k) in &affine.terms {
+                if Some(*digit) != skip {
+                    add_term(&mut quotient.terms, *digit, k / divisor);
+                }
+            }
+            quotient
+        };
+        match odd.as_slice() {
+            [] => Some((whole(None), Affine::constant(0))),
+            [(digit, 1)] if digit.count % divisor == 0 => {
+                let high = Digit { var: digit.var, low: digit.low * divisor, count: digit.count / divisor };
+                let low = Digit { var: digit.var, low: digit.low, count: divisor };
+                Some((whole(Some(*digit)).plus(Affine::digit(high), 1), Affine::digit(low)))
+            }
+            [(digit, 1)] if digit.count <= divisor => Some((whole(Some(*digit)), Affine::digit(*digit))),
+            _ => None,
+        }
     }
 
     fn fits(&self, affine: Affine, bits: u32) -> Affine {
@@ -116,9 +237,15 @@ impl Shape<'_> {
         match expr {
             Expr::Const(value) => Affine::constant(*value),
             Expr::Register(slot @ 0..=5) => {
-                let mut k = [0; 6];
-                k[*slot as usize] = 1;
-                Affine { c: 0, k, opaque: false }
+                Affine::digit(Digit { var: *slot, low: 1, count: self.extent(*slot as usize) })
+            }
+            Expr::Div(inner, divisor) => {
+                let inner = self.evaluate(base, inner);
+                self.divide(&inner, *divisor).map_or(Affine::OPAQUE, |(quotient, _)| quotient)
+            }
+            Expr::Rem(inner, divisor) => {
+                let inner = self.evaluate(base, inner);
+                self.divide(&inner, *divisor).map_or(Affine::OPAQUE, |(_, remainder)| remainder)
             }
             Expr::Register(slot @ 6..=8) => Affine::constant(i128::from(self.dimensions[3 + *slot as usize - 6])),
             Expr::Register(slot @ 9..=11) => Affine::constant(i128::from(self.dimensions[*slot as usize - 9])),
@@ -166,67 +293,63 @@ impl Shape<'_> {
             }
             Expr::Trunc(inner, bits) => {
                 let inner = self.evaluate(base, inner);
-                let kept = self.fits(inner, *bits);
-                if kept.opaque && inner.is_constant() {
+                if inner.is_constant() {
                     let shift = 128 - bits;
                     Affine::constant((inner.c << shift) >> shift)
                 } else {
-                    kept
+                    self.fits(inner, *bits)
                 }
             }
         }
     }
 
-    /// Whether accesses of `bytes` bytes at `affine` by different values of the variables in
-    /// `apart` never overlap: each of those that varies has a coefficient at least the span of
-    /// the smaller ones (any other varying variable must not move the address).
-    fn separates(&self, affine: &Affine, apart: std::ops::Range<usize>, bytes: i128) -> bool {
+    /// Whether accesses of `bytes` bytes at `affine` (refined by `cuts`) by different values of
+    /// the ids in `apart` never overlap: each varying digit of those ids has a coefficient at
+    /// least the span of the smaller ones, and each other id's digits, if they move the address,
+    /// count too (threads always: one block's threads meet at a byte too; blocks only when they
+    /// are to be kept apart, shared memory being a block's own).
+    fn separates(&self, affine: &Affine, cuts: &Cuts, apart: std::ops::Range<usize>, bytes: i128) -> bool {
         if affine.opaque {
             return false;
         }
         let mut terms = Vec::new();
-        for variable in 0..6 {
-            let (k, extent) = (affine.k[variable].abs(), self.extent(variable));
-            if extent <= 1 {
-                continue;
-            }
-            if k == 0 {
-                if apart.contains(&variable) {
+        for var in 0..6 {
+            for digit in cuts.digits(var).filter(|digit| digit.count > 1) {
+                let k = affine.coefficient(&digit).abs();
+                if k == 0 && apart.contains(&var) {
                     return false;
                 }
-                continue;
-            }
-            // Threads always count (one block's threads meet at a byte too); blocks only when
-            // they are to be kept apart (shared memory is a block's own).
-            if variable < 3 || apart.contains(&variable) {
-                terms.push((k, extent));
+                if k != 0 && (var < 3 || apart.contains(&var)) {
+                    terms.push((k, digit.count));
+                }
             }
         }
         terms.sort_unstable();
         let mut span = 0;
-        for (k, extent) in terms {
+        for (k, count) in terms {
             if k < span + bytes {
                 return false;
             }
-            span += k * (extent - 1);
+            span += k * (count - 1);
         }
         true
     }
 
-    /// The bytes every thread of a block writing `bytes` at `affine` covers, with no gap.
+    /// The bytes every thread of a block writing `bytes` at `affine` (refined) covers, with no
+    /// gap.
     fn covers(&self, affine: &Affine, bytes: i128) -> Option<(i128, i128)> {
-        if affine.opaque || affine.k[3..].iter().any(|&k| k != 0) {
+        if affine.opaque || affine.terms.iter().any(|(digit, _)| digit.var >= 3) {
             return None;
         }
         let mut terms: Vec<(i128, i128)> =
-            (0..3).filter(|&v| self.extent(v) > 1 && affine.k[v] != 0).map(|v| (affine.k[v], self.extent(v))).collect();
+            affine.terms.iter().filter(|(digit, _)| digit.count > 1).map(|(digit, k)| (*k, digit.count)).collect();
         terms.sort_unstable();
         let mut next = bytes;
-        for (k, extent) in terms {
+        for (k, count) in terms {
             if k != next {
                 return None;
             }
-            next = k * extent;
+            next = k * count;
         }
         Some((affine.c, affine.c + next))
     }
@@ -256,7 +379,24 @@ pub(crate) fn plan(facts: &Facts, shape: &Shape<'_>) -> Plan {
         unshadowed_shared: Vec::new(),
         unshadowed_regions: vec![false; shape.regions.len()],
     };
-    let targets: Vec<Target> = facts.checked.iter().map(|checked| target(checked, shape)).collect();
+    let raw: Vec<Target> = facts.checked.iter().map(|checked| target(checked, shape)).collect();
+    let forms: Vec<&Affine> = raw
+        .iter()
+        .filter_map(|target| match target {
+            Target::Region(_, form) | Target::Shared(form) => Some(form),
+            _ => None,
+        })
+        .collect();
+    let cuts = Cuts::new(&forms, shape);
+    let targets: Vec<Target> = raw
+        .iter()
+        .map(|target| match target {
+            Target::Region(index, form) => Target::Region(*index, cuts.refine(form)),
+            Target::Shared(form) => Target::Shared(cuts.refine(form)),
+            Target::Stack(proved) => Target::Stack(*proved),
+            Target::Anywhere => Target::Anywhere,
+        })
+        .collect();
     // Each site's guard, as its copies agree on it (`None`: not yet given; NEVER wins).
     let mut given: Vec<Option<SimGuard>> = vec![None; shape.sites];
     let mut give = |site: u32, guard: SimGuard| {
@@ -287,7 +427,7 @@ pub(crate) fn plan(facts: &Facts, shape: &Shape<'_>) -> Plan {
                 _ => None,
             })
             .collect();
-        let proved = !anywhere && region_proved(&on, shape);
+        let proved = !anywhere && region_proved(&on, shape, &cuts);
         let guard = if proved { SimGuard { low: start, high: end } } else { SimGuard::NEVER };
         for (checked, _) in &on {
             give(checked.site, guard);
@@ -310,7 +450,7 @@ pub(crate) fn plan(facts: &Facts, shape: &Shape<'_>) -> Plan {
                 _ => None,
             })
             .collect();
-        let proved = shared_known && array_proved(facts, &targets, &on, (start, end), shape);
+        let proved = shared_known && array_proved(facts, &targets, &on, (start, end), shape, &cuts);
         let guard = if proved {
             SimGuard {
                 low: shape.shared_start + offset as usize,
@@ -380,19 +520,25 @@ fn writes(checked: &Checked) -> bool {
 
 /// Whether two accesses of one memory agree on a form that keeps apart the variables in
 /// `apart` (blocks for global memory, threads for shared memory).
-fn same_form(a: (&Checked, &Affine), b: (&Checked, &Affine), apart: std::ops::Range<usize>, shape: &Shape<'_>) -> bool {
-    a.1 == b.1 && a.0.bytes == b.0.bytes && shape.separates(a.1, apart, a.0.bytes as i128)
+fn same_form(
+    a: (&Checked, &Affine),
+    b: (&Checked, &Affine),
+    apart: std::ops::Range<usize>,
+    shape: &Shape<'_>,
+    cuts: &Cuts,
+) -> bool {
+    a.1 == b.1 && a.0.bytes == b.0.bytes && shape.separates(a.1, cuts, apart, a.0.bytes as i128)
 }
 
 /// No two blocks meet at a byte of the region with one writing, not both atomically.
-fn region_proved(on: &[(&Checked, &Affine)], shape: &Shape<'_>) -> bool {
+fn region_proved(on: &[(&Checked, &Affine)], shape: &Shape<'_>, cuts: &Cuts) -> bool {
     if on.iter().all(|(checked, _)| checked.access == Access::Read)
         || on.iter().all(|(checked, _)| checked.access == Access::Atomic)
     {
         return true;
     }
     let first = on[0];
-    on.iter().all(|&other| same_form(first, other, 3..6, shape))
+    on.iter().all(|&other| same_form(first, other, 3..6, shape, cuts))
 }
 
 /// No two threads of a block meet at a byte of the array between two barriers with one
@@ -403,6 +549,7 @@ fn array_proved(
     on: &[(usize, &Checked, &Affine)],
     (start, end): (i128, i128),
     shape: &Shape<'_>,
+    cuts: &Cuts,
 ) -> bool {
     let meet = |a: &Checked, b: &Checked| match (&a.origins, &b.origins) {
         (Some(a), Some(b)) => a.iter().any(|origin| b.contains(origin)),
@@ -411,7 +558,7 @@ fn array_proved(
     for (position, &(_, a, a_form)) in on.iter().enumerate() {
         for &(_, b, b_form) in &on[position..] {
             let conflict = (writes(a) || writes(b)) && !(a.access == Access::Atomic && b.access == Access::Atomic);
-            if conflict && meet(a, b) && !same_form((a, a_form), (b, b_form), 0..3, shape) {
+            if conflict && meet(a, b) && !same_form((a, a_form), (b, b_form), 0..3, shape, cuts) {
                 return false;
             }
         }
@@ -543,5 +690,47 @@ mod tests {
         assert!(plan(&with_barrier(&[5], &[]), &shape(&[], &[], &shared, 1, 64)).unshadowed_shared.is_empty());
         // Half the block writes: the array is not covered.
         assert!(plan(&with_barrier(&[5], &[0]), &shape(&[], &[], &shared, 1, 32)).unshadowed_shared.is_empty());
+    }
+
+    #[test]
+    fn thread_ids_split_by_div_and_rem_are_digits_of_one_id() {
+        // A 16×16 tile stored row by row from (tid / 16, tid % 16), then read transposed after
+        // a barrier: the store covers the tile, the two accesses are in different intervals.
+        let tid = || boxed(Expr::Register(0));
+        let row = || Expr::Div(tid(), 16);
+        let col = || Expr::Rem(tid(), 16);
+        let floats = |index: Expr| Expr::Mul(boxed(Expr::Sext(boxed(index), 32)), boxed(Expr::Const(4)), 64);
+        let at = |major: Expr, minor: Expr| {
+            floats(Expr::Add(boxed(Expr::Mul(boxed(major), boxed(Expr::Const(16)), 32)), boxed(minor), 32))
+        };
+        let facts = |read: Expr| Facts {
+            checked: vec![
+                access(0, Access::Write, Root::Shared, at(row(), col()), &[ENTRY], &[]),
+                access(1, Access::Read, Root::Shared, read, &[5], &[5]),
+            ],
+            written_before: HashMap::from([(5, BTreeSet::from([0]))]),
+            opaque_calls: false,
+        };
+        let shared = [(0, 1024)];
+        let proved = plan(&facts(at(col(), row())), &shape(&[], &[], &shared, 1, 256));
+        assert_eq!(proved.unshadowed_shared, vec![(0, 1024)]);
+        // The same form written as tid itself: equal offsets, equal forms.
+        let direct = Facts {
+            checked: vec![
+                access(0, Access::Write, Root::Shared, at(row(), col()), &[ENTRY], &[]),
+                access(1, Access::Write, Root::Shared, floats(Expr::Register(0)), &[ENTRY], &[]),
+                access(2, Access::Read, Root::Shared, at(col(), row()), &[5], &[5]),
+            ],
+            written_before: HashMap::from([(5, BTreeSet::from([0, 1]))]),
+            opaque_calls: false,
+        };
+        assert_eq!(plan(&direct, &shape(&[], &[], &shared, 1, 256)).unshadowed_shared, vec![(0, 1024)]);
+        // 128 threads fill half the tile; 17 does not divide 256 (no digits: opaque).
+        assert!(plan(&facts(at(col(), row())), &shape(&[], &[], &shared, 1, 128)).unshadowed_shared.is_empty());
+        let odd = Facts {
+            checked: vec![access(0, Access::Write, Root::Shared, floats(Expr::Rem(tid(), 17)), &[ENTRY], &[])],
+            ..Facts::default()
+        };
+        assert!(plan(&odd, &shape(&[], &[], &shared, 1, 256)).unshadowed_shared.is_empty());
     }
 }
