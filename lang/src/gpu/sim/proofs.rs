@@ -55,19 +55,27 @@ impl Affine {
         !self.opaque && self.terms.is_empty()
     }
 
+    /// `self + sign·other`; opaque where the arithmetic would overflow (no proof needs it).
     fn plus(mut self, other: Affine, sign: i128) -> Affine {
         for (digit, k) in other.terms {
-            add_term(&mut self.terms, digit, sign * k);
+            if sign.checked_mul(k).and_then(|k| add_term(&mut self.terms, digit, k)).is_none() {
+                return Affine::OPAQUE;
+            }
         }
-        Affine { c: self.c + sign * other.c, terms: self.terms, opaque: self.opaque || other.opaque }
+        let Some(c) = sign.checked_mul(other.c).and_then(|c| self.c.checked_add(c)) else { return Affine::OPAQUE };
+        Affine { c, terms: self.terms, opaque: self.opaque || other.opaque }
     }
 
     fn times(self, factor: i128) -> Affine {
         if factor == 0 {
             return Affine { opaque: self.opaque, ..Affine::constant(0) };
         }
-        let terms = self.terms.into_iter().map(|(digit, k)| (digit, k * factor)).collect();
-        Affine { c: self.c * factor, terms, opaque: self.opaque }
+        let terms: Option<Vec<(Digit, i128)>> =
+            self.terms.into_iter().map(|(digit, k)| k.checked_mul(factor).map(|k| (digit, k))).collect();
+        match (terms, self.c.checked_mul(factor)) {
+            (Some(terms), Some(c)) => Affine { c, terms, opaque: self.opaque },
+            _ => Affine::OPAQUE,
+        }
     }
 
     fn coefficient(&self, digit: &Digit) -> i128 {
@@ -75,10 +83,11 @@ impl Affine {
     }
 }
 
-fn add_term(terms: &mut Vec<(Digit, i128)>, digit: Digit, k: i128) {
+/// Adds `k·digit` to `terms`; `None` where the coefficient would overflow.
+fn add_term(terms: &mut Vec<(Digit, i128)>, digit: Digit, k: i128) -> Option<()> {
     match terms.binary_search_by(|(other, _)| other.cmp(&digit)) {
         Ok(at) => {
-            terms[at].1 += k;
+            terms[at].1 = terms[at].1.checked_add(k)?;
             if terms[at].1 == 0 {
                 terms.remove(at);
             }
@@ -86,6 +95,7 @@ fn add_term(terms: &mut Vec<(Digit, i128)>, digit: Digit, k: i128) {
         Err(at) if k != 0 => terms.insert(at, (digit, k)),
         Err(_) => {}
     }
+    Some(())
 }
 
 /// Each id's cuts (the `low`s and `low·count`s of its digits in a launch's forms): every form
@@ -107,7 +117,7 @@ impl Cuts {
             for (digit, _) in &form.terms {
                 let list = &mut cuts.cuts[digit.var as usize];
                 list.push(digit.low);
-                list.push(digit.low * digit.count);
+                list.push(digit.low.saturating_mul(digit.count));
             }
         }
         for var in 0..6 {
@@ -132,8 +142,12 @@ impl Cuts {
                 return Affine::OPAQUE;
             }
             for fine in self.digits(var) {
-                if fine.low >= digit.low && fine.low * fine.count <= digit.low * digit.count {
-                    add_term(&mut refined.terms, fine, k * (fine.low / digit.low));
+                let inside = fine.low.saturating_mul(fine.count) <= digit.low.saturating_mul(digit.count);
+                if fine.low >= digit.low && inside {
+                    let added = k.checked_mul(fine.low / digit.low).and_then(|k| add_term(&mut refined.terms, fine, k));
+                    if added.is_none() {
+                        return Affine::OPAQUE;
+                    }
                 }
             }
         }
@@ -175,11 +189,11 @@ impl Shape<'_> {
     fn range(&self, affine: &Affine) -> (i128, i128) {
         let (mut low, mut high) = (affine.c, affine.c);
         for (digit, k) in &affine.terms {
-            let span = k * (digit.count - 1);
+            let span = k.saturating_mul(digit.count - 1);
             if span < 0 {
-                low += span;
+                low = low.saturating_add(span);
             } else {
-                high += span;
+                high = high.saturating_add(span);
             }
         }
         (low, high)
@@ -210,7 +224,7 @@ impl Shape<'_> {
         match odd.as_slice() {
             [] => Some((whole(None), Affine::constant(0))),
             [(digit, 1)] if digit.count % divisor == 0 => {
-                let high = Digit { var: digit.var, low: digit.low * divisor, count: digit.count / divisor };
+                let high = Digit { var: digit.var, low: digit.low.checked_mul(divisor)?, count: digit.count / divisor };
                 let low = Digit { var: digit.var, low: digit.low, count: divisor };
                 Some((whole(Some(*digit)).plus(Affine::digit(high), 1), Affine::digit(low)))
             }
@@ -253,7 +267,7 @@ impl Shape<'_> {
             Expr::AlignDown(inner, mask) => {
                 let inner = self.evaluate(base, inner);
                 if inner.is_constant() {
-                    Affine::constant(((base + inner.c) & mask) - base)
+                    base.checked_add(inner.c).map_or(Affine::OPAQUE, |at| Affine::constant((at & mask) - base))
                 } else {
                     Affine::OPAQUE
                 }
@@ -286,7 +300,7 @@ impl Shape<'_> {
                 if inner.opaque || self.range(&inner).0 >= 0 {
                     inner
                 } else if inner.is_constant() {
-                    Affine::constant(inner.c + (1i128 << bits))
+                    inner.c.checked_add(1i128 << bits).map_or(Affine::OPAQUE, Affine::constant)
                 } else {
                     Affine::OPAQUE
                 }
@@ -325,12 +339,12 @@ impl Shape<'_> {
             }
         }
         terms.sort_unstable();
-        let mut span = 0;
+        let mut span: i128 = 0;
         for (k, count) in terms {
-            if k < span + bytes {
+            if k < span.saturating_add(bytes) {
                 return false;
             }
-            span += k * (count - 1);
+            span = span.saturating_add(k.saturating_mul(count - 1));
         }
         true
     }
@@ -349,9 +363,9 @@ impl Shape<'_> {
             if k != next {
                 return None;
             }
-            next = k * count;
+            next = k.checked_mul(count)?;
         }
-        Some((affine.c, affine.c + next))
+        Some((affine.c, affine.c.checked_add(next)?))
     }
 
     /// The region holding `address`, by index.
@@ -508,7 +522,7 @@ fn target(checked: &Checked, shape: &Shape<'_>) -> Target {
         Root::Stack(size) => {
             let offset = shape.evaluate(0, &checked.offset);
             let (low, high) = shape.range(&offset);
-            Target::Stack(!offset.opaque && low >= 0 && high + checked.bytes as i128 <= i128::from(*size))
+            Target::Stack(!offset.opaque && low >= 0 && high.saturating_add(checked.bytes as i128) <= i128::from(*size))
         }
         Root::Unknown => Target::Anywhere,
     }
@@ -732,5 +746,20 @@ mod tests {
             ..Facts::default()
         };
         assert!(plan(&odd, &shape(&[], &[], &shared, 1, 256)).unshadowed_shared.is_empty());
+    }
+
+    #[test]
+    fn products_past_64_bits_are_opaque_not_a_panic() {
+        // (n·n)·(n·n) of 64-bit argument words: past what a 64-bit multiply keeps.
+        let word = || boxed(Expr::Word(0));
+        let square = Expr::Mul(word(), word(), 64);
+        let fourth = Expr::Mul(boxed(square.clone()), boxed(square), 64);
+        let huge = Expr::Mul(boxed(fourth.clone()), boxed(fourth), 64);
+        let facts =
+            Facts { checked: vec![access(0, Access::Write, Root::Param(1), huge, &[ENTRY], &[])], ..Facts::default() };
+        let words = [u64::MAX / 3, 0x10000];
+        let regions = [(0x10000, 0x20000)];
+        let made = plan(&facts, &shape(&words, &regions, &[], 4, 256));
+        assert_eq!(made.guards[0], SimGuard::NEVER);
     }
 }
