@@ -17,6 +17,7 @@ mod command;
 mod cost;
 mod diagnostics;
 mod expand;
+mod files;
 mod gpu;
 mod guard;
 mod header;
@@ -54,6 +55,7 @@ pub const SESSION_STACK: usize = 256 << 20;
 
 // What a cell produced: plain data that front ends render.
 pub use diagnostics::{Diagnostic, Kind, Label, Severity};
+pub use files::{read_source, MAX_SOURCE_BYTES};
 pub use outcome::{Item, Language, Outcome, Stream};
 pub use source::{SourceFile, SourceId, Span};
 pub use timeline::{SpanKind, Timeline, TimelineSpan};

@@ -340,7 +340,7 @@ fn run_prepared(session: Session, arguments: Vec<OsString>) -> i32 {
 fn compile_prepared(mut session: Session, arguments: Vec<OsString>) {
     let parsed = parse_arguments(std::iter::once(OsString::from("run")).chain(arguments).collect());
     let Ok(Invocation::Run { opt, file, .. }) = parsed else { return };
-    let Ok(text) = std::fs::read_to_string(&file) else { return };
+    let Ok(text) = quasi_lang::read_source(&file) else { return };
     set_for_file(&mut session, opt);
     session.compile_file(&file, text);
     std::mem::forget(session);
@@ -360,10 +360,10 @@ fn set_for_file(session: &mut Session, opt: Option<u8>) {
 /// Runs a file. `prepared`: a session made ahead at the batch level (`--opt` sets another); it
 /// is never dropped (the process ends with the run, and sooner without it).
 fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32 {
-    let text = match std::fs::read_to_string(path) {
+    let text = match quasi_lang::read_source(path) {
         Ok(text) => text,
         Err(error) => {
-            eprintln!("error[io]: cannot read `{path}`: {error}");
+            eprintln!("error[{}]: {}", error.kind.code(), error.message);
             return 1;
         }
     };

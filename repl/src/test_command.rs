@@ -145,7 +145,7 @@ pub fn worker(path: &str) -> i32 {
 /// Each cell's output (and whether it failed) in a fresh session, run from the file's folder:
 /// paths in a transcript (`:load files/x.rhai`) are relative to the transcript.
 fn run_file(path: &Path) -> Result<Vec<(bool, String)>, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read `{}`: {error}", path.display()))?;
+    let text = quasi_lang::read_source(&path.to_string_lossy()).map_err(|error| error.message)?;
     if let Some(folder) = path.parent().filter(|folder| !folder.as_os_str().is_empty()) {
         std::env::set_current_dir(folder).map_err(|error| format!("cannot enter `{}`: {error}", folder.display()))?;
     }

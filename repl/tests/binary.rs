@@ -112,6 +112,21 @@ fn version_and_help() {
     assert!(help.status.success());
 }
 
+/// A device or a directory is refused at once, not read until memory runs out (issue 31, item 4).
+#[test]
+fn run_refuses_what_is_not_a_regular_file() {
+    let finished = quasi(&["run", "/dev/zero"], "");
+    assert_eq!(finished.status.code(), Some(1));
+    assert!(
+        finished.stderr.starts_with("error[io]: cannot read `/dev/zero`: not a regular file"),
+        "{}",
+        finished.stderr
+    );
+    let finished = quasi(&["run", "/"], "");
+    assert_eq!(finished.status.code(), Some(1));
+    assert!(finished.stderr.contains("not a regular file"), "{}", finished.stderr);
+}
+
 #[test]
 fn an_unknown_flag_is_a_usage_error() {
     let finished = quasi(&["--frobnicate"], "(add 1 2)\n");

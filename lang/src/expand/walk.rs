@@ -11,7 +11,7 @@ use rhai::{Dynamic, EvalAltResult, Map, Position, INT};
 use super::convert::{rhai_type_name, to_dynamic, to_sexp, NO_SPAN};
 use super::engine::ScriptText;
 use super::engine::{macro_error, Failure, Stage};
-use crate::diagnostics::{Diagnostic, Kind};
+use crate::diagnostics::Diagnostic;
 use crate::header::{self, ConstantForm, Included};
 use crate::reader::{Sexp, SexpKind, SourceFile, SourceId, Span};
 
@@ -173,9 +173,7 @@ impl Expander<'_> {
     pub(super) fn rhai_file_form(&mut self, form: &Sexp) -> Result<(), Failure> {
         let (bytes, span) = self.string_argument(form, "rhai-file")?;
         let path = String::from_utf8_lossy(bytes).into_owned();
-        let text = std::fs::read_to_string(&path).map_err(|error| {
-            Box::new(Diagnostic::error(Kind::Io, format!("cannot read `{path}`: {error}")).with_label(span, ""))
-        })?;
+        let text = crate::files::read_source(&path).map_err(|error| Box::new(error.with_label(span, "")))?;
         self.sources.push(SourceFile { name: path, text: text.clone() });
         let source = SourceId(self.sources.len() as u32 - 1);
         self.stage.run_script(&text, ScriptText { source, base: 0, text: &text }, form.span)?;

@@ -153,7 +153,7 @@ impl Session {
     /// Evaluates a file as one cell (`:load`); a `.rhai` file runs as Rhai in the session scope.
     fn load_file(&mut self, path: &str) -> Outcome {
         self.refresh_view_if_stale();
-        match std::fs::read_to_string(path) {
+        match crate::files::read_source(path) {
             Ok(text) if path.ends_with(".rhai") => {
                 let source = self.history.add_source(path.to_string(), text.clone());
                 let mut outcome = Outcome::default();
@@ -181,7 +181,7 @@ impl Session {
             }
             Err(error) => {
                 let mut outcome = Outcome::default();
-                outcome.diagnostics.push(Diagnostic::error(Kind::Io, format!("cannot read `{path}`: {error}")));
+                outcome.diagnostics.push(error);
                 outcome
             }
         }
