@@ -291,7 +291,7 @@ pub fn main(options: Options, style: Style) -> i32 {
 /// Why a transcript, document or notebook cannot run here (see `Transcript::unmet_requirement`;
 /// a notebook says what it needs in its metadata).
 fn unmet_requirement(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = quasi_lang::read_source(&path.to_string_lossy()).ok()?;
     match kind_of(path)? {
         Kind::Transcript => transcript::parse(&text).unmet_requirement(),
         Kind::Document => transcript::parse_markdown(&text).transcript().unmet_requirement(),
@@ -359,9 +359,9 @@ fn judge(path: &Path, answer: Result<Vec<(bool, String)>, String>, bless: bool, 
         Ok(outputs) => outputs,
         Err(message) => return fail(format!("FAIL {name}: {message}\n")),
     };
-    let text = match std::fs::read_to_string(path) {
+    let text = match quasi_lang::read_source(&path.to_string_lossy()) {
         Ok(text) => text,
-        Err(error) => return fail(format!("FAIL {name}: cannot read it: {error}\n")),
+        Err(error) => return fail(format!("FAIL {name}: {}\n", error.message)),
     };
     match kind_of(path) {
         Some(Kind::Notebook) => judge_notebook(&name, &text, &outputs, style),

@@ -112,7 +112,8 @@ fn version_and_help() {
     assert!(help.status.success());
 }
 
-/// A device or a directory is refused at once, not read until memory runs out (issue 31, item 4).
+/// A device, a directory or a pipe is refused at once, not read until memory runs out or for
+/// ever (issue 31, item 4).
 #[test]
 fn run_refuses_what_is_not_a_regular_file() {
     let finished = quasi(&["run", "/dev/zero"], "");
@@ -125,6 +126,14 @@ fn run_refuses_what_is_not_a_regular_file() {
     let finished = quasi(&["run", "/"], "");
     assert_eq!(finished.status.code(), Some(1));
     assert!(finished.stderr.contains("not a regular file"), "{}", finished.stderr);
+    // A named pipe called like a transcript: `quasi test` would wait on it for ever.
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let pipe = directory.path().join("pipe.repl");
+    let made = std::process::Command::new("mkfifo").arg(&pipe).status().expect("mkfifo runs");
+    assert!(made.success());
+    let finished = quasi(&["test", &pipe.to_string_lossy()], "");
+    assert_eq!(finished.status.code(), Some(1));
+    assert!(finished.stdout.contains("not a regular file"), "{}", finished.stdout);
 }
 
 #[test]
