@@ -255,22 +255,32 @@ pub fn run(transcript: &Transcript) -> Result<Vec<String>, String> {
         }
     }
     let mut recording = Recording::default();
-    Ok(transcript
-        .cells
-        .iter()
-        .map(|cell| {
-            let mut outcome = session.eval(&cell.input);
-            record_or_save(&mut recording, &cell.input, &mut outcome);
-            output(&outcome)
-        })
-        .collect())
+    // `:save` in a transcript under test writes to a scratch folder (made on the first one,
+    // removed after the run), never over the transcript or another test file.
+    let mut scratch: Option<tempfile::TempDir> = None;
+    let mut outputs = Vec::new();
+    for cell in &transcript.cells {
+        let mut outcome = session.eval(&cell.input);
+        if outcome.save.is_some() && scratch.is_none() {
+            scratch = Some(tempfile::tempdir().map_err(|error| format!("no scratch folder for `:save`: {error}"))?);
+        }
+        record_or_save_in(&mut recording, &cell.input, &mut outcome, scratch.as_ref().map(tempfile::TempDir::path));
+        outputs.push(output(&outcome));
+    }
+    Ok(outputs)
 }
 
 /// What a front end does with each cell it showed: records it, or, for `:save FILE`, writes
 /// the recording so far and says so in the outcome (a message, or an `error[io]`).
 pub fn record_or_save(recording: &mut Recording, input: &str, outcome: &mut Outcome) {
+    record_or_save_in(recording, input, outcome, None);
+}
+
+/// `record_or_save`, a `:save FILE` written into `scratch` (as FILE's name there) when given;
+/// the message names FILE as written.
+fn record_or_save_in(recording: &mut Recording, input: &str, outcome: &mut Outcome, scratch: Option<&Path>) {
     match outcome.save.take() {
-        Some(path) => match recording.save(Path::new(&path)) {
+        Some(path) => match recording.save(&saved_to(&path, scratch), Path::new(&path)) {
             Ok(message) => outcome.items.push(Item::Message(message)),
             Err(error) => outcome.diagnostics.push(Diagnostic {
                 severity: Severity::Error,
@@ -281,6 +291,13 @@ pub fn record_or_save(recording: &mut Recording, input: &str, outcome: &mut Outc
             }),
         },
         None => recording.record(input, outcome),
+    }
+}
+
+fn saved_to(path: &str, scratch: Option<&Path>) -> std::path::PathBuf {
+    match scratch {
+        Some(folder) => folder.join(Path::new(path).file_name().unwrap_or_else(|| std::ffi::OsStr::new("saved.repl"))),
+        None => std::path::PathBuf::from(path),
     }
 }
 
@@ -368,11 +385,12 @@ impl Recording {
         format(&transcript, &outputs)
     }
 
-    /// Writes the transcript to `path`; returns the message the front end shows.
-    pub fn save(&self, path: &Path) -> std::io::Result<String> {
+    /// Writes the transcript to `path`; returns the message the front end shows, which names
+    /// `shown` (the path the user gave; `quasi test` writes elsewhere).
+    pub fn save(&self, path: &Path, shown: &Path) -> std::io::Result<String> {
         std::fs::write(path, self.text())?;
         let cells = self.cells.len();
-        Ok(format!("saved {cells} cell{} to {}", if cells == 1 { "" } else { "s" }, path.display()))
+        Ok(format!("saved {cells} cell{} to {}", if cells == 1 { "" } else { "s" }, shown.display()))
     }
 }
 

@@ -65,6 +65,20 @@ fn bless_rewrites_what_differs_and_keeps_wildcards() {
     assert_eq!(stdout(&again), "ok   failing.repl (4 cells)\n1 passed, 0 failed\n");
 }
 
+/// `:save` in a transcript under test writes to a scratch folder: the transcript it names (here
+/// itself) is never overwritten, and its message is checked like any output (issue 31, item 9).
+#[test]
+fn save_in_a_tested_transcript_never_overwrites_a_test_file() {
+    let folder = tempfile::tempdir().expect("a temporary directory");
+    let text = "> (add 1 2)\n3 : int\n> :save self.repl\nsaved 1 cell to self.repl\n";
+    let path = folder.path().join("self.repl");
+    std::fs::write(&path, text).expect("the transcript is written");
+    let output = quasi_test(folder.path(), &["self.repl"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    assert_eq!(stdout(&output), "ok   self.repl (2 cells)\n1 passed, 0 failed\n");
+    assert_eq!(std::fs::read_to_string(&path).expect("the transcript is read"), text);
+}
+
 #[test]
 fn bad_invocations_are_usage_errors() {
     for arguments in [&[][..], &["--jobs", "0", "x.repl"], &["no-such.repl"], &["Cargo.toml"]] {
