@@ -24,6 +24,9 @@ use similar::{ChangeTag, TextDiff};
 /// suite.
 const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
 
+/// How long a failing cell's diff may search for the smallest one.
+const DIFF_TIMEOUT: Duration = Duration::from_millis(200);
+
 /// What `quasi test` was asked to do.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Options {
@@ -476,7 +479,9 @@ fn cell_failure(name: &str, line: usize, input: &str, expected: &str, actual: &s
         text.push_str(input_line);
         text.push('\n');
     }
-    let diff = TextDiff::from_lines(expected, actual);
+    // Myers' diff is quadratic in the worst case (two long outputs that share nothing): past
+    // the deadline it falls back to a coarser diff, so a long mismatch is reported in time.
+    let diff = TextDiff::configure().timeout(DIFF_TIMEOUT).diff_lines(expected, actual);
     for change in diff.iter_all_changes() {
         let (sign, colour) = match change.tag() {
             ChangeTag::Delete => ('-', "\u{1b}[31m"),

@@ -79,6 +79,25 @@ fn save_in_a_tested_transcript_never_overwrites_a_test_file() {
     assert_eq!(std::fs::read_to_string(&path).expect("the transcript is read"), text);
 }
 
+/// A cell whose 100,000 lines of output share nothing with the expected 100,000 fails with a
+/// diff of every line, at once: the diff falls back to a coarse one past its deadline (it took
+/// minutes, outside `--timeout`, before; issue 31, item 8).
+#[test]
+fn a_long_mismatch_is_reported_with_its_whole_diff() {
+    let folder = tempfile::tempdir().expect("a temporary directory");
+    let mut text = String::from("> (rhai \"for i in 0..100000 { print(`${i}`); }\")\n");
+    for line in 0..100_000 {
+        text.push_str(&format!("y{line}\n"));
+    }
+    std::fs::write(folder.path().join("long.repl"), text).expect("the transcript is written");
+    let output = quasi_test(folder.path(), &["long.repl"]);
+    assert_eq!(output.status.code(), Some(1));
+    let report = stdout(&output);
+    assert!(report.starts_with("FAIL long.repl: 1 of 1 cells differ\n"), "{}", &report[..200.min(report.len())]);
+    assert_eq!(report.lines().filter(|line| line.starts_with("-y")).count(), 100_000);
+    assert_eq!(report.lines().filter(|line| line.starts_with('+')).count(), 100_000);
+}
+
 #[test]
 fn bad_invocations_are_usage_errors() {
     for arguments in [&[][..], &["--jobs", "0", "x.repl"], &["no-such.repl"], &["Cargo.toml"]] {
