@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use quasi_lang::{GpuMode, Phase, Session, SessionConfig};
+use quasi_lang::{Phase, Session};
 
 use crate::stats::{ms, Samples};
 use crate::{bench_median, eval, new_table, value_of, Options};
@@ -77,15 +77,7 @@ const SETUP: [&str; 14] = [
 const TARGET: Duration = Duration::from_millis(50);
 
 fn session() -> Result<Session> {
-    let mut session = Session::new(SessionConfig {
-        capture_output: true,
-        gpu: Some(GpuMode::Sim { check: false }),
-        ..SessionConfig::default()
-    })?;
-    for cell in SETUP {
-        eval(&mut session, cell)?;
-    }
-    Ok(session)
+    crate::sim_session(false, &SETUP)
 }
 
 /// `reps` runs of `cell` after one untimed: each run's `run` phase.

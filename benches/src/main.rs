@@ -309,6 +309,20 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// A session capturing output in the simulator (`check`: `:gpu sim`, or unchecked), after the
+/// bench's `setup` cells.
+pub fn sim_session(check: bool, setup: &[&str]) -> Result<quasi_lang::Session> {
+    let mut session = quasi_lang::Session::new(quasi_lang::SessionConfig {
+        capture_output: true,
+        gpu: Some(quasi_lang::GpuMode::Sim { check }),
+        ..quasi_lang::SessionConfig::default()
+    })?;
+    for cell in setup {
+        eval(&mut session, cell)?;
+    }
+    Ok(session)
+}
+
 /// A table in Markdown layout (pasteable into the README), the given columns right-aligned.
 pub fn new_table(header: &[&str], right_aligned: &[usize]) -> Table {
     let mut table = Table::new();

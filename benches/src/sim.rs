@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use quasi_lang::{GpuMode, Phase, Session, SessionConfig};
+use quasi_lang::{Phase, Session};
 
 use crate::stats::{ms, Samples};
 use crate::{eval, new_table, value_of, Options};
@@ -323,15 +323,7 @@ fn numba(jobs: &[String]) -> Result<std::result::Result<(String, NumbaResults), 
 
 /// A session in the simulator holding the kernels, the CPU versions and filled inputs.
 fn session() -> Result<Session> {
-    let mut session = Session::new(SessionConfig {
-        capture_output: true,
-        gpu: Some(GpuMode::Sim { check: true }),
-        ..SessionConfig::default()
-    })?;
-    for cell in SETUP {
-        eval(&mut session, cell)?;
-    }
-    Ok(session)
+    crate::sim_session(true, &SETUP)
 }
 
 /// The reference of `work` into `r`, from its first CPU version.

@@ -166,11 +166,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let tag = word.const_int(sim_check_tag(site, access), false);
         // The site's guard: an address inside it is used as it is; another calls the check.
         let frame = self.frame();
-        let guards_offset = word.const_int(std::mem::offset_of!(SimFrame, guards) as u64, false);
-        // SAFETY: `guards` lies inside the frame; the table has an entry per site.
-        let guards_slot =
-            unsafe { self.builder.build_in_bounds_gep(self.context.i8_type(), frame, &[guards_offset], "")? };
-        let guards = self.invariant_load(ptr.into(), guards_slot)?.into_pointer_value();
+        let guards = self.frame_load(std::mem::offset_of!(SimFrame, guards), ptr.into(), true)?.into_pointer_value();
         let guard_type = self.context.struct_type(&[word.into(), word.into()], false);
         let index = word.const_int(u64::from(site), false);
         let zero = self.context.i32_type().const_zero();
@@ -207,19 +203,11 @@ impl<'ctx> Lowering<'ctx, '_> {
             // The shared memory's place and length and the stamps' place do not change while
             // a launch runs (loads LLVM may hoist); the running thread's stamps change at each
             // barrier.
-            let field = |this: &Self, offset: usize, ty: inkwell::types::BasicTypeEnum<'ctx>, fixed: bool| {
-                let offset = word.const_int(offset as u64, false);
-                // SAFETY: a field of the frame.
-                let slot = unsafe { this.builder.build_in_bounds_gep(this.context.i8_type(), frame, &[offset], "")? };
-                if fixed {
-                    this.invariant_load(ty, slot)
-                } else {
-                    Ok(this.builder.build_load(ty, slot, "")?)
-                }
-            };
-            let shared = field(self, std::mem::offset_of!(SimFrame, shared), ptr.into(), true)?.into_pointer_value();
+            let shared =
+                self.frame_load(std::mem::offset_of!(SimFrame, shared), ptr.into(), true)?.into_pointer_value();
             let shared = self.builder.build_ptr_to_int(shared, word, "")?;
-            let length = field(self, std::mem::offset_of!(SimFrame, shared_len), word.into(), true)?.into_int_value();
+            let length =
+                self.frame_load(std::mem::offset_of!(SimFrame, shared_len), word.into(), true)?.into_int_value();
             let offset = self.builder.build_int_sub(address, shared, "")?;
             let last = self.builder.build_int_add(offset, word.const_int(granules * 4, false), "")?;
             let fits = self.builder.build_int_compare(inkwell::IntPredicate::ULE, last, length, "")?;
@@ -231,14 +219,19 @@ impl<'ctx> Lowering<'ctx, '_> {
             let stamps_block = self.context.append_basic_block(function, "stamps");
             self.builder.build_conditional_branch(within, stamps_block, call)?;
             self.builder.position_at_end(stamps_block);
-            let stamps = field(self, std::mem::offset_of!(SimFrame, stamps), ptr.into(), true)?.into_pointer_value();
+            let stamps =
+                self.frame_load(std::mem::offset_of!(SimFrame, stamps), ptr.into(), true)?.into_pointer_value();
             let written =
-                field(self, std::mem::offset_of!(SimFrame, stamp_written), word.into(), false)?.into_int_value();
+                self.frame_load(std::mem::offset_of!(SimFrame, stamp_written), word.into(), false)?.into_int_value();
             let (read, shared_read) = if access == Access::Read {
                 (
-                    Some(field(self, std::mem::offset_of!(SimFrame, stamp_read), word.into(), false)?.into_int_value()),
                     Some(
-                        field(self, std::mem::offset_of!(SimFrame, stamp_shared), word.into(), false)?.into_int_value(),
+                        self.frame_load(std::mem::offset_of!(SimFrame, stamp_read), word.into(), false)?
+                            .into_int_value(),
+                    ),
+                    Some(
+                        self.frame_load(std::mem::offset_of!(SimFrame, stamp_shared), word.into(), false)?
+                            .into_int_value(),
                     ),
                 )
             } else {
@@ -283,6 +276,24 @@ impl<'ctx> Lowering<'ctx, '_> {
             Ok(checked)
         } else {
             Ok(self.builder.build_address_space_cast(checked, pointer.get_type(), "")?)
+        }
+    }
+
+    /// A load of the frame's field at byte `offset`; `invariant` when it does not change while
+    /// a launch runs (`invariant_load`).
+    fn frame_load(
+        &self,
+        offset: usize,
+        ty: inkwell::types::BasicTypeEnum<'ctx>,
+        invariant: bool,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let offset = self.context.i64_type().const_int(offset as u64, false);
+        // SAFETY: callers name a field of `SimFrame`.
+        let slot = unsafe { self.builder.build_in_bounds_gep(self.context.i8_type(), self.frame(), &[offset], "")? };
+        if invariant {
+            self.invariant_load(ty, slot)
+        } else {
+            Ok(self.builder.build_load(ty, slot, "")?)
         }
     }
 
