@@ -48,6 +48,16 @@ struct State {
     abandoned: Vec<(&'static str, Memory)>,
     /// Encoders, submissions and `host-alloc` memory (docs/language.md §7.8).
     work: Work,
+    /// The host side of the copy running now: a fault in it names the copy.
+    host_copy: Option<HostCopy>,
+}
+
+/// The host memory a copy reads or writes, and how a fault in it is named.
+struct HostCopy {
+    what: String,
+    address: u64,
+    bytes: u64,
+    write: bool,
 }
 
 /// The session's GPU runtime.
@@ -65,7 +75,8 @@ struct Staged {
     memory: Memory,
     host: u64,
     bytes: u64,
-    copy_back: bool,
+    /// How the copy back to the host is named, for one the kernel writes.
+    copy_back: Option<String>,
 }
 
 impl Runtime {
@@ -80,6 +91,7 @@ impl Runtime {
             error: None,
             abandoned: Vec::new(),
             work: Work::default(),
+            host_copy: None,
         };
         Box::new(Runtime {
             state: Mutex::new(state),
@@ -255,7 +267,55 @@ impl Runtime {
         element_size: i64,
     ) -> Result<(), DeviceError> {
         let (copy, _) = self.resolve_copy("gpu-copy", direction, destination, source, count, element_size)?;
-        self.device().copy(copy)
+        self.copy_with_host(self.device(), copy, || "`gpu-copy`".into())
+    }
+
+    /// Makes `copy` on `device`, noting its host side first: the program's host pointer is
+    /// trusted (as memcpy trusts it), and a fault in the copy is then reported as the copy
+    /// `what` names, not as a fault of the compiled code that asked for it.
+    fn copy_with_host(
+        &self,
+        device: &dyn Device,
+        copy: Copy,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), DeviceError> {
+        let host = match copy.kind {
+            CopyKind::HostToDevice => Some((copy.source, false)),
+            CopyKind::DeviceToHost => Some((copy.target, true)),
+            CopyKind::DeviceToDevice => None,
+        };
+        if let Some((address, write)) = host {
+            self.lock().host_copy = Some(HostCopy { what: what(), address, bytes: copy.bytes, write });
+        }
+        // A fault leaves by a long jump here: the note stays for `faulted_copy`.
+        let copied = device.copy(copy);
+        if host.is_some() {
+            self.lock().host_copy = None;
+        }
+        copied
+    }
+
+    /// Why a segmentation fault (`fault`: its address, and whether it wrote) happened, if it
+    /// was in the host side of a copy: the message names the copy. Forgets the copy whatever
+    /// the fault (it ended the copy).
+    pub(crate) fn faulted_copy(&self, fault: Option<(usize, bool)>) -> Option<String> {
+        let copy = self.lock().host_copy.take()?;
+        let (address, write) = fault?;
+        // The fault is at the first byte of a page the copy could not touch.
+        let page = 4096;
+        let start = copy.address & !(page - 1);
+        let end = copy.address.saturating_add(copy.bytes);
+        let inside = (start..end).contains(&(address as u64)) && write == copy.write;
+        inside.then(|| {
+            let (access, side) = if copy.write { ("writes", "into") } else { ("reads", "from") };
+            format!(
+                "segmentation fault in {}: it {access} {} bytes {side} host memory at {:#x}, and address {address:#x} cannot be {}",
+                copy.what,
+                copy.bytes,
+                copy.address,
+                if copy.write { "written" } else { "read" }
+            )
+        })
     }
 
     /// A copy as the device makes it, its buffers checked (`form` names the form for the
@@ -321,14 +381,15 @@ impl Runtime {
         let launched = prepared.and_then(|bytes| {
             let launch = Launch { name, dimensions, values: &values, bytes };
             device.launch(&launch)?;
-            staged.iter().filter(|staged| staged.copy_back).try_for_each(|staged| {
+            staged.iter().try_for_each(|staged| {
+                let Some(what) = &staged.copy_back else { return Ok(()) };
                 let copy = Copy {
                     kind: CopyKind::DeviceToHost,
                     target: staged.host,
                     source: staged.memory.address,
                     bytes: staged.bytes,
                 };
-                device.copy(copy)
+                self.copy_with_host(device, copy, || what.clone())
             })
         });
         self.lock().abandoned.clear();
@@ -391,14 +452,17 @@ impl Runtime {
                     // Until the launch frees it, it is the next launch's to free (a fault or an
                     // interrupt may end this one anywhere).
                     self.lock().abandoned.push((device.place(), memory));
-                    staged.push(Staged { memory, host: arg.value as u64, bytes, copy_back: direction.writes() });
+                    let what = |to: &str| format!("the copy of argument {} of `{name}` {to}", index + 1);
+                    let copy_back = direction.writes().then(|| what("back from the device"));
+                    staged.push(Staged { memory, host: arg.value as u64, bytes, copy_back });
                     if direction.reads() {
-                        device.copy(Copy {
+                        let copy = Copy {
                             kind: CopyKind::HostToDevice,
                             target: memory.address,
                             source: arg.value as u64,
                             bytes,
-                        })?;
+                        };
+                        self.copy_with_host(device, copy, || what("to the device"))?;
                     }
                     values.push(memory.address);
                 }

@@ -11,6 +11,14 @@ impl Session {
     /// The diagnostic for a fault while `item_span`'s code ran.
     pub(super) fn fault_diagnostic(&self, fault: &Fault, item_span: Span) -> Diagnostic {
         let note = "the session is intact; all definitions and globals are kept";
+        // The host side of a GPU copy faulted: the program's pointer was wild.
+        let copy = match fault {
+            Fault::Signal { signal: libc::SIGSEGV, address, write, raised: false, .. } => Some((*address, *write)),
+            _ => None,
+        };
+        if let Some(message) = self.gpu.runtime.faulted_copy(copy) {
+            return Diagnostic::error(Kind::RuntimeFault, message).with_label(item_span, "").with_note(note);
+        }
         match fault {
             Fault::Check { code, site } => {
                 let site = self.program.fault_site(*site);
