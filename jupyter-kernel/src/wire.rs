@@ -1,7 +1,9 @@
 //! Wire: the five ZeroMQ sockets a connection file names, and incoming messages, their HMAC
 //! checked by jupyter-zmq-client before anything reads them.
 
+use std::collections::{HashSet, VecDeque};
 use std::path::Path;
+use std::sync::Mutex;
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -79,6 +81,9 @@ impl Request {
 pub enum ReadError {
     /// The HMAC did not match the connection key: never executed, only logged.
     BadSignature,
+    /// A signature seen before: a signed message sent again (a replay), dropped as
+    /// jupyter_client's `Session` drops it.
+    Duplicate,
     /// Not a Jupyter message (missing delimiter or parts, bad JSON header).
     Malformed(String),
     /// The socket itself failed; the channel is dead.
@@ -89,20 +94,61 @@ impl std::fmt::Display for ReadError {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ReadError::BadSignature => write!(formatter, "a message with a bad signature was dropped"),
+            ReadError::Duplicate => {
+                write!(formatter, "a message with the signature of an earlier one (a replay) was dropped")
+            }
             ReadError::Malformed(why) => write!(formatter, "a malformed message was dropped: {why}"),
             ReadError::Socket(why) => write!(formatter, "socket error: {why}"),
         }
     }
 }
 
-/// Receives one message and verifies its signature.
+/// How many signatures the kernel remembers (jupyter_client's `digest_history_size`).
+const SIGNATURE_HISTORY: usize = 1 << 16;
+
+/// The signatures of the last `SIGNATURE_HISTORY` signed messages, on every channel.
+#[derive(Default)]
+struct Signatures {
+    order: VecDeque<Bytes>,
+    seen: HashSet<Bytes>,
+}
+
+impl Signatures {
+    /// Remembers `signature`; false if it was seen before.
+    fn first_time(&mut self, signature: Bytes) -> bool {
+        if !self.seen.insert(signature.clone()) {
+            return false;
+        }
+        self.order.push_back(signature);
+        if self.order.len() > SIGNATURE_HISTORY {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        true
+    }
+}
+
+static SIGNATURES: Mutex<Option<Signatures>> = Mutex::new(None);
+
+/// Receives one message and verifies its signature; a signed message whose signature was
+/// seen before (a message captured and sent again) is refused.
 pub async fn read<S: SocketRecv>(connection: &mut Connection<S>) -> Result<Request, ReadError> {
     let multipart = connection.socket.recv().await.map_err(|error| ReadError::Socket(error.to_string()))?;
+    let delimiter = multipart.iter().position(|part| &part[..] == b"<IDS|MSG>");
+    let signature = delimiter.and_then(|index| multipart.get(index + 1)).cloned();
     let raw = RawMessage::from_multipart(multipart, &connection.mac).map_err(|error| match error {
         // A signature that is not even hex is as bad as a wrong one.
         RuntimeError::VerifyError(_) | RuntimeError::DecodeError(_) => ReadError::BadSignature,
         other => ReadError::Malformed(other.to_string()),
     })?;
+    // Without a key there is no signature to remember (and nothing to replay).
+    if let (Some(_), Some(signature)) = (&connection.mac, signature) {
+        let mut signatures = SIGNATURES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !signatures.get_or_insert_with(Signatures::default).first_time(signature) {
+            return Err(ReadError::Duplicate);
+        }
+    }
     parse(raw)
 }
 

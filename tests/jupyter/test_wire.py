@@ -89,6 +89,44 @@ def test_bad_signatures_are_dropped(kernel):
     context.destroy()
 
 
+def test_a_replayed_request_is_not_run_again(kernel):
+    """A captured, validly signed execute_request sent again is dropped (jupyter_client's
+    Session keeps a history of signatures for this); a new request is still answered."""
+    manager, client = kernel
+    context = zmq.Context()
+    shell = raw_socket(context, manager, zmq.DEALER, "shell_port")
+    session = Session(key=manager.session.key)
+
+    def execute(code):
+        return session.msg("execute_request", {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+
+    def reply_to(message):
+        assert shell.poll(TIMEOUT * 1000), "no reply to a correctly signed message"
+        _, parts = session.feed_identities(shell.recv_multipart())
+        reply = session.deserialize(parts)
+        assert reply["parent_header"]["msg_id"] == message["header"]["msg_id"]
+        return reply
+
+    define = execute("(declare counter int)")
+    step = execute("(set counter (add counter 1))")
+    for message in (define, step):
+        frames = session.serialize(message)
+        shell.send_multipart(frames)
+        assert reply_to(message)["content"]["status"] == "ok"
+    # The same frames again, signature and all: never run a second time.
+    shell.send_multipart(frames)
+    assert shell.poll(1500) == 0, "the kernel answered a replayed message"
+    # The counter was stepped once.
+    results = []
+    client.execute_interactive("counter", timeout=TIMEOUT, output_hook=results.append)
+    shown = [message["content"]["data"]["text/plain"] for message in results if message["msg_type"] == "execute_result"]
+    assert shown == ["1 : int"], results
+    manager.shutdown_kernel(now=True)
+    log = manager.log_path.read_text()
+    assert "replay" in log, log
+    context.destroy()
+
+
 def test_shutdown_request_ends_the_process(kernel):
     manager, client = kernel
     process = manager.provisioner.process
