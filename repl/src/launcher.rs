@@ -13,11 +13,12 @@
 mod wire;
 
 use std::ffi::{CString, OsString};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
 
 use wire::Answer;
 
@@ -34,14 +35,15 @@ fn main() {
     };
     if arguments.first().is_some_and(|first| first == "run") && wire::may_use_server(&arguments[1..]) {
         match connect(&engine) {
-            // A server that took the run decides its status; one that could not, leaves the
-            // run to the engine here, as if no server were running.
-            Some(stream) => {
+            // A server that took the run decides its status; one that could not, or did not
+            // answer in time, leaves the run to the engine here, as if no server were running.
+            Server::Connected(stream) => {
                 if let Some(status) = served(&stream, arguments[1..].to_vec()) {
                     std::process::exit(status);
                 }
             }
-            None => start_server_in_background(&engine),
+            Server::Busy => {}
+            Server::None => start_server_in_background(&engine),
         }
     }
     let error = std::process::Command::new(&engine).arg0(name).args(arguments).exec();
@@ -49,13 +51,46 @@ fn main() {
     std::process::exit(1);
 }
 
-/// The server of this engine, when one is running in this user's private socket folder.
-fn connect(engine: &std::path::Path) -> Option<UnixStream> {
-    let socket: PathBuf = wire::socket_path(engine).ok()?;
-    if !wire::directory_is_private(socket.parent()?) {
-        return None;
+/// What `connect` found.
+enum Server {
+    Connected(UnixStream),
+    /// A server whose queue of connections is full: it is not answering.
+    Busy,
+    None,
+}
+
+/// The server of this engine, when one is running in this user's private socket folder. The
+/// connection is made without waiting: a server whose queue is full is `Busy`.
+fn connect(engine: &std::path::Path) -> Server {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let Some(path) = wire::socket_path(engine).ok() else { return Server::None };
+    if !path.parent().is_some_and(wire::directory_is_private) {
+        return Server::None;
     }
-    UnixStream::connect(socket).ok()
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let (Ok(address), Ok(fd)) = (UnixAddr::new(&path), socket(AddressFamily::Unix, SockType::Stream, flags, None))
+    else {
+        return Server::None;
+    };
+    match nix::sys::socket::connect(fd.as_raw_fd(), &address) {
+        Ok(()) => {
+            let stream = UnixStream::from(fd);
+            match stream.set_nonblocking(false) {
+                Ok(()) => Server::Connected(stream),
+                Err(_) => Server::None,
+            }
+        }
+        Err(nix::errno::Errno::EAGAIN) => Server::Busy,
+        Err(_) => Server::None,
+    }
+}
+
+/// How long a run waits for a server's worker to take it before it runs in process:
+/// `QUASI_SERVER_WAIT_MS`, else 3 s. A worker is usually ready at once; a server that is
+/// starting takes a fraction of a second.
+fn worker_wait() -> Duration {
+    let milliseconds = std::env::var("QUASI_SERVER_WAIT_MS").ok().and_then(|text| text.parse().ok());
+    Duration::from_millis(milliseconds.unwrap_or(3000))
 }
 
 /// How long a server `quasi run` started waits for a run before it ends.
@@ -140,8 +175,18 @@ extern "C" fn suspend(_: libc::c_int) {
 /// to exit with.
 fn served(stream: &UnixStream, run_arguments: Vec<OsString>) -> Option<i32> {
     let request = wire::Request::here(run_arguments).ok()?;
+    stream.set_write_timeout(Some(worker_wait())).ok()?;
     wire::send_request(stream, &request).ok()?;
-    let Ok(Some(Answer::Worker(pid))) = Answer::read(stream) else { return None };
+    stream.set_read_timeout(Some(worker_wait())).ok()?;
+    let Ok(Some(Answer::Worker(pid))) = Answer::read(stream) else {
+        // Not taken in time: the worker that takes it now finds the connection closed before
+        // it is told to go, and runs nothing.
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        return None;
+    };
+    stream.set_read_timeout(None).ok()?;
+    // The run is this launcher's from now on: the worker may start.
+    wire::send_go(stream).ok()?;
     WORKER.store(pid, Ordering::SeqCst);
     // Ctrl-C and the like reach this process (the terminal's foreground); the worker gets them.
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {

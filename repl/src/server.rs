@@ -10,8 +10,11 @@
 //! every fork). Each spare worker is a fork: it prepares its copy once more (the pages a run
 //! writes are copied now, not while the user waits; after the run it replaces has had the two
 //! cores for a moment), starts its executor and waits in `accept` on the server's socket. The
-//! worker that takes a connection reports its pid to the launcher, hands the connection to the
-//! server (over a socket pair, SCM_RIGHTS), becomes the run (the launcher's streams, folder,
+//! worker reads the first connection to send a whole request (`next_request`: silent ones hold
+//! up nobody), reports its pid to the launcher and waits for its go, which brings the
+//! launcher's streams (a launcher that waited too long runs the program itself and never says
+//! go); it then hands the connection to the server (over a socket pair, SCM_RIGHTS), becomes
+//! the run (the launcher's streams, folder,
 //! environment, umask and limits, then `run_prepared`) and reports its exit status itself before
 //! its slow teardown. The server forks the next spare once every run has ended or run
 //! `SPARE_DELAY`, and reports any other end (a signal, a crash) from the worker's pidfd; a
@@ -698,31 +701,9 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     if unsafe { libc::poll(&mut waiting, 1, SETTLE_MS) } == 0 {
         let _ = session.prepare();
     }
-    let (connection, request, streams) = loop {
-        let connection = match listener.accept() {
-            Ok((connection, _)) => connection,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(error) => {
-                eprintln!("quasi server: accept failed: {error}");
-                return 1;
-            }
-        };
-        // The folder is private; the peer's user is checked all the same.
-        let same_user = nix::sys::socket::getsockopt(&connection, nix::sys::socket::sockopt::PeerCredentials)
-            .is_ok_and(|credentials| credentials.uid() == wire::uid());
-        if !same_user {
-            continue;
-        }
-        match wire::receive_request(&connection) {
-            Ok((request, streams)) => break (connection, request, streams),
-            // Not a launcher, or one that went away: the next may be.
-            Err(_) => continue,
-        }
-    };
+    let Some((connection, request, streams)) = next_request(listener) else { return 1 };
     let pid = std::process::id() as i32;
-    if Answer::Worker(pid).write(&connection).is_err()
-        || wire::send_hand_over(notify, connection.as_raw_fd(), pid, &request).is_err()
-    {
+    if wire::send_hand_over(notify, connection.as_raw_fd(), pid, &request).is_err() {
         // The server does not know this worker took the run; ending lets it fork another.
         return 1;
     }
@@ -749,6 +730,78 @@ fn take_one_run(listener: &UnixListener, notify: &UnixStream, mut session: Sessi
     wire::streams_to_null();
     let _ = Answer::Exited(code).write(&connection);
     code
+}
+
+/// How long a connection may take to send its request: a launcher sends it as it connects.
+/// One that sends nothing for this long is closed; it never holds up another.
+const REQUEST_WAIT: Duration = Duration::from_secs(2);
+
+/// How many connections may wait for their requests at once; the oldest goes first.
+const PENDING_LIMIT: usize = 64;
+
+/// The first request that arrives whole and whose launcher, told this worker's pid, says go:
+/// its connection and streams. Connections are accepted as they come and read only when they
+/// have sent something, so a client that connects and sends nothing (or stops half-way, for
+/// `REQUEST_WAIT` at most) holds up no launcher. A launcher that gave up waiting (it runs the
+/// program itself) closed its connection and never says go: this worker, still untouched,
+/// waits for the next. `None` if the socket failed.
+fn next_request(listener: &UnixListener) -> Option<(UnixStream, wire::Request, [OwnedFd; 3])> {
+    let mut pending: Vec<(UnixStream, Instant)> = Vec::new();
+    loop {
+        pending.retain(|(_, since)| since.elapsed() < REQUEST_WAIT);
+        let mut polled = vec![libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        polled.extend(pending.iter().map(|(connection, _)| libc::pollfd {
+            fd: connection.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        let wait = pending.iter().map(|(_, since)| REQUEST_WAIT.saturating_sub(since.elapsed())).min();
+        let timeout = wait.map_or(-1, |wait| wait.as_millis() as i32 + 1);
+        // SAFETY: `polled` is a live array of its length.
+        if unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, timeout) } <= 0 {
+            continue;
+        }
+        // A connection that sent something (or closed): its request should be whole by now.
+        let ready = polled[1..].iter().position(|poll| poll.revents != 0);
+        if let Some(index) = ready {
+            let (connection, since) = pending.swap_remove(index);
+            let _ = connection
+                .set_read_timeout(Some(REQUEST_WAIT.saturating_sub(since.elapsed()).max(Duration::from_millis(1))));
+            let Ok(request) = wire::receive_request(&connection) else {
+                // Not a launcher, one that went away, or too slow: the next may be one.
+                continue;
+            };
+            let pid = std::process::id() as i32;
+            let _ = connection.set_read_timeout(Some(REQUEST_WAIT));
+            if Answer::Worker(pid).write(&connection).is_err() {
+                continue;
+            }
+            if let Ok(streams) = wire::receive_go(&connection) {
+                let _ = connection.set_read_timeout(None);
+                return Some((connection, request, streams));
+            }
+        }
+        if polled[0].revents == 0 {
+            continue;
+        }
+        let connection = match listener.accept() {
+            Ok((connection, _)) => connection,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                eprintln!("quasi server: accept failed: {error}");
+                return None;
+            }
+        };
+        // The folder is private; the peer's user is checked all the same.
+        let same_user = nix::sys::socket::getsockopt(&connection, nix::sys::socket::sockopt::PeerCredentials)
+            .is_ok_and(|credentials| credentials.uid() == wire::uid());
+        if same_user {
+            if pending.len() == PENDING_LIMIT {
+                pending.remove(0);
+            }
+            pending.push((connection, Instant::now()));
+        }
+    }
 }
 
 /// The launcher's environment replaces this process's (no other thread may read it meanwhile).

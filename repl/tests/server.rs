@@ -424,3 +424,78 @@ fn start_stop_and_a_folder_that_is_not_private() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("must be a folder only you can use"), "{refused:?}");
 }
+
+impl Server {
+    /// The server's socket, as `status` shows it.
+    fn socket(&self) -> PathBuf {
+        let status = self.status();
+        PathBuf::from(status.lines().find_map(|line| line.strip_prefix("socket ")).expect("a socket in the status"))
+    }
+
+    /// The server's pid and its children's (the spare, runs).
+    fn processes(&self) -> Vec<i32> {
+        let pid: i32 =
+            self.status().lines().find_map(|line| line.strip_prefix("pid ")).expect("a pid").parse().expect("a number");
+        let mut processes = vec![pid];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let parent =
+                stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+            if parent == Some(pid) {
+                processes.push(child);
+            }
+        }
+        processes
+    }
+}
+
+/// Clients that connect and send nothing, or half a request, hold up no run: the worker reads a
+/// connection only once it has sent something, and gives one that stalls 2 s (issue 31: one
+/// silent connection made every later `quasi run` wait for ever).
+#[test]
+fn silent_connections_hold_up_no_run() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let server = Server::start();
+    server.write("echo.cl", ECHO);
+    let socket = server.socket();
+    let silent: Vec<UnixStream> = (0..3).map(|_| UnixStream::connect(&socket).expect("a connection")).collect();
+    let mut half = UnixStream::connect(&socket).expect("a connection");
+    half.write_all(&[7, 0]).expect("two bytes of a length");
+    for _ in 0..3 {
+        server.run_both_ways(&["echo.cl", "x"], "q");
+    }
+    // Still connected, and still nobody's run.
+    drop(silent);
+    drop(half);
+    server.run_both_ways(&["echo.cl"], "z");
+}
+
+/// A server that does not answer (stopped here) leaves the run to the launcher, which runs it
+/// in process after `QUASI_SERVER_WAIT_MS`; the worker that takes the abandoned request later
+/// runs nothing and serves the next run.
+#[test]
+fn a_server_that_does_not_answer_leaves_the_run_in_process() {
+    let server = Server::start();
+    server.write("echo.cl", ECHO);
+    let signal = |name: &str| {
+        for pid in server.processes() {
+            let sent = Command::new("kill").args([name, &pid.to_string()]).status().expect("kill runs");
+            assert!(sent.success());
+        }
+    };
+    signal("-STOP");
+    let mut run = server.run(&["echo.cl", "alone"]);
+    run.env("QUASI_SERVER_WAIT_MS", "300");
+    let alone = finish(run, "a");
+    signal("-CONT");
+    assert_eq!(alone.status.code(), Some(3), "{alone:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&alone.stdout),
+        "umask 27 open files 200\narg echo.cl\narg alone\nenv (null)\nstdin a\n"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(server.count("runs served"), 0, "the abandoned request ran on the server");
+    server.run_both_ways(&["echo.cl"], "z");
+}

@@ -194,28 +194,47 @@ impl Request {
     }
 }
 
-/// Sends `request` with this process's standard streams.
-pub fn send_request(stream: &UnixStream, request: &Request) -> io::Result<()> {
+/// The launcher's word that the worker that answered may run its request, sent with the
+/// launcher's three standard streams: until then the launcher may still give up on the server
+/// and run the program itself, and no stream of its is held by a server that does not answer.
+const GO: u8 = b'G';
+
+/// Sends `request` (plain data: the streams follow with the go).
+pub fn send_request(mut stream: &UnixStream, request: &Request) -> io::Result<()> {
     let body = request.encode();
-    let length = (body.len() as u32).to_le_bytes();
+    let mut message = (body.len() as u32).to_le_bytes().to_vec();
+    message.extend_from_slice(&body);
+    stream.write_all(&message)
+}
+
+/// Receives a request.
+pub fn receive_request(mut stream: &UnixStream) -> io::Result<Request> {
+    let mut length = [0; 4];
+    stream.read_exact(&mut length)?;
+    read_request(stream, u32::from_le_bytes(length) as usize)
+}
+
+/// Tells the worker to run the request, with this process's standard streams.
+pub fn send_go(stream: &UnixStream) -> io::Result<()> {
     let streams = [0, 1, 2];
-    // The streams travel with the first bytes; the rest follows as plain data.
     sendmsg::<()>(
         stream.as_raw_fd(),
-        &[IoSlice::new(&length)],
+        &[IoSlice::new(&[GO])],
         &[ControlMessage::ScmRights(&streams)],
         MsgFlags::empty(),
         None,
     )?;
-    (&*stream).write_all(&body)
+    Ok(())
 }
 
-/// Receives a request and the three streams that came with it.
-pub fn receive_request(stream: &UnixStream) -> io::Result<(Request, [OwnedFd; 3])> {
-    let streams = receive_fds::<3>(stream, 4)?;
-    let mut length = [0; 4];
-    length.copy_from_slice(&streams.1);
-    Ok((read_request(stream, u32::from_le_bytes(length) as usize)?, streams.0))
+/// Waits for the launcher's go (`send_go`) and the three streams that come with it; an error
+/// if the launcher closed the connection.
+pub fn receive_go(stream: &UnixStream) -> io::Result<[OwnedFd; 3]> {
+    let (streams, byte) = receive_fds::<3>(stream, 1)?;
+    match byte[0] {
+        GO => Ok(streams),
+        other => Err(io::Error::new(io::ErrorKind::InvalidData, format!("a go tagged {other}"))),
+    }
 }
 
 /// Reads a request's body of `length` bytes.
@@ -392,9 +411,9 @@ mod tests {
         let (left, right) = UnixStream::pair().expect("a socket pair");
         let request = Request { directory: "/".into(), arguments: vec!["f.cl".into()], ..Request::default() };
         send_request(&left, &request).expect("sent");
-        let (received, streams) = receive_request(&right).expect("received");
-        assert_eq!(received, request);
-        assert_eq!(streams.len(), 3);
+        assert_eq!(receive_request(&right).expect("received"), request);
+        send_go(&left).expect("sent");
+        assert_eq!(receive_go(&right).expect("received").len(), 3);
         for answer in [Answer::Worker(42), Answer::Exited(3), Answer::Signalled(9)] {
             answer.write(&right).expect("written");
             assert_eq!(Answer::read(&left).expect("read"), Some(answer));
