@@ -7,6 +7,10 @@
 //! server), unless `QUASI_SERVER=0`. Everything else, and a run no server took, becomes the
 //! engine (`exec`, same process, same arguments).
 
+#[macro_use]
+#[path = "streams.rs"]
+mod streams;
+
 // The server's half of the protocol is unused here.
 #[allow(dead_code)]
 #[path = "server/wire.rs"]

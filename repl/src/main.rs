@@ -3,6 +3,9 @@
 //! It reads cells and renders outcomes; every language decision, including "is this cell
 //! complete?", is `quasi_lang`'s.
 
+#[macro_use]
+mod streams;
+
 mod server;
 mod test_command;
 

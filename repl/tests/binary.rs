@@ -136,6 +136,35 @@ fn run_refuses_what_is_not_a_regular_file() {
     assert!(finished.stdout.contains("not a regular file"), "{}", finished.stdout);
 }
 
+/// Output to a closed pipe or a full device is dropped, as C's stdio drops it; the status is
+/// still the run's (issue 31, item 10: `quasi run … 2>&1 | head` ended with a panic, 101).
+#[test]
+fn closed_and_full_streams_are_not_a_panic() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let program = directory.path().join("fault.cl");
+    let text = "(define ((printf int) (f (ptr int8)) ...))\n\
+                (define ((main int)) (call printf \"before\\n\") (ret (load (inttoptr 0 (ptr int)))))\n";
+    std::fs::write(&program, text).expect("the program is written");
+    let program = program.to_string_lossy().into_owned();
+    for arguments in [vec!["run", &program], vec!["--help"], vec![]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        // Nobody reads standard output: it is closed before the run starts.
+        drop(reader);
+        let status = Command::new(env!("CARGO_BIN_EXE_quasi"))
+            .args(&arguments)
+            .env("QUASI_SERVER", "0")
+            .stdin(Stdio::from(std::fs::File::open("/dev/null").expect("/dev/null")))
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::from(full))
+            .status()
+            .expect("the quasi binary starts");
+        // A fault's status; 0 for --help and for an empty session.
+        let expected = if arguments.first() == Some(&"run") { 2 } else { 0 };
+        assert_eq!(status.code(), Some(expected), "quasi {arguments:?}");
+    }
+}
+
 #[test]
 fn an_unknown_flag_is_a_usage_error() {
     let finished = quasi(&["--frobnicate"], "(add 1 2)\n");
