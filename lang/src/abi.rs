@@ -67,6 +67,9 @@ pub(crate) const SIM_CHECK: &str = "quasi#sim_check";
 /// operation (`tree::WarpOp::code`): the lanes of MASK meet, and each gets its result as 64 bits
 /// (a shuffled value, a ballot's bits, a vote as 0 or 1).
 pub(crate) const SIM_WARP: &str = "quasi#sim_warp";
+/// `void (ptr frame, i64 code, i64 site)`: a failed check in device code (an `abi::FaultCode`,
+/// at simulator site SITE): the launch fails with it once it has ended.
+pub(crate) const SIM_FAULT: &str = "quasi#sim_fault";
 
 /// The link name of a function the runtime provides under a C name (`print`, `exit`…).
 pub(crate) fn runtime_symbol(name: &str) -> String {

@@ -18,7 +18,9 @@ use crate::tree::{Callee, Expr, FunctionAddress};
 use crate::types::{Signature, Ty};
 
 impl<'ctx> Lowering<'ctx, '_> {
-    /// Division by zero, and `MIN / -1`, fault at every optimisation level.
+    /// Division by zero, and `MIN / -1`, fault at every optimisation level. Returns the divisor
+    /// to divide by: in the simulator a failed check is reported when the launch ends and the
+    /// thread goes on, dividing by 1.
     pub(super) fn check_division(
         &mut self,
         state: &FunctionState<'ctx>,
@@ -26,20 +28,27 @@ impl<'ctx> Lowering<'ctx, '_> {
         right: IntValue<'ctx>,
         signed: bool,
         span: Span,
-    ) -> Result<()> {
+    ) -> Result<IntValue<'ctx>> {
         let int_type = right.get_type();
         let is_zero = self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_zero(), "")?;
-        self.fault_if(state, is_zero, FaultCode::DivideByZero, span)?;
-        if signed {
+        let overflows = if signed {
             let bits = int_type.get_bit_width();
             let min = int_type.const_int(1u64 << (bits - 1), false);
             let is_min = self.builder.build_int_compare(IntPredicate::EQ, left, min, "")?;
             let is_minus_one =
                 self.builder.build_int_compare(IntPredicate::EQ, right, int_type.const_all_ones(), "")?;
-            let overflows = self.builder.build_and(is_min, is_minus_one, "")?;
+            Some(self.builder.build_and(is_min, is_minus_one, "")?)
+        } else {
+            None
+        };
+        if self.is_sim() {
+            return self.sim_check_division(right, is_zero, overflows, state.name.clone(), span);
+        }
+        self.fault_if(state, is_zero, FaultCode::DivideByZero, span)?;
+        if let Some(overflows) = overflows {
             self.fault_if(state, overflows, FaultCode::DivideOverflow, span)?;
         }
-        Ok(())
+        Ok(right)
     }
 
     /// A body for `function` that only reports fault `code` (device code on the host).

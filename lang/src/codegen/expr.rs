@@ -509,7 +509,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             BinOp::Div | BinOp::Rem | BinOp::UDiv | BinOp::URem => {
                 let signed = matches!(op, BinOp::Div | BinOp::Rem);
-                self.check_division(state, l, r, signed, span)?;
+                let r = self.check_division(state, l, r, signed, span)?;
                 let b = &self.builder;
                 match op {
                     BinOp::Div => b.build_int_signed_div(l, r, "")?.into(),

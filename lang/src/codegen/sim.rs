@@ -17,11 +17,11 @@
 //! - The entry takes the launch's argument words and the frame (`void (ptr words, ptr frame)`)
 //!   and calls the kernel.
 
-use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, PointerValue};
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::AddressSpace;
 
 use super::lowering::{no_value, CodegenError, Lowering, Result, SimGlobal, SimLowering, SimSite};
-use crate::abi::{sim_check_tag, Access, SimFrame, SIM_CHECK, SIM_SYNC};
+use crate::abi::{sim_check_tag, Access, FaultCode, SimFrame, SIM_CHECK, SIM_FAULT, SIM_SYNC};
 use crate::reader::Span;
 use crate::tree::FunctionDef;
 use crate::types::Ty;
@@ -125,6 +125,51 @@ impl<'ctx> Lowering<'ctx, '_> {
         let Some(sim) = self.sim_state() else { return 0 };
         sim.sites.push(SimSite { span, function: function.to_string() });
         (sim.sites.len() - 1) as u32
+    }
+
+    /// A division's checks in the simulator: a zero divisor (or `MIN / -1`, `overflows`) calls
+    /// `SIM_FAULT`, which the launch reports with the block and thread, and the thread goes on
+    /// dividing by 1. Returns the divisor to use.
+    pub(super) fn sim_check_division(
+        &mut self,
+        right: IntValue<'ctx>,
+        is_zero: IntValue<'ctx>,
+        overflows: Option<IntValue<'ctx>>,
+        function: String,
+        span: Span,
+    ) -> Result<IntValue<'ctx>> {
+        let site = self.sim_site(&function, span);
+        let word = self.context.i64_type();
+        let code = |code: FaultCode| word.const_int(code as u64, false);
+        let (failed, code) = match overflows {
+            Some(overflows) => (
+                self.builder.build_or(is_zero, overflows, "")?,
+                self.builder
+                    .build_select(is_zero, code(FaultCode::DivideByZero), code(FaultCode::DivideOverflow), "")?
+                    .into_int_value(),
+            ),
+            None => (is_zero, code(FaultCode::DivideByZero)),
+        };
+        let current = self.builder.get_insert_block().and_then(|block| block.get_parent()).ok_or_else(no_value)?;
+        let fault_block = self.context.append_basic_block(current, "division_fault");
+        let join = self.context.append_basic_block(current, "division");
+        self.builder.build_conditional_branch(failed, fault_block, join)?;
+        self.builder.position_at_end(fault_block);
+        let ptr = self.context.ptr_type(AddressSpace::default());
+        let fault = self.runtime_function(
+            SIM_FAULT,
+            self.context.void_type().fn_type(&[ptr.into(), word.into(), word.into()], false),
+        );
+        let frame = self.frame();
+        self.builder.build_call(
+            fault,
+            &[frame.into(), code.into(), word.const_int(u64::from(site), false).into()],
+            "",
+        )?;
+        self.builder.build_unconditional_branch(join)?;
+        self.builder.position_at_end(join);
+        let one = right.get_type().const_int(1, false);
+        Ok(self.builder.build_select(failed, one, right, "")?.into_int_value())
     }
 
     /// The address a `load` or `store` of a `ty` uses: with checking on, what the simulator's

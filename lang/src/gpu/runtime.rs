@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::cuda::{CompiledPtx, CudaDevice};
 use super::device::{Copy, CopyKind, Device, DeviceError, Launch, Memory, Mode, Rows};
-use super::sim::{runtime_check, runtime_sync, runtime_warp, SimDevice, SimKernel};
+use super::sim::{runtime_check, runtime_fault, runtime_sync, runtime_warp, SimDevice, SimKernel};
 use crate::abi::{
     ArgKind, CopyDirection, Direction, LaunchArg, LAUNCH_DIMENSIONS, RT_GPU, RT_GPU_ALLOC, RT_GPU_COPY, RT_GPU_FREE,
-    RT_GPU_LAUNCH, RT_GPU_LEN, SIM_CHECK, SIM_SYNC, SIM_WARP,
+    RT_GPU_LAUNCH, RT_GPU_LEN, SIM_CHECK, SIM_FAULT, SIM_SYNC, SIM_WARP,
 };
 use crate::timing::DeviceTiming;
 use crate::types::Ty;
@@ -127,6 +127,7 @@ impl Runtime {
             (SIM_SYNC.to_string(), runtime_sync as *const () as usize),
             (SIM_CHECK.to_string(), runtime_check as *const () as usize),
             (SIM_WARP.to_string(), runtime_warp as *const () as usize),
+            (SIM_FAULT.to_string(), runtime_fault as *const () as usize),
         ];
         symbols.extend(self.work_symbols());
         symbols

@@ -3,7 +3,7 @@
 //! session's JIT next to its cells with storage of the simulator's for its device globals.
 //! `gpu::build` decides when (a member or a global it reads changed) and frees the old build.
 
-use super::executor::{Allocation, SimKernel};
+use super::executor::{Allocation, SimKernel, THREAD_STACK};
 use super::facts::{self, Facts};
 use crate::backend::{BackendError, Emit, Target};
 use crate::check::MAX_SHARED_BYTES;
@@ -44,8 +44,10 @@ pub(crate) fn compile(
     }
     // With checking on, the proofs read the optimised code's checked accesses.
     let mut facts = Facts::default();
+    let mut frame = 0;
     let entry = lowered.entry.clone();
     let mut inspect = |module: &inkwell::module::Module<'_>| {
+        frame = largest_frame(module);
         if check {
             facts = facts::analyse(module, &entry);
         }
@@ -55,8 +57,43 @@ pub(crate) fn compile(
         Err(BackendError::Crashed(signal)) => return Err(llvm_crashed(&root.name, signal, "the simulator").message),
         Err(error) => return Err(error.to_string()),
     };
+    if frame > FRAME_LIMIT as u64 {
+        return Err(format!(
+            "its local variables take {frame} bytes in one function, more than a simulated GPU thread's stack \
+             ({} KiB) holds (a GPU thread has at most 512 KiB of local memory); use a buffer or shared memory",
+            THREAD_STACK >> 10
+        ));
+    }
     let sim = lowered.sim.unwrap_or_default();
     Ok(SimBuild { object, entry: lowered.entry, sim, shared_bytes: lowered.shared_bytes, facts })
+}
+
+/// The most bytes of local variables a function of the build may keep: the rest of a simulated
+/// thread's stack is for calls, spills and the simulator's own frames.
+const FRAME_LIMIT: usize = THREAD_STACK - (64 << 10);
+
+/// The most bytes of fixed-size local variables (allocas) one function of the optimised build
+/// keeps on its stack.
+fn largest_frame(module: &inkwell::module::Module<'_>) -> u64 {
+    use inkwell::values::Operand;
+    let layout = module.get_data_layout();
+    let data = inkwell::targets::TargetData::create(&layout.as_str().to_string_lossy());
+    let frame = |function: inkwell::values::FunctionValue<'_>| -> u64 {
+        let instructions = function.get_basic_blocks().into_iter().flat_map(|block| block.get_instructions());
+        instructions
+            .filter_map(|instruction| {
+                let ty = instruction.get_allocated_type().ok()?;
+                let count = match instruction.get_operand(0) {
+                    Some(Operand::Value(count)) if count.is_int_value() => {
+                        count.into_int_value().get_zero_extended_constant().unwrap_or(1)
+                    }
+                    _ => 1,
+                };
+                Some(data.get_abi_size(&ty).saturating_mul(count))
+            })
+            .fold(0, u64::saturating_add)
+    };
+    module.get_functions().map(frame).max().unwrap_or(0)
 }
 
 /// Makes the build's globals, links its code; returns the kernel and the code's id.

@@ -244,7 +244,9 @@ impl Simulator {
     pub(crate) fn is_stack_overflow(&self, address: usize) -> bool {
         // SAFETY: no launch runs now (the fault ended it), so nothing else uses the state.
         let (limit, _) = unsafe { (*self.run.get()).stack };
-        limit != 0 && address < limit + 4096 && address + (64 << 10) >= limit
+        // A frame may be as large as `build::FRAME_LIMIT`: its first access may land that far
+        // below the stack.
+        limit != 0 && address < limit + 4096 && address + THREAD_STACK >= limit
     }
 
     /// Runs `kernel` over the grid. `words` are the parameter values, `regions` the memory
@@ -802,6 +804,29 @@ pub(crate) extern "C" fn runtime_check(frame: *mut SimFrame, address: usize, byt
         run.check_failed = Some(Failure { message, site: Some(site), other: None });
     }
     scratch(run, bytes)
+}
+
+/// `SIM_FAULT`: a check in device code failed (a division by zero): the first such failure
+/// of the launch is reported when it ends, with the block and thread. The thread goes on (its
+/// code uses a harmless value instead), as after an out-of-bounds access.
+pub(crate) extern "C" fn runtime_fault(frame: *mut SimFrame, code: i64, site: i64) {
+    use crate::abi::FaultCode;
+    // SAFETY: as in `runtime_check`.
+    let run = unsafe { &mut *(*(frame as *const Simulator)).run.get() };
+    if run.check_failed.is_some() {
+        return;
+    }
+    // SAFETY: as above.
+    let frame = unsafe { &*frame };
+    let what = match FaultCode::from_code(code as u64) {
+        Some(FaultCode::DivideByZero) => "integer division by zero",
+        Some(FaultCode::DivideOverflow) => "integer overflow in division",
+        _ => "a failed check",
+    };
+    let thread = [frame.index[0], frame.index[1], frame.index[2]];
+    let block = [frame.index[3], frame.index[4], frame.index[5]];
+    let message = format!("{what} in kernel `{}`, block {}, thread {}", run.kernel, triple(block), triple(thread));
+    run.check_failed = Some(Failure { message, site: Some(site as u32), other: None });
 }
 
 /// Scratch memory for an access that must not touch its address (a failed check).

@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub(crate) use executor::{runtime_check, runtime_sync, runtime_warp, Allocation, SimKernel, THREAD_STACK};
+pub(crate) use executor::{
+    runtime_check, runtime_fault, runtime_sync, runtime_warp, Allocation, SimKernel, THREAD_STACK,
+};
 
 use super::device::{
     copy_detail, run_commands, Command, Copy, CopyKind, Device, DeviceError, Launch, Memory, Rows, Submission,
