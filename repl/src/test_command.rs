@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -247,6 +248,7 @@ pub fn main(options: Options, style: Style) -> i32 {
             None => true,
         })
         .collect();
+    end_workers_on_signals();
     let queue = Arc::new(Mutex::new(files.iter().cloned().enumerate().collect::<Vec<_>>().into_iter()));
     let (sender, answers) = mpsc::channel();
     let workers: Vec<_> = (0..options.jobs.min(files.len()))
@@ -310,17 +312,87 @@ fn unmet_requirement(path: &Path) -> Option<String> {
     }
 }
 
-/// Runs one file in a worker process, killed if it runs longer than `limit`.
+/// The process groups of the workers running now (0: a free slot), for `end_workers`.
+static WORKER_GROUPS: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
+
+/// A worker's process group, listed in `WORKER_GROUPS` while it lives; dropping it kills what
+/// is left of the group (processes a cell forked).
+struct WorkerGroup {
+    pid: i32,
+    slot: Option<usize>,
+}
+
+impl WorkerGroup {
+    fn new(pid: i32) -> WorkerGroup {
+        let slot = WORKER_GROUPS.iter().position(|slot| slot.compare_exchange(0, pid, SeqCst, SeqCst).is_ok());
+        WorkerGroup { pid, slot }
+    }
+}
+
+impl Drop for WorkerGroup {
+    fn drop(&mut self) {
+        // SAFETY: kill of a process group this process made (the worker's pid is its id).
+        unsafe { libc::kill(-self.pid, libc::SIGKILL) };
+        if let Some(slot) = self.slot {
+            WORKER_GROUPS[slot].store(0, SeqCst);
+        }
+    }
+}
+
+/// Whether the child `pid` has ended, without reaping it.
+fn has_ended(pid: i32) -> bool {
+    // SAFETY: waitid writes the siginfo it is given; WNOWAIT leaves the child to be reaped.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let found =
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+        // An error (no such child) counts as ended: `wait` then says why.
+        found != 0 || info.si_pid() != 0
+    }
+}
+
+/// Ctrl-C, SIGTERM or SIGHUP of `quasi test`: the workers' groups are killed (they are not in
+/// the terminal's foreground group), then this process ends as the signal ends it.
+extern "C" fn end_workers(signal: libc::c_int) {
+    for slot in &WORKER_GROUPS {
+        let group = slot.load(SeqCst);
+        if group > 0 {
+            // SAFETY: kill is async-signal-safe; the group is a worker's.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
+    }
+    // SAFETY: signal and raise are async-signal-safe: the default action ends the process.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+}
+
+/// Installs `end_workers` for the signals that end `quasi test`.
+fn end_workers_on_signals() {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: `end_workers` calls only async-signal-safe functions.
+        unsafe { libc::signal(signal, end_workers as *const () as libc::sighandler_t) };
+    }
+}
+
+/// Runs one file in a worker process, killed if it runs longer than `limit`. The worker leads
+/// a process group of its own, killed when it ends or is stopped, so that nothing a cell forked
+/// outlives its file (or holds the pipes this process reads); it dies with the thread that
+/// started it.
 fn spawn_worker(executable: &Path, path: &Path, limit: Duration) -> Result<Vec<(bool, String)>, String> {
-    let mut child = Command::new(executable)
-        .arg("test")
-        .arg("--worker")
-        .arg(path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|error| format!("cannot start a worker: {error}"))?;
+    let mut command = Command::new(executable);
+    command.arg("test").arg("--worker").arg(path).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().map_err(|error| format!("cannot start a worker: {error}"))?;
+    let group = WorkerGroup::new(child.id() as i32);
     // Both pipes are drained while the worker runs, so a talkative one cannot block on them.
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
@@ -334,18 +406,19 @@ fn spawn_worker(executable: &Path, path: &Path, limit: Duration) -> Result<Vec<(
     let answer = drain(child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>));
     let errors = drain(child.stderr.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>));
     let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("it ran longer than {} s (--timeout) and was stopped", limit.as_secs()));
-            }
-            Err(error) => return Err(format!("the worker was lost: {error}")),
+    // The worker is reaped only after its group is killed: until then its pid, and so the
+    // group's id, cannot be anybody else's.
+    while !has_ended(child.id() as i32) {
+        if started.elapsed() >= limit {
+            drop(group);
+            let _ = child.wait();
+            return Err(format!("it ran longer than {} s (--timeout) and was stopped", limit.as_secs()));
         }
-    };
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // What the cells forked ends with the worker (and lets go of its pipes).
+    drop(group);
+    let status = child.wait().map_err(|error| format!("the worker was lost: {error}"))?;
     let answer = answer.join().unwrap_or_default();
     let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
     if !status.success() {

@@ -141,6 +141,51 @@ fn a_file_that_runs_too_long_is_stopped_and_fails() {
     );
 }
 
+/// The processes whose command line names `file` (a worker, or what its cells forked).
+fn processes_running(file: &Path) -> Vec<String> {
+    let file = file.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let command = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let command = String::from_utf8_lossy(&command).replace('\0', " ");
+        let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if command.contains(&file) && !zombie {
+            found.push(format!("{}: {command}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// What a cell forks ends with its file, whether the file passed or ran out of time: nothing
+/// is left running, and a forked process holding the worker's output does not keep `quasi
+/// test` waiting (issue 31, item 10: `--timeout` left them running).
+#[test]
+fn what_cells_fork_ends_with_their_file() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let forks = "> (define ((fork int)))\nfork : () -> int  (extern)\n\
+                 > (define ((sleep int) (seconds int)))\nsleep : (int) -> int  (extern)\n\
+                 > (define ((_exit void) (status int)))\n_exit : (int) -> void  (extern)\n\
+                 > (define ((child void)) (call sleep 60) (call _exit 0))\nchild : () -> void\n\
+                 > (define ((linger void)) (if (eq (call fork) 0) (call child)))\nlinger : () -> void\n\
+                 > (call linger)\n";
+    std::fs::write(folder.path().join("forks.repl"), forks).expect("a transcript");
+    let endless = format!("{forks}> (declare n int64)\n> (while (ge n (int64 0)) (set n (add n (int64 1))))\n");
+    std::fs::write(folder.path().join("forks-endless.repl"), endless).expect("a transcript");
+    let started = std::time::Instant::now();
+    let output = quasi_test(folder.path(), &["--timeout", "3", "forks.repl", "forks-endless.repl"]);
+    assert_eq!(
+        stdout(&output),
+        "ok   forks.repl (6 cells)\nFAIL forks-endless.repl: it ran longer than 3 s (--timeout) and was stopped\n\
+         1 passed, 1 failed\n"
+    );
+    // Far from the 60 s the forked processes sleep.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
+    for file in ["forks.repl", "forks-endless.repl"] {
+        assert_eq!(processes_running(&folder.path().join(file)), Vec::<String>::new());
+    }
+}
+
 #[test]
 fn a_notebook_without_saved_outputs_must_run_without_errors() {
     let folder = tempfile::tempdir().expect("a temporary folder");
