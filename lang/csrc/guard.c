@@ -267,6 +267,36 @@ void quasi_install_fault_handlers(void) {
     setenv("LIBC_FATAL_STDERR_", "1", 0);
 }
 
+/* Puts back the guard's handlers that something (a library's initialisers) replaced, keeping
+ * the first handlers it chains to; returns how many were replaced. */
+int quasi_restore_fault_handlers(void) {
+    int restored = 0;
+    struct sigaction action, current;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_signal;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < sizeof synchronous_signals / sizeof synchronous_signals[0]; i++) {
+        if (sigaction(synchronous_signals[i], NULL, &current) == 0 && current.sa_sigaction != on_signal) {
+            sigaction(synchronous_signals[i], &action, NULL);
+            restored++;
+        }
+    }
+    for (size_t i = 0; i < sizeof raisable_signals / sizeof raisable_signals[0]; i++) {
+        if (sigaction(raisable_signals[i], NULL, &current) == 0 && current.sa_sigaction != on_signal) {
+            sigaction(raisable_signals[i], &action, NULL);
+            restored++;
+        }
+    }
+    action.sa_sigaction = on_interrupt;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    if (sigaction(quasi_interrupt_signal(), NULL, &current) == 0 && current.sa_sigaction != on_interrupt) {
+        sigaction(quasi_interrupt_signal(), &action, NULL);
+        restored++;
+    }
+    return restored;
+}
+
 /* exit and its kin, abort: called by user code, they end the running cell, not the process.
  * The session links those names here; the status and which function are in the fault record. */
 static void program_ended(int64_t code, int64_t which, int64_t status) {

@@ -21,11 +21,22 @@ extern "C" {
         detail: *mut i64,
     );
     fn quasi_install_fault_handlers();
+    fn quasi_restore_fault_handlers() -> i32;
     fn quasi_prepare_thread() -> i32;
     fn quasi_request_interrupt(thread: libc::pthread_t) -> i32;
 }
 
 static INSTALL_HANDLERS: Once = Once::new();
+
+/// Puts back the guard's signal handlers that were replaced since they were installed (by a
+/// library's initialisers); returns how many. Only once they were installed.
+pub(crate) fn restore_handlers() -> i32 {
+    if !INSTALL_HANDLERS.is_completed() {
+        return 0;
+    }
+    // SAFETY: reinstalls the handlers `install_handlers` installed.
+    unsafe { quasi_restore_fault_handlers() }
+}
 
 /// Installs the guard's signal handlers, once per process.
 pub(crate) fn install_handlers() {
@@ -150,6 +161,9 @@ pub(crate) fn signal_name(signal: i32) -> String {
         (libc::SIGSTKFLT, "SIGSTKFLT"),
         (libc::SIGPWR, "SIGPWR"),
         (libc::SIGSYS, "SIGSYS"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGINT, "SIGINT"),
     ];
     names.iter().find(|(number, _)| *number == signal).map_or_else(|| format!("{signal}"), |(_, name)| name.to_string())
 }

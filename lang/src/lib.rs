@@ -21,6 +21,7 @@ mod files;
 mod gpu;
 mod guard;
 mod header;
+mod helper;
 mod inspect;
 mod intrinsics;
 mod jit;

@@ -433,6 +433,51 @@ fn an_interrupt_inside_libc_leaves_the_heap_and_stdio_working() {
     assert!(rest.contains("after 42\n9 : int"), "{rest}");
 }
 
+/// A library whose initialisers never return (a loop, a sleep) is stopped by Ctrl-C: its
+/// initialisers run in a helper process, which the interrupt kills (issue 31, item 2: the REPL
+/// hung, Ctrl-C ignored); the session goes on.
+#[test]
+fn an_interrupt_stops_a_library_that_never_loads() {
+    use std::io::Read;
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut libraries = Vec::new();
+    for (name, body) in [("spin", "for (;;) {}"), ("nap", "sleep(1000);")] {
+        let source = write_file(
+            directory.path(),
+            &format!("{name}.c"),
+            &format!("#include <unistd.h>\n__attribute__((constructor)) static void start(void) {{ {body} }}\n"),
+        );
+        let library = directory.path().join(format!("lib{name}.so"));
+        let built = Command::new("clang-19")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&library)
+            .arg(&source)
+            .status()
+            .expect("clang-19 runs");
+        assert!(built.success());
+        libraries.push(library.to_string_lossy().into_owned());
+    }
+    let (mut child, mut stdin) = quasi_reading_cells();
+    for library in &libraries {
+        stdin.write_all(format!("(load-library \"{library}\")\n").as_bytes()).expect("a cell written");
+        std::thread::sleep(Duration::from_millis(500));
+        let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+        assert!(killed.success());
+    }
+    stdin.write_all(b"(add 1 2)\n").expect("a cell written");
+    drop(stdin);
+    let mut output = String::new();
+    child.stdout.take().expect("stdout is piped").read_to_string(&mut output).expect("the output");
+    assert!(child.wait().expect("quasi ends").success());
+    for library in &libraries {
+        assert!(
+            output.contains(&format!("error[interrupted]: interrupted while loading library `{library}`")),
+            "{output}"
+        );
+    }
+    assert!(output.ends_with("3 : int\n"), "{output}");
+}
+
 /// `quasi run` loads libraries and passes callbacks like a cell does (docs/language.md §9): a
 /// file that loads libm, and sorts with libc's `qsort` through `(fn-ptr …)`.
 #[test]

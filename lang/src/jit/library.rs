@@ -7,9 +7,23 @@
 //! session's copy stays.
 
 use crate::abi;
+use crate::helper::{self, HelperError};
 use crate::tree::Resolution;
 use std::ffi::{c_void, CStr, CString};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+/// Why a library was not loaded.
+#[derive(Debug)]
+pub(crate) enum LoadError {
+    /// The loader's message (no such file, a missing symbol…).
+    Loader(String),
+    /// Loading it in a helper process ended that process (its initialisers called `exit` or
+    /// `abort`, or faulted): the session did not load it. What happened, and what it wrote.
+    Refused { how: String, errors: String },
+    /// The session was interrupted while the library loaded (its initialisers hang).
+    Interrupted,
+}
 
 /// The environment variable of directories (colon-separated) searched for a library named
 /// without a `/`, before the system loader's own search.
@@ -35,8 +49,11 @@ struct LinkMapStart {
 impl Library {
     /// Loads a library: a name with a `/` is a path; another name is looked for in the
     /// directories of `QUASI_LIBRARY_PATH`, then by the system loader. The error is the
-    /// loader's message, with the directories searched.
-    pub(crate) fn open(name: &str) -> Result<Library, String> {
+    /// loader's message, with the directories searched. A library not yet in the process is
+    /// loaded first in a helper process (`helper`): initialisers that end the process (exit,
+    /// abort, a fault) end that one, and one that hangs is stopped by `interrupt`. Handlers of
+    /// the fault guard that the initialisers replace are put back; the count is in the result.
+    pub(crate) fn open(name: &str, interrupt: &AtomicBool) -> Result<(Library, i32), LoadError> {
         let mut candidates = Vec::new();
         let search_path = std::env::var(LIBRARY_PATH_VARIABLE).unwrap_or_default();
         if !name.contains('/') {
@@ -51,10 +68,19 @@ impl Library {
         candidates.push(name.to_string());
         let mut message = String::new();
         for candidate in candidates {
+            if let Err(error) = probe(&candidate, interrupt) {
+                match error {
+                    LoadError::Loader(error) if message.is_empty() => message = error,
+                    LoadError::Loader(_) => {}
+                    other => return Err(other),
+                }
+                continue;
+            }
             match open_file(&candidate) {
                 Ok(handle) => {
+                    let restored = crate::guard::restore_handlers();
                     let file = file_name(handle).unwrap_or(candidate);
-                    return Ok(Library { handle, name: name.to_string(), file });
+                    return Ok((Library { handle, name: name.to_string(), file }, restored));
                 }
                 // A file found in QUASI_LIBRARY_PATH that does not load says why; else the
                 // loader's search does.
@@ -65,7 +91,7 @@ impl Library {
                 }
             }
         }
-        Err(message)
+        Err(LoadError::Loader(message))
     }
 
     /// The address of a function or variable the library itself defines (not one of the
@@ -89,6 +115,34 @@ impl Library {
         // SAFETY: as above, a NUL-terminated string owned by the loader.
         let owner = found.then(|| unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned());
         (owner.as_deref() == Some(self.file.as_str())).then_some(address as usize)
+    }
+}
+
+/// Loads `path` in a helper process first, unless the process has it already: `Ok` if it
+/// loads there.
+fn probe(path: &str, interrupt: &AtomicBool) -> Result<(), LoadError> {
+    let Ok(c_path) = CString::new(path) else { return Ok(()) };
+    // SAFETY: RTLD_NOLOAD only looks the file up (no initialiser runs); the handle it gives
+    // is closed at once.
+    let loaded = unsafe {
+        let handle = libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NOLOAD);
+        if !handle.is_null() {
+            libc::dlclose(handle);
+        }
+        !handle.is_null()
+    };
+    if loaded {
+        return Ok(());
+    }
+    match helper::run(helper::LOAD_LIBRARY, path, None, interrupt) {
+        Ok(answer) => match answer.strip_prefix(b"error\n") {
+            Some(message) => Err(LoadError::Loader(String::from_utf8_lossy(message).into_owned())),
+            None => Ok(()),
+        },
+        Err(HelperError::Interrupted) => Err(LoadError::Interrupted),
+        Err(HelperError::Ended { how, errors }) => Err(LoadError::Refused { how, errors }),
+        // No helper (no /proc): the library is loaded as it is.
+        Err(HelperError::Start) => Ok(()),
     }
 }
 
@@ -169,10 +223,12 @@ impl Libraries {
         abi::runtime_function(name).or_else(|| process_symbol(name).map(|_| name.to_string())).map(Resolution::Link)
     }
 
-    /// Loads a library for the current cell (see `Library::open`).
-    pub(crate) fn load(&mut self, name: &str) -> Result<(), String> {
-        self.pending.push(Library::open(name)?);
-        Ok(())
+    /// Loads a library for the current cell (see `Library::open`); returns how many of the
+    /// guard's signal handlers its initialisers replaced (they were put back).
+    pub(crate) fn load(&mut self, name: &str, interrupt: &AtomicBool) -> Result<i32, LoadError> {
+        let (library, restored) = Library::open(name, interrupt)?;
+        self.pending.push(library);
+        Ok(restored)
     }
 
     /// The newest library defining `symbol` (the current cell's first), and the address.

@@ -30,7 +30,7 @@ use crate::codegen::{self, CellModule, TopLevel};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::expand::{ExpansionSite, StageState};
 use crate::gpu::DeviceBuilds;
-use crate::jit::library::LIBRARY_PATH_VARIABLE;
+use crate::jit::library::{LoadError, LIBRARY_PATH_VARIABLE};
 use crate::link::Emitted;
 use crate::reader::{self, Sexp, SexpKind};
 use crate::timing::{Phase, PhaseTimes};
@@ -211,7 +211,7 @@ impl Transaction<'_> {
             }
             CellInput::Forms(forms) => (forms, Vec::new(), Vec::new()),
         };
-        let forms = self.load_libraries(forms)?;
+        let forms = self.load_libraries(forms, outcome)?;
         // `(bench …)` and `(autotune …)` run after the cell's other code.
         let (session_forms, code_forms): (Vec<Sexp>, Vec<Sexp>) =
             forms.into_iter().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
@@ -260,7 +260,7 @@ impl Transaction<'_> {
 
     /// Load-library: the cell's `(load-library "NAME")` forms are loaded, in order, for the
     /// cell (they become the session's when it commits); the other forms go on.
-    fn load_libraries(&mut self, forms: Vec<Sexp>) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
+    fn load_libraries(&mut self, forms: Vec<Sexp>, outcome: &mut Outcome) -> Result<Vec<Sexp>, Vec<Diagnostic>> {
         let mut rest = Vec::with_capacity(forms.len());
         for form in forms {
             if form.head() != Some("load-library") {
@@ -282,19 +282,61 @@ impl Transaction<'_> {
                 .with_label(argument.span, "")]);
             };
             let name = String::from_utf8_lossy(bytes).into_owned();
-            if let Err(message) = self.libraries.load(&name) {
-                let searched = std::env::var(LIBRARY_PATH_VARIABLE).unwrap_or_default();
-                let note = if name.contains('/') {
-                    "a name with `/` is a path, used as it is".to_string()
-                } else if searched.is_empty() {
-                    format!("searched by the system loader; {LIBRARY_PATH_VARIABLE} (directories, colon-separated) is not set")
-                } else {
-                    format!("searched {LIBRARY_PATH_VARIABLE}={searched}, then by the system loader")
-                };
-                return Err(vec![Diagnostic::error(Kind::Ffi, format!("cannot load library `{name}`: {message}"))
+            let interrupt = Arc::clone(&self.interrupt);
+            let message = match self.libraries.load(&name, &interrupt) {
+                Ok(0) => continue,
+                Ok(restored) => {
+                    outcome.diagnostics.push(
+                        Diagnostic::warning(
+                            Kind::Ffi,
+                            format!(
+                                "library `{name}` replaced the handlers of {restored} signals the session needs; they were put back"
+                            ),
+                        )
+                        .with_label(argument.span, "")
+                        .with_note("faults in compiled code are still reported as runtime faults"),
+                    );
+                    continue;
+                }
+                Err(LoadError::Loader(message)) => message,
+                Err(LoadError::Interrupted) => {
+                    return Err(vec![Diagnostic::error(
+                        Kind::Interrupted,
+                        format!("interrupted while loading library `{name}`"),
+                    )
                     .with_label(argument.span, "")
-                    .with_note(note)]);
-            }
+                    .with_note(
+                        "its initialisers ran in a helper process, which was stopped; the session did not load it",
+                    )])
+                }
+                Err(LoadError::Refused { how, errors }) => {
+                    let mut diagnostic = Diagnostic::error(
+                        Kind::Ffi,
+                        format!("cannot load library `{name}`: loading it ended the process with {how}"),
+                    )
+                    .with_label(argument.span, "")
+                    .with_note(
+                        "its initialisers ran first in a helper process, which they ended; the session did not load it",
+                    );
+                    if !errors.is_empty() {
+                        diagnostic = diagnostic.with_note(format!("it wrote: {errors}"));
+                    }
+                    return Err(vec![diagnostic]);
+                }
+            };
+            let searched = std::env::var(LIBRARY_PATH_VARIABLE).unwrap_or_default();
+            let note = if name.contains('/') {
+                "a name with `/` is a path, used as it is".to_string()
+            } else if searched.is_empty() {
+                format!(
+                    "searched by the system loader; {LIBRARY_PATH_VARIABLE} (directories, colon-separated) is not set"
+                )
+            } else {
+                format!("searched {LIBRARY_PATH_VARIABLE}={searched}, then by the system loader")
+            };
+            return Err(vec![Diagnostic::error(Kind::Ffi, format!("cannot load library `{name}`: {message}"))
+                .with_label(argument.span, "")
+                .with_note(note)]);
         }
         Ok(rest)
     }
