@@ -1,10 +1,11 @@
 //! Helper processes: work that may end the process, hang or take all its memory — a library's
-//! initialisers (`load-library`) — runs first in a child that executes this same binary again
-//! (`/proc/self/exe`). A hook in `.init_array`, which runs before the `main` of any binary that
-//! links this crate (the REPL, the kernel, tests, benches), finds `QUASI_HELPER` in its
-//! environment, does the job, writes its answer on standard output and ends the process, so
-//! the binary's own `main` never runs. The parent reads the answer, or how the child ended (an
-//! exit, a signal), and kills it when the session is interrupted.
+//! initialisers (`load-library`), libclang's parse of a header (`include`) — runs in a child
+//! that executes this same binary again (`/proc/self/exe`). A job's hook (`helper_job!`) in
+//! `.init_array`, which runs before the `main` of any binary that links this crate (the REPL,
+//! the kernel, tests, benches), finds `QUASI_HELPER` naming it in the environment, does the
+//! job, writes its answer on standard output and ends the process, so the binary's own `main`
+//! never runs. The parent reads the answer, or how the child ended (an exit, a signal), within
+//! limits of memory and processor time it sets, and kills it when the session is interrupted.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -16,63 +17,74 @@ const JOB_VARIABLE: &std::ffi::CStr = c"QUASI_HELPER";
 /// The job's argument.
 const ARGUMENT_VARIABLE: &std::ffi::CStr = c"QUASI_HELPER_ARGUMENT";
 
-/// The job that loads a library (`probe_library`).
-pub(crate) const LOAD_LIBRARY: &str = "load-library";
-
 /// Most bytes of a helper's standard error kept for the message.
 const KEPT_ERRORS: usize = 4096;
 
-#[used]
-#[link_section = ".init_array"]
-static HELPER_HOOK: extern "C" fn() = run_if_asked;
+/// A helper job's hook: in `.init_array` (before `main`), `helper_job!(NAME, job)` runs
+/// `job(argument)` and ends the process with its status when this process is helper NAME.
+macro_rules! helper_job {
+    ($name:expr, $job:path) => {
+        const _: () = {
+            extern "C" fn run_if_asked() {
+                if let Some(argument) = $crate::helper::asked($name) {
+                    let status = $job(argument);
+                    // SAFETY: ends the helper at once: nothing of `main` is to run.
+                    unsafe { libc::_exit(status) }
+                }
+            }
+            #[used]
+            #[link_section = ".init_array"]
+            static HOOK: extern "C" fn() = run_if_asked;
+        };
+    };
+}
+pub(crate) use helper_job;
 
-/// The hook: a helper does its job and ends here; any other process goes on to `main`.
-extern "C" fn run_if_asked() {
-    // SAFETY: getenv reads the environment, which the C runtime set up before any initialiser.
-    let job = unsafe { libc::getenv(JOB_VARIABLE.as_ptr()) };
-    if job.is_null() {
-        return;
-    }
-    // SAFETY: as above; both are NUL-terminated strings of the environment.
-    let (job, argument) = unsafe {
+/// When this process is helper `job`: its argument.
+pub(crate) fn asked(job: &str) -> Option<&'static std::ffi::CStr> {
+    // SAFETY: getenv reads the environment, which the C runtime set up before any initialiser;
+    // its strings live as long as the environment is not changed, which a helper never does.
+    unsafe {
+        let named = libc::getenv(JOB_VARIABLE.as_ptr());
+        if named.is_null() || std::ffi::CStr::from_ptr(named).to_bytes() != job.as_bytes() {
+            return None;
+        }
         let argument = libc::getenv(ARGUMENT_VARIABLE.as_ptr());
-        let argument = if argument.is_null() { c"".as_ptr() } else { argument };
-        (std::ffi::CStr::from_ptr(job), std::ffi::CStr::from_ptr(argument))
-    };
-    let status = match job.to_bytes() {
-        b"load-library" => probe_library(argument),
-        _ => 70,
-    };
-    // SAFETY: ends the helper at once: nothing of `main` is to run.
-    unsafe { libc::_exit(status) }
+        Some(if argument.is_null() { c"" } else { std::ffi::CStr::from_ptr(argument) })
+    }
 }
 
-/// Loads the library `path` as the session would (`RTLD_NOW | RTLD_LOCAL`); answers `ok`, or
-/// `error` and the loader's message. The library's own output goes to /dev/null, so that only
-/// the answer is on standard output.
-fn probe_library(path: &std::ffi::CStr) -> i32 {
-    // SAFETY: descriptors of this process only; dlopen runs the initialisers, which is the job.
-    unsafe {
-        let answer = libc::dup(1);
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
-        if answer < 0 || null < 0 {
+/// Writes `answer` on the descriptor that was standard output when the helper started; while
+/// `work` runs, standard output goes to standard error, so that only the answer is on it (a
+/// library's initialisers, libclang may print). Returns the helper's status.
+pub(crate) fn answer_with(work: impl FnOnce() -> Vec<u8>) -> i32 {
+    // SAFETY: descriptors of this process only.
+    let saved = unsafe {
+        let saved = libc::dup(1);
+        if saved < 0 || libc::dup2(2, 1) < 0 {
             return 71;
         }
-        libc::dup2(null, 1);
-        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        let text: Vec<u8> = if handle.is_null() {
-            let error = libc::dlerror();
-            let mut text = b"error\n".to_vec();
-            if !error.is_null() {
-                text.extend_from_slice(std::ffi::CStr::from_ptr(error).to_bytes());
-            }
-            text
-        } else {
-            b"ok\n".to_vec()
-        };
-        libc::write(answer, text.as_ptr().cast(), text.len());
+        saved
+    };
+    let answer = work();
+    let mut written = 0;
+    while written < answer.len() {
+        // SAFETY: writes from a live buffer of its length.
+        let count = unsafe { libc::write(saved, answer[written..].as_ptr().cast(), answer.len() - written) };
+        if count <= 0 {
+            return 74;
+        }
+        written += count as usize;
     }
     0
+}
+
+/// What bounds a helper: its address space, its processor time, its answer's size.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub memory: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+    pub answer: usize,
 }
 
 /// Why a helper gave no answer.
@@ -87,14 +99,9 @@ pub(crate) enum HelperError {
     Ended { how: String, errors: String },
 }
 
-/// Runs helper `job` on `argument` and returns what it wrote on standard output. `limit` bounds
-/// its address space (bytes); setting `interrupt` kills it.
-pub(crate) fn run(
-    job: &str,
-    argument: &str,
-    limit: Option<u64>,
-    interrupt: &AtomicBool,
-) -> Result<Vec<u8>, HelperError> {
+/// Runs helper `job` on `argument` within `limits` and returns what it wrote on standard
+/// output; setting `interrupt` kills it.
+pub(crate) fn run(job: &str, argument: &str, limits: Limits, interrupt: &AtomicBool) -> Result<Vec<u8>, HelperError> {
     let mut command = Command::new("/proc/self/exe");
     command
         .env(JOB_VARIABLE.to_str().unwrap_or_default(), job)
@@ -107,9 +114,14 @@ pub(crate) fn run(
         std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
             // It dies with the thread that started it.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            if let Some(bytes) = limit {
+            if let Some(bytes) = limits.memory {
                 let bound = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
                 libc::setrlimit(libc::RLIMIT_AS, &bound);
+            }
+            if let Some(seconds) = limits.cpu_seconds {
+                // SIGXCPU at the soft limit, SIGKILL a second later.
+                let bound = libc::rlimit { rlim_cur: seconds, rlim_max: seconds + 1 };
+                libc::setrlimit(libc::RLIMIT_CPU, &bound);
             }
             Ok(())
         });
@@ -127,7 +139,7 @@ pub(crate) fn run(
             kept
         })
     };
-    let answer = drain(child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>), 1 << 20);
+    let answer = drain(child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>), limits.answer);
     let errors = drain(child.stderr.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>), KEPT_ERRORS);
     let status = loop {
         match child.try_wait() {

@@ -118,6 +118,32 @@ impl Library {
     }
 }
 
+/// The helper job that loads a library (`probe_library`).
+const LOAD_LIBRARY: &str = "load-library";
+
+helper::helper_job!(LOAD_LIBRARY, probe_library);
+
+/// In a helper: loads the library `path` as the session would (`RTLD_NOW | RTLD_LOCAL`);
+/// answers `ok`, or `error` and the loader's message.
+fn probe_library(path: &CStr) -> i32 {
+    helper::answer_with(|| {
+        // SAFETY: dlopen runs the initialisers, which is the job; dlerror's string is copied
+        // before any other loader call.
+        unsafe {
+            let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            if !handle.is_null() {
+                return b"ok\n".to_vec();
+            }
+            let error = libc::dlerror();
+            let mut text = b"error\n".to_vec();
+            if !error.is_null() {
+                text.extend_from_slice(CStr::from_ptr(error).to_bytes());
+            }
+            text
+        }
+    })
+}
+
 /// Loads `path` in a helper process first, unless the process has it already: `Ok` if it
 /// loads there.
 fn probe(path: &str, interrupt: &AtomicBool) -> Result<(), LoadError> {
@@ -134,7 +160,8 @@ fn probe(path: &str, interrupt: &AtomicBool) -> Result<(), LoadError> {
     if loaded {
         return Ok(());
     }
-    match helper::run(helper::LOAD_LIBRARY, path, None, interrupt) {
+    let limits = helper::Limits { memory: None, cpu_seconds: None, answer: 1 << 16 };
+    match helper::run(LOAD_LIBRARY, path, limits, interrupt) {
         Ok(answer) => match answer.strip_prefix(b"error\n") {
             Some(message) => Err(LoadError::Loader(String::from_utf8_lossy(message).into_owned())),
             None => Ok(()),
