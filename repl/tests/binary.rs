@@ -478,6 +478,57 @@ fn an_interrupt_stops_a_library_that_never_loads() {
     assert!(output.ends_with("3 : int\n"), "{output}");
 }
 
+/// The children of process `parent` that are helpers of job `job` (their environment says so).
+fn helpers(parent: u32, job: &str) -> Vec<String> {
+    let wanted = format!("QUASI_HELPER={job}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let environment = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        if ppid == Some(parent) && environment.split(|byte| *byte == 0).any(|variable| variable == wanted.as_bytes()) {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+/// Ctrl-C stops an include wherever it is: libclang's parse of a header that expands
+/// exponentially (its helper process is killed, nothing parses on in the background), and the
+/// compilation of 50,000 declarations (between its steps); the session goes on (issue 31, item
+/// 3: the parse went on and killed the REPL later, and Ctrl-C was swallowed for 10 s).
+#[test]
+fn an_interrupt_stops_an_include() {
+    use std::io::Read;
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let exponential = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/ffi/headers/exponential.h");
+    let declarations: String = (0..50_000).map(|index| format!("int quasi_many_{index}(int a, double b);\n")).collect();
+    let many = write_file(directory.path(), "many.h", &declarations);
+    let (mut child, mut stdin) = quasi_reading_cells();
+    for header in [exponential.to_string_lossy().into_owned(), many.clone()] {
+        stdin.write_all(format!("(include \"{header}\")\n").as_bytes()).expect("a cell written");
+        std::thread::sleep(Duration::from_millis(1500));
+        let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+        assert!(killed.success());
+    }
+    stdin.write_all(b"(add 1 2)\n").expect("a cell written");
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let mut output = Vec::new();
+    let mut chunk = [0; 4096];
+    while !output.ends_with(b"3 : int\n") {
+        let count = stdout.read(&mut chunk).expect("the output");
+        assert!(count > 0, "{}", String::from_utf8_lossy(&output));
+        output.extend_from_slice(&chunk[..count]);
+    }
+    // The session has answered the next cell: nothing parses on in the background.
+    assert_eq!(helpers(child.id(), "include"), Vec::<String>::new(), "a parse goes on after the interrupt");
+    drop(stdin);
+    assert!(child.wait().expect("quasi ends").success());
+    let output = String::from_utf8_lossy(&output);
+    assert!(output.contains("error[interrupted]: interrupted while libclang parsed"), "{output}");
+    assert_eq!(output.matches("error[interrupted]: interrupted while").count(), 2, "{output}");
+}
+
 /// `quasi run` loads libraries and passes callbacks like a cell does (docs/language.md §9): a
 /// file that loads libm, and sorts with libc's `qsort` through `(fn-ptr …)`.
 #[test]

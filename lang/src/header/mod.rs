@@ -204,8 +204,34 @@ fn parse_failure(request: &Request, flags: &[String], error: ParseError) -> Fail
                 format!("interrupted while libclang parsed {}", request.header_names()),
             )
             .with_label(request.span, "")
-            .with_note("the parse finishes in the background; including the same headers again takes its result"),
+            .with_note("the parse ran in a process of its own, which was stopped; the session is as it was"),
         ),
+        ParseError::Ended { how, errors } => {
+            let why = match how.as_str() {
+                "signal SIGXCPU" | "signal SIGKILL" => {
+                    format!(
+                        "libclang ran past {} s of processor time parsing {}",
+                        parse::PARSE_SECONDS,
+                        request.header_names()
+                    )
+                }
+                _ if errors.contains("out of memory") || errors.contains("bad_alloc") || how == "abort() (SIGABRT)" => {
+                    format!(
+                        "libclang ran out of memory ({} GiB) parsing {}",
+                        parse::PARSE_MEMORY >> 30,
+                        request.header_names()
+                    )
+                }
+                _ => format!("libclang's process ended with {how} parsing {}", request.header_names()),
+            };
+            let mut diagnostic = Diagnostic::error(Kind::Limit, why).with_label(request.span, "").with_note(
+                "headers are parsed in a process of their own, bounded in memory and time; the session is as it was",
+            );
+            if let Some(line) = errors.lines().rev().find(|line| !line.trim().is_empty()) {
+                diagnostic = diagnostic.with_note(format!("libclang said: {}", line.trim()));
+            }
+            Box::new(diagnostic)
+        }
         ParseError::Errors(errors) => {
             let mut diagnostic = Diagnostic::error(Kind::Ffi, format!("C errors in {}", request.header_names()))
                 .with_label(request.span, "");

@@ -1,19 +1,23 @@
 //! Parsing C headers with libclang into plain data (`Header`): functions, records, typedefs,
 //! enum constants and `#define` constants, each with the header line that declared it.
 //!
-//! libclang is loaded on first use by one worker thread that owns it for the process (the
-//! `clang` crate allows one instance at a time, and loads the library per thread); sessions
-//! send it requests. Parsed headers are cached by headers, flags and the modification times of
+//! libclang parses in a helper process (`helper`, job `include`), never in the session's: a
+//! header can make it take all memory (macros that expand exponentially), loop for long or
+//! crash, and the helper is bounded in memory (`PARSE_MEMORY`) and processor time
+//! (`PARSE_SECONDS`), and killed by an interrupt. It sends back the parse as JSON. Parsed
+//! headers are cached in the session's process by headers, flags and the modification times of
 //! every file the parse read.
 //!
-//! Invariant: no libclang type leaves the worker thread; what it sends back is plain data.
+//! Invariant: no libclang type leaves the helper; what it sends back is plain data.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::helper::{self, HelperError};
 
 use clang::{
     diagnostic::Severity, source::SourceLocation, Clang, Entity, EntityKind, EvaluationResult, Index, StorageClass,
@@ -21,7 +25,7 @@ use clang::{
 };
 
 /// Where a declaration is: a header file and line.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Place {
     pub file: PathBuf,
     pub line: u32,
@@ -41,7 +45,7 @@ pub(crate) fn shown(path: &std::path::Path) -> String {
 }
 
 /// A C type, as far as C-Lisp cares.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) enum CType {
     Void,
     Bool,
@@ -61,7 +65,7 @@ pub(crate) enum CType {
 }
 
 /// A struct or union.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Record {
     /// Its C-Lisp name: the tag, or the typedef that names an anonymous one.
     pub name: Option<String>,
@@ -75,7 +79,7 @@ pub(crate) struct Record {
     pub place: Option<Place>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Field {
     /// Empty for an anonymous member.
     pub name: String,
@@ -86,7 +90,7 @@ pub(crate) struct Field {
     pub bit_field: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Function {
     pub name: String,
     pub params: Vec<(Option<String>, CType)>,
@@ -95,20 +99,32 @@ pub(crate) struct Function {
     pub place: Option<Place>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum ConstantValue {
     Int(i64),
-    Float(f64),
+    /// Sent as its bits: JSON has no NaN or infinity (math.h's `NAN`, `INFINITY`).
+    Float(#[serde(with = "float_bits")] f64),
 }
 
-#[derive(Clone, Debug)]
+/// An `f64` as its IEEE-754 bits, through serde.
+mod float_bits {
+    pub fn serialize<S: serde::Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(value.to_bits())
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        <u64 as serde::Deserialize>::deserialize(deserializer).map(f64::from_bits)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Constant {
     pub name: String,
     pub value: ConstantValue,
 }
 
 /// What a set of headers declares, in header order.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Header {
     pub functions: Vec<Function>,
     pub records: HashMap<String, Record>,
@@ -121,7 +137,7 @@ pub(crate) struct Header {
 }
 
 /// Why a parse failed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum ParseError {
     /// libclang could not be loaded.
     Unavailable(String),
@@ -129,11 +145,12 @@ pub(crate) enum ParseError {
     NotFound { header: String },
     /// C errors, with where they are.
     Errors(Vec<(String, Option<Place>)>),
-    /// The session was interrupted while waiting (the parse goes on, and is cached when done).
+    /// The session was interrupted: the parse was stopped.
     Interrupted,
+    /// The parser's process ended without an answer: out of memory or processor time (past
+    /// `PARSE_MEMORY` or `PARSE_SECONDS`), or a crash; how, and what it wrote.
+    Ended { how: String, errors: String },
 }
-
-type Job = Box<dyn FnOnce(&Worker) + Send>;
 
 struct Worker<'c> {
     index: Index<'c>,
@@ -148,49 +165,60 @@ fn cache() -> &'static Mutex<Cache> {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn worker() -> &'static Mutex<Result<Sender<Job>, String>> {
-    static WORKER: OnceLock<Mutex<Result<Sender<Job>, String>>> = OnceLock::new();
-    WORKER.get_or_init(|| Mutex::new(start_worker()))
+/// The helper job that parses headers (`parse_in_helper`).
+const INCLUDE: &str = "include";
+
+/// The most memory a parse may take (its helper's address space, the binary included).
+pub(crate) const PARSE_MEMORY: u64 = 2 << 30;
+/// The most processor time a parse may take.
+pub(crate) const PARSE_SECONDS: u64 = 120;
+/// The largest parse a helper may send back (as JSON).
+const PARSE_ANSWER: usize = 512 << 20;
+
+helper::helper_job!(INCLUDE, parse_in_helper);
+
+/// What a parse is asked: headers and flags.
+#[derive(Serialize, Deserialize)]
+struct Job {
+    headers: Vec<String>,
+    flags: Vec<String>,
 }
 
-fn start_worker() -> Result<Sender<Job>, String> {
-    // libclang installs crash-recovery signal handlers unless told not to; they would take
-    // the faults of compiled code from the session's own handlers. The library is looked for
-    // in the LLVM that Quasi was built against first (clang-sys searches many places
-    // otherwise, which costs 100 ms). Set before the first load, from this one place.
+/// In the helper: parses the job's headers with libclang and answers the result as JSON.
+fn parse_in_helper(argument: &std::ffi::CStr) -> i32 {
+    helper::answer_with(|| {
+        let parsed = serde_json::from_slice::<Job>(argument.to_bytes())
+            .map_err(|error| ParseError::Unavailable(format!("a parse request that is not one: {error}")))
+            .and_then(|job| {
+                // Clang parses on the calling thread and wants more than a main thread may have.
+                let parse = std::thread::Builder::new()
+                    .stack_size(64 << 20)
+                    .spawn(move || parse_here(&job.headers, &job.flags))
+                    .map_err(|error| ParseError::Unavailable(error.to_string()))?;
+                parse.join().map_err(|_| ParseError::Unavailable("the parse panicked (a bug in Quasi)".into()))?
+            });
+        serde_json::to_vec(&parsed).unwrap_or_default()
+    })
+}
+
+/// Loads libclang and parses, in this process.
+fn parse_here(headers: &[String], flags: &[String]) -> Result<Header, ParseError> {
+    // libclang installs crash-recovery signal handlers unless told not to. The library is
+    // looked for in the LLVM that Quasi was built against first (clang-sys searches many
+    // places otherwise, which costs 100 ms).
     std::env::set_var("LIBCLANG_DISABLE_CRASH_RECOVERY", "1");
     if std::env::var_os("LIBCLANG_PATH").is_none() {
         if let Some(prefix) = option_env!("LLVM_SYS_191_PREFIX") {
             std::env::set_var("LIBCLANG_PATH", format!("{prefix}/lib"));
         }
     }
-    let (sender, receiver) = mpsc::channel::<Job>();
-    let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
-    std::thread::Builder::new()
-        .name("quasi-clang".into())
-        // Clang parses on the calling thread and wants more than the default 2 MiB.
-        .stack_size(64 << 20)
-        .spawn(move || {
-            let clang = match Clang::new() {
-                Ok(clang) => clang,
-                Err(error) => {
-                    let _ = ready_sender.send(Err(error));
-                    return;
-                }
-            };
-            let worker = Worker { index: Index::new(&clang, false, false) };
-            let _ = ready_sender.send(Ok(()));
-            for job in receiver {
-                job(&worker);
-            }
-        })
-        .map_err(|error| error.to_string())?;
-    ready.recv().map_err(|error| error.to_string())??;
-    Ok(sender)
+    let clang = Clang::new().map_err(ParseError::Unavailable)?;
+    let worker = Worker { index: Index::new(&clang, false, false) };
+    worker.parse(headers, flags)
 }
 
-/// Parses `headers` (as `#include "…"` lines) with `flags`, or takes the cached parse if no
-/// file it read has changed since.
+/// Parses `headers` (as `#include "…"` lines) with `flags` in a helper process, or takes the
+/// cached parse if no file it read has changed since.
 pub(crate) fn parse(headers: &[String], flags: &[String], interrupt: &AtomicBool) -> Result<Arc<Header>, ParseError> {
     let key = (headers.to_vec(), flags.to_vec(), main_file());
     if let Some(header) = cache().lock().ok().and_then(|cache| cache.get(&key).cloned()) {
@@ -198,33 +226,22 @@ pub(crate) fn parse(headers: &[String], flags: &[String], interrupt: &AtomicBool
             return Ok(header);
         }
     }
-    let (reply, answer) = mpsc::channel();
-    let (headers_owned, flags_owned, _) = key.clone();
-    let cache_key = key.clone();
-    let job: Job = Box::new(move |worker: &Worker| {
-        let parsed = worker.parse(&headers_owned, &flags_owned).map(Arc::new);
-        if let (Ok(header), Ok(mut cache)) = (&parsed, cache().lock()) {
-            cache.insert(cache_key, header.clone());
-        }
-        let _ = reply.send(parsed);
-    });
-    {
-        let sender = worker().lock().map_err(|_| ParseError::Unavailable("the libclang worker failed".into()))?;
-        let sender = sender.as_ref().map_err(|error| ParseError::Unavailable(error.clone()))?;
-        sender.send(job).map_err(|_| ParseError::Unavailable("the libclang worker has stopped".into()))?;
+    let job = serde_json::to_string(&Job { headers: headers.to_vec(), flags: flags.to_vec() })
+        .map_err(|error| ParseError::Unavailable(error.to_string()))?;
+    let limits = helper::Limits { memory: Some(PARSE_MEMORY), cpu_seconds: Some(PARSE_SECONDS), answer: PARSE_ANSWER };
+    let answer = match helper::run(INCLUDE, &job, limits, interrupt) {
+        Ok(answer) => answer,
+        Err(HelperError::Interrupted) => return Err(ParseError::Interrupted),
+        Err(HelperError::Start) => return Err(ParseError::Unavailable("the parser's process did not start".into())),
+        Err(HelperError::Ended { how, errors }) => return Err(ParseError::Ended { how, errors }),
+    };
+    let parsed: Result<Header, ParseError> = serde_json::from_slice(&answer)
+        .map_err(|error| ParseError::Unavailable(format!("the parser's answer was not read: {error}")))?;
+    let header = Arc::new(parsed?);
+    if let Ok(mut cache) = cache().lock() {
+        cache.insert(key, header.clone());
     }
-    loop {
-        if interrupt.load(Ordering::Relaxed) {
-            return Err(ParseError::Interrupted);
-        }
-        match answer.recv_timeout(Duration::from_millis(10)) {
-            Ok(parsed) => return parsed,
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(ParseError::Unavailable("the libclang worker stopped while parsing".into()))
-            }
-        }
-    }
+    Ok(header)
 }
 
 /// A file's modification time in seconds, as libclang reports it.

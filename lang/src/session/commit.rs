@@ -174,8 +174,9 @@ impl Session {
 
     /// The program takes the cell's code, names and slots; the environment its definitions.
     fn commit_definitions(&mut self, delta: EnvDelta, linked: crate::link::Linked, level: u8) -> Vec<Defined> {
-        let traps = self.program.commit(linked);
-        let trap = |name: &str| traps.iter().find(|(trapped, _)| trapped == name).map(|(_, address)| *address);
+        // A map: an include declares thousands of functions, each with its trap.
+        let traps: std::collections::HashMap<String, usize> = self.program.commit(linked).into_iter().collect();
+        let trap = |name: &str| traps.get(name).copied();
         let mut defined = Vec::new();
         for (name, entry) in delta.structs {
             let redefined = self.env.structs.contains_key(&name);

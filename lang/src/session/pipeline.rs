@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,6 +34,7 @@ use crate::gpu::DeviceBuilds;
 use crate::jit::library::{LoadError, LIBRARY_PATH_VARIABLE};
 use crate::link::Emitted;
 use crate::reader::{self, Sexp, SexpKind};
+use crate::source::Span;
 use crate::timing::{Phase, PhaseTimes};
 use crate::tree::{CellId, CellKind, TypedCell};
 use crate::{Item, Outcome, Stream};
@@ -83,12 +85,14 @@ pub(super) struct Transaction<'s> {
     session: &'s mut Session,
     /// The staging state before the cell; `None` once the cell is committed.
     saved: Option<StageState>,
+    /// The cell's text, for an interrupt while it compiles (`stop_if_interrupted`).
+    span: Option<Span>,
 }
 
 impl<'s> Transaction<'s> {
     pub(super) fn begin(session: &'s mut Session) -> Transaction<'s> {
         let saved = Some(session.staging.stage.snapshot());
-        Transaction { session, saved }
+        Transaction { session, saved, span: None }
     }
 }
 
@@ -207,22 +211,36 @@ impl Transaction<'_> {
         let (forms, sites, includes) = match input {
             CellInput::Text { name, text } => {
                 let forms = self.read(name, text, &mut outcome.timing)?;
+                self.span = forms.first().zip(forms.last()).map(|(first, last)| Span {
+                    source: first.span.source,
+                    start: first.span.start,
+                    end: if last.span.source == first.span.source { last.span.end } else { first.span.end },
+                });
                 self.expand(forms, options.mode, outcome)?
             }
             CellInput::Forms(forms) => (forms, Vec::new(), Vec::new()),
         };
+        self.stop_if_interrupted()?;
         let forms = self.load_libraries(forms, outcome)?;
         // `(bench …)` and `(autotune …)` run after the cell's other code.
         let (session_forms, code_forms): (Vec<Sexp>, Vec<Sexp>) =
             forms.into_iter().partition(|form| matches!(form.head(), Some("bench" | "autotune")));
         let cell_id = self.cell_id(options.mode);
         let cell = self.check_cell(&code_forms, cell_id, options, &sites, outcome)?;
+        self.stop_if_interrupted()?;
         let (level, session_level) = self.level_for(&cell, options);
         let delta = EnvDelta::of(&cell, &self.env, &self.history);
         let device = self.build_device_code(&cell, &delta, &mut outcome.timing);
         let call_only = session_forms.is_empty() && includes.is_empty() && options.mode != EvalMode::Quiet;
+        self.stop_if_interrupted()?;
         let code = self.lower_and_link(&cell, cell_id, level, call_only, options.mode, &mut outcome.timing)?;
         Ok(Parts { cell, delta, code, device, level, session_level, includes, session_forms })
+    }
+
+    /// Compiling a large cell (an include of thousands of declarations) takes seconds: an
+    /// interrupt stops it between its steps, before anything of it is committed.
+    fn stop_if_interrupted(&self) -> Result<(), Vec<Diagnostic>> {
+        stop_if_interrupted(&self.interrupt, self.span)
     }
 
     /// Read: the text becomes a source of the session and is read into forms.
@@ -420,6 +438,7 @@ impl Transaction<'_> {
         mode: EvalMode,
         timing: &mut PhaseTimes,
     ) -> Result<Code, Vec<Diagnostic>> {
+        let (interrupt, span) = (Arc::clone(&self.interrupt), self.span);
         let session = &mut **self;
         if let Some(call) = call_only.then(|| call_cell::call_cell(cell, &session.program)).flatten() {
             let entry = session.trampolines.entry(&call, &session.backend, &mut session.program, level, timing)?;
@@ -446,10 +465,12 @@ impl Transaction<'_> {
         });
         let CellModule { module, entries, fault_sites, traps } =
             lowered.map_err(|error| vec![lowering_error(error, cell)])?;
+        stop_if_interrupted(&interrupt, span)?;
         // The background compiler starts from the module as lowered (tiered compilation).
         let promotable = cell.functions.iter().chain(&cell.recompiled).any(|function| !function.placement.device_only);
         let bitcode = (tier && promotable).then(|| Arc::from(module.write_bitcode_to_memory().as_slice()));
         let compiled = backend.compile_cached(module, level).map_err(|error| backend_error(error, cell))?;
+        stop_if_interrupted(&interrupt, span)?;
         if let Some(optimise) = compiled.optimise {
             timing.add(Phase::Optimise, optimise);
         }
@@ -459,6 +480,16 @@ impl Transaction<'_> {
             session.program.link(cell, names, &compiled.code, &module_name, emitted).map_err(|error| vec![error])?;
         timing.add(Phase::Link, compiled.emit + link_start.elapsed());
         Ok(Code::Linked { linked: Box::new(linked), bitcode })
+    }
+}
+
+/// `Err` when the session was interrupted: the cell `span` stops where it is.
+fn stop_if_interrupted(interrupt: &AtomicBool, span: Option<Span>) -> Result<(), Vec<Diagnostic>> {
+    match (interrupt.load(Ordering::SeqCst), span) {
+        (true, Some(span)) => Err(vec![Diagnostic::error(Kind::Interrupted, "interrupted while the cell compiled")
+            .with_label(span, "")
+            .with_note("nothing of the cell was kept; the session is as it was")]),
+        _ => Ok(()),
     }
 }
 
