@@ -39,9 +39,10 @@ usage: quasi                         the interactive REPL (cells from stdin when
        quasi --gpu sim|sim-unchecked|device …
                                      where launches run (as `:gpu`, or QUASI_GPU): the CUDA
                                      device, or the CPU simulator, checked or not
-       quasi run [--warnings] [--opt N] FILE [ARG…]
+       quasi run [--warnings] [--opt N] [--timeout SECONDS] FILE [ARG…]
                                      run FILE as one cell, then its `main`; exit with its status;
-                                     --opt: the optimisation level 0–3 (default 3)
+                                     --opt: the optimisation level 0–3 (default 3); --timeout:
+                                     stop the run after SECONDS (status 124)
        quasi test [--bless] [--jobs N] [--timeout SECONDS] PATH…
                                      check transcripts (.repl; folders recursively), documents'
                                      ```repl blocks (.md) and notebooks (.ipynb) against a fresh
@@ -64,13 +65,7 @@ usage: quasi                         the interactive REPL (cells from stdin when
 #[derive(Debug, PartialEq, Eq)]
 enum Invocation {
     Repl,
-    Run {
-        warnings: bool,
-        /// `--opt N`: the optimisation level (else the session's default).
-        opt: Option<u8>,
-        file: String,
-        args: Vec<String>,
-    },
+    Run(RunOptions),
     Test(test_command::Options),
     /// `quasi test`'s worker for one file.
     TestWorker(String),
@@ -140,7 +135,7 @@ fn quasi() -> i32 {
     match parse_arguments(arguments) {
         Ok(Invocation::Repl) if std::io::stdin().is_terminal() => interactive(),
         Ok(Invocation::Repl) => piped(),
-        Ok(Invocation::Run { warnings, opt, file, args }) => run_file(&file, &args, warnings, opt),
+        Ok(Invocation::Run(options)) => run_with(None, &options),
         Ok(Invocation::Test(options)) => test_command::main(options, terminal_style(std::io::stdout().is_terminal())),
         Ok(Invocation::TestWorker(file)) => test_command::worker(&file),
         Ok(Invocation::Cache { clear }) => cache_command(clear),
@@ -228,16 +223,39 @@ fn parse_arguments(arguments: Vec<OsString>) -> Result<Invocation, String> {
     }
 }
 
-/// `run [--warnings] [--opt N] FILE [ARG…]`: everything after FILE belongs to the program.
+/// `quasi run`'s options, file and the program's arguments.
+#[derive(Debug, PartialEq, Eq, Default)]
+struct RunOptions {
+    warnings: bool,
+    /// `--opt N`: the optimisation level (else the session's default).
+    opt: Option<u8>,
+    /// `--timeout SECONDS`: the run is stopped after this long.
+    timeout: Option<std::time::Duration>,
+    file: String,
+    args: Vec<String>,
+}
+
+/// `run [--warnings] [--opt N] [--timeout SECONDS] FILE [ARG…]`: everything after FILE belongs
+/// to the program.
 fn parse_run(mut arguments: &[String]) -> Result<Invocation, String> {
     let mut warnings = false;
     let mut opt = None;
+    let mut timeout = None;
     loop {
         match arguments {
             [flag, rest @ ..] if flag == "--warnings" => {
                 warnings = true;
                 arguments = rest;
             }
+            [flag, seconds, rest @ ..] if flag == "--timeout" => {
+                let parsed = seconds.parse::<f64>().ok().filter(|seconds| seconds.is_finite() && *seconds > 0.0);
+                let Some(seconds) = parsed else {
+                    return Err(format!("`--timeout` takes a number of seconds above 0, not `{seconds}`"));
+                };
+                timeout = Some(std::time::Duration::from_secs_f64(seconds.min(1e9)));
+                arguments = rest;
+            }
+            [flag] if flag == "--timeout" => return Err("`--timeout` takes a number of seconds".to_string()),
             [flag, level, rest @ ..] if flag == "--opt" => {
                 opt = Some(match level.as_str() {
                     "0" => 0,
@@ -254,7 +272,9 @@ fn parse_run(mut arguments: &[String]) -> Result<Invocation, String> {
     }
     match arguments.split_first() {
         Some((flag, _)) if flag.starts_with('-') && flag != "-" => Err(format!("unknown option `{flag}` for `run`")),
-        Some((file, args)) => Ok(Invocation::Run { warnings, opt, file: file.clone(), args: args.to_vec() }),
+        Some((file, args)) => {
+            Ok(Invocation::Run(RunOptions { warnings, opt, timeout, file: file.clone(), args: args.to_vec() }))
+        }
         None => Err("`run` needs a FILE".to_string()),
     }
 }
@@ -269,6 +289,43 @@ fn new_session() -> Session {
             eprintln!("quasi: cannot start a session: {error}");
             std::process::exit(1);
         }
+    }
+}
+
+/// `quasi run --timeout`: interrupts the run once it has taken its time, and again every 50 ms
+/// until it ends (an interrupt that lands between two steps is taken by the next).
+struct Watchdog {
+    done: Arc<AtomicBool>,
+    fired: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Watchdog {
+    fn start(handle: quasi_lang::InterruptHandle, limit: std::time::Duration) -> Watchdog {
+        let (done, fired) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (watched, firing) = (Arc::clone(&done), Arc::clone(&fired));
+        let thread = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + limit;
+            while !watched.load(Ordering::SeqCst) {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    firing.store(true, Ordering::SeqCst);
+                    handle.interrupt();
+                    std::thread::park_timeout(std::time::Duration::from_millis(50));
+                } else {
+                    std::thread::park_timeout(deadline - now);
+                }
+            }
+        });
+        Watchdog { done, fired, thread }
+    }
+
+    /// Ends the watch; whether it stopped the run.
+    fn stop(self) -> bool {
+        self.done.store(true, Ordering::SeqCst);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+        self.fired.load(Ordering::SeqCst)
     }
 }
 
@@ -320,15 +377,11 @@ fn run_config(opt: Option<u8>) -> SessionConfig {
     SessionConfig { opt_level: opt.unwrap_or(quasi_lang::BATCH_OPT_LEVEL), ..session_config(false) }
 }
 
-fn run_file(path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32 {
-    run_with(None, path, args, warnings, opt)
-}
-
 /// `quasi run`'s arguments (those after `run`) in a `quasi server` worker, with the session it
 /// prepared (made by `run_config(None)`).
 fn run_prepared(session: Session, arguments: Vec<OsString>) -> i32 {
     match parse_arguments(std::iter::once(OsString::from("run")).chain(arguments).collect()) {
-        Ok(Invocation::Run { warnings, opt, file, args }) => run_with(Some(session), &file, &args, warnings, opt),
+        Ok(Invocation::Run(options)) => run_with(Some(session), &options),
         Ok(_) => unreachable!("`run` parses as a run or not at all"),
         Err(message) => {
             eprintln!("quasi: {message}\n{USAGE}");
@@ -342,10 +395,10 @@ fn run_prepared(session: Session, arguments: Vec<OsString>) -> i32 {
 /// compiled as its run would compile it, into the object cache; nothing runs.
 fn compile_prepared(mut session: Session, arguments: Vec<OsString>) {
     let parsed = parse_arguments(std::iter::once(OsString::from("run")).chain(arguments).collect());
-    let Ok(Invocation::Run { opt, file, .. }) = parsed else { return };
-    let Ok(text) = quasi_lang::read_source(&file) else { return };
-    set_for_file(&mut session, opt);
-    session.compile_file(&file, text);
+    let Ok(Invocation::Run(options)) = parsed else { return };
+    let Ok(text) = quasi_lang::read_source(&options.file) else { return };
+    set_for_file(&mut session, options.opt);
+    session.compile_file(&options.file, text);
     std::mem::forget(session);
 }
 
@@ -362,7 +415,9 @@ fn set_for_file(session: &mut Session, opt: Option<u8>) {
 
 /// Runs a file. `prepared`: a session made ahead at the batch level (`--opt` sets another); it
 /// is never dropped (the process ends with the run, and sooner without it).
-fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bool, opt: Option<u8>) -> i32 {
+fn run_with(prepared: Option<Session>, options: &RunOptions) -> i32 {
+    let RunOptions { warnings, opt, timeout, file: path, args } = options;
+    let (warnings, opt) = (*warnings, *opt);
     let text = match quasi_lang::read_source(path) {
         Ok(text) => text,
         Err(error) => {
@@ -380,10 +435,17 @@ fn run_with(prepared: Option<Session>, path: &str, args: &[String], warnings: bo
     };
     set_for_file(&mut session, opt);
     watch_interrupts(&session);
-    let (outcome, status) = as_cell(|| session.run_file(path, text, args));
+    let watchdog = timeout.map(|limit| Watchdog::start(session.interrupt_handle(), limit));
+    let (outcome, mut status) = as_cell(|| session.run_file(path, text, args));
+    let timed_out = watchdog.is_some_and(Watchdog::stop);
     let style = terminal_style(std::io::stderr().is_terminal());
     for diagnostic in outcome.diagnostics.iter().filter(|diagnostic| warnings || diagnostic.is_error()) {
         eprint!("{}", quasi_repl::render_diagnostic(diagnostic, &outcome, style));
+    }
+    if let (true, Some(limit)) = (timed_out, timeout) {
+        eprintln!("quasi: the run took longer than --timeout {} s and was stopped", limit.as_secs_f64());
+        // As timeout(1) ends.
+        status = 124;
     }
     if from_server {
         std::mem::forget(session);
@@ -788,26 +850,39 @@ mod tests {
         assert!(arguments(&["cache", "purge"]).is_err());
         assert_eq!(
             arguments(&["run", "f.cl", "-x", "y"]),
-            Ok(Invocation::Run {
-                warnings: false,
-                opt: None,
+            Ok(Invocation::Run(RunOptions {
                 file: "f.cl".into(),
-                args: vec!["-x".into(), "y".into()]
-            })
+                args: vec!["-x".into(), "y".into()],
+                ..RunOptions::default()
+            }))
         );
         assert_eq!(
             arguments(&["run", "--warnings", "f.cl"]),
-            Ok(Invocation::Run { warnings: true, opt: None, file: "f.cl".into(), args: vec![] })
+            Ok(Invocation::Run(RunOptions { warnings: true, file: "f.cl".into(), ..RunOptions::default() }))
         );
         assert_eq!(
             arguments(&["run", "--opt", "3", "--warnings", "f.cl", "--opt", "0"]),
-            Ok(Invocation::Run {
+            Ok(Invocation::Run(RunOptions {
                 warnings: true,
                 opt: Some(3),
                 file: "f.cl".into(),
-                args: vec!["--opt".into(), "0".into()]
-            })
+                args: vec!["--opt".into(), "0".into()],
+                ..RunOptions::default()
+            }))
         );
+        assert_eq!(
+            arguments(&["run", "--timeout", "1.5", "f.cl"]),
+            Ok(Invocation::Run(RunOptions {
+                timeout: Some(std::time::Duration::from_millis(1500)),
+                file: "f.cl".into(),
+                ..RunOptions::default()
+            }))
+        );
+        for bad in
+            [&["run", "--timeout", "0", "f.cl"][..], &["run", "--timeout", "soon", "f.cl"], &["run", "--timeout"]]
+        {
+            assert!(arguments(bad).is_err(), "{bad:?}");
+        }
         assert!(arguments(&["run", "--opt", "4", "f.cl"]).is_err());
         assert!(arguments(&["run", "--opt"]).is_err());
         assert!(arguments(&["--frobnicate"]).is_err());

@@ -529,6 +529,54 @@ fn an_interrupt_stops_an_include() {
     assert_eq!(output.matches("error[interrupted]: interrupted while").count(), 2, "{output}");
 }
 
+/// docs/language.md §4 at every level: a recursion that never ends overflows the stack at
+/// `--opt 1` (a runtime fault) and is a loop at `--opt 3`, which `--timeout` stops (status 124,
+/// as timeout(1)) instead of hanging (issue 31, item 5); a store through null faults at every
+/// level.
+#[test]
+fn run_never_hangs_silently_and_faults_alike_at_every_level() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let endless = write_file(
+        directory.path(),
+        "endless.cl",
+        "(define ((inf int) (n int)) (ret (add 1 (call inf (add n 1)))))\n(define ((main int)) (ret (call inf 0)))\n",
+    );
+    let overflow = quasi(&["run", "--opt", "1", &endless], "");
+    assert_eq!(overflow.status.code(), Some(2), "{}", overflow.stderr);
+    assert!(
+        overflow.stderr.starts_with("error[runtime-fault]: stack overflow in function `inf`"),
+        "{}",
+        overflow.stderr
+    );
+    let stopped = quasi(&["run", "--opt", "3", "--timeout", "1", &endless], "");
+    assert_eq!(stopped.status.code(), Some(124), "{}", stopped.stderr);
+    assert!(stopped.stderr.starts_with("error[interrupted]: interrupted in function `"), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.ends_with("quasi: the run took longer than --timeout 1 s and was stopped\n"),
+        "{}",
+        stopped.stderr
+    );
+    // A run that ends in time is not touched by its timeout.
+    let quick = write_file(directory.path(), "quick.cl", "(define ((main int)) (ret 5))\n");
+    assert_eq!(quasi(&["run", "--timeout", "30", &quick], "").status.code(), Some(5));
+    let null = write_file(
+        directory.path(),
+        "null.cl",
+        "(declare g int)\n(define ((main int)) (set g 1) (store (inttoptr 0 (ptr int)) 7) (ret g))\n",
+    );
+    for level in ["0", "1", "2", "3"] {
+        let faulted = quasi(&["run", "--opt", level, &null], "");
+        assert_eq!(faulted.status.code(), Some(2), "--opt {level}: {}", faulted.stderr);
+        assert!(
+            faulted
+                .stderr
+                .starts_with("error[runtime-fault]: segmentation fault in function `main`: write to address 0x0"),
+            "--opt {level}: {}",
+            faulted.stderr
+        );
+    }
+}
+
 /// `quasi run` loads libraries and passes callbacks like a cell does (docs/language.md §9): a
 /// file that loads libm, and sorts with libc's `qsort` through `(fn-ptr …)`.
 #[test]
