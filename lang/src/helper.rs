@@ -17,6 +17,41 @@ const JOB_VARIABLE: &std::ffi::CStr = c"QUASI_HELPER";
 /// The job's argument.
 const ARGUMENT_VARIABLE: &std::ffi::CStr = c"QUASI_HELPER_ARGUMENT";
 
+/// The parent's pid: the helper ends if it has another (its parent died before it could ask
+/// to die with it).
+const PARENT_VARIABLE: &std::ffi::CStr = c"QUASI_HELPER_PARENT";
+/// Its address space, in bytes.
+const MEMORY_VARIABLE: &std::ffi::CStr = c"QUASI_HELPER_MEMORY";
+/// Its processor time, in seconds.
+const SECONDS_VARIABLE: &std::ffi::CStr = c"QUASI_HELPER_SECONDS";
+
+/// In a helper, before its job: it dies with its parent, and takes the limits `run` gave it
+/// (the job cannot undo them: it runs after, and a hard limit is never raised again).
+pub(crate) fn bound_self() {
+    let number = |variable: &std::ffi::CStr| -> Option<u64> {
+        // SAFETY: as in `asked`.
+        let value = unsafe { libc::getenv(variable.as_ptr()) };
+        // SAFETY: a NUL-terminated string of the environment.
+        (!value.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(value) }.to_str().ok()?.parse().ok()).flatten()
+    };
+    // SAFETY: prctl, getppid and setrlimit with plain values; _exit ends the process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if number(PARENT_VARIABLE).is_some_and(|parent| parent != libc::getppid() as u64) {
+            libc::_exit(75);
+        }
+        if let Some(bytes) = number(MEMORY_VARIABLE) {
+            let bound = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+            libc::setrlimit(libc::RLIMIT_AS, &bound);
+        }
+        if let Some(seconds) = number(SECONDS_VARIABLE) {
+            // SIGXCPU at the soft limit, SIGKILL a second later.
+            let bound = libc::rlimit { rlim_cur: seconds, rlim_max: seconds + 1 };
+            libc::setrlimit(libc::RLIMIT_CPU, &bound);
+        }
+    }
+}
+
 /// Most bytes of a helper's standard error kept for the message.
 const KEPT_ERRORS: usize = 4096;
 
@@ -27,6 +62,7 @@ macro_rules! helper_job {
         const _: () = {
             extern "C" fn run_if_asked() {
                 if let Some(argument) = $crate::helper::asked($name) {
+                    $crate::helper::bound_self();
                     let status = $job(argument);
                     // SAFETY: ends the helper at once: nothing of `main` is to run.
                     unsafe { libc::_exit(status) }
@@ -109,22 +145,15 @@ pub(crate) fn run(job: &str, argument: &str, limits: Limits, interrupt: &AtomicB
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: prctl and setrlimit are async-signal-safe.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-            // It dies with the thread that started it.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            if let Some(bytes) = limits.memory {
-                let bound = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
-                libc::setrlimit(libc::RLIMIT_AS, &bound);
-            }
-            if let Some(seconds) = limits.cpu_seconds {
-                // SIGXCPU at the soft limit, SIGKILL a second later.
-                let bound = libc::rlimit { rlim_cur: seconds, rlim_max: seconds + 1 };
-                libc::setrlimit(libc::RLIMIT_CPU, &bound);
-            }
-            Ok(())
-        });
+    // The helper sets its own limits before its job (`bound_self`): without a `pre_exec`, the
+    // child is spawned without copying this process's pages (posix_spawn), a third of a first
+    // include's time in a large process.
+    command.env(PARENT_VARIABLE.to_str().unwrap_or_default(), std::process::id().to_string());
+    if let Some(bytes) = limits.memory {
+        command.env(MEMORY_VARIABLE.to_str().unwrap_or_default(), bytes.to_string());
+    }
+    if let Some(seconds) = limits.cpu_seconds {
+        command.env(SECONDS_VARIABLE.to_str().unwrap_or_default(), seconds.to_string());
     }
     let mut child = command.spawn().map_err(|_| HelperError::Start)?;
     let drain = |pipe: Option<Box<dyn Read + Send>>, keep: usize| {
