@@ -53,6 +53,25 @@ fn mutated_cells() -> Result<(), Failed> {
     report(failures, &Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-failures"))
 }
 
+/// Cases aimed at the surfaces that once killed sessions (`quasi_fuzz::surfaces`).
+const SURFACE_CASES: u64 = 16;
+
+fn surfaces(clang: Option<String>) -> Result<(), Failed> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let settings = settings("surfaces", None);
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-surfaces-{}", std::process::id()));
+    let resources = quasi_fuzz::surfaces::Resources::build(root, clang.as_deref(), &folder);
+    let failures: Vec<Failure> = (0..SURFACE_CASES)
+        .filter_map(|case| {
+            let (origin, cells) = quasi_fuzz::surfaces::case(SEED, case, &resources);
+            check_cells(&cells, &format!("seed {SEED} surface case {case}: {origin}"), &settings).err()
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&settings.scratch);
+    let _ = std::fs::remove_dir_all(&folder);
+    report(failures, &Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-failures"))
+}
+
 fn twins(clang: String) -> Result<(), Failed> {
     let settings = settings("twins", Some(clang));
     let failures: Vec<Failure> = (0..TWINS)
@@ -84,6 +103,8 @@ fn main() {
     let arguments = Arguments::from_args();
     let clang = find_clang();
     let mut trials = vec![Trial::test("fuzz/mutated-cells", mutated_cells)];
+    let for_surfaces = clang.clone();
+    trials.push(Trial::test("fuzz/surfaces", move || surfaces(for_surfaces)));
     match clang.clone() {
         Some(clang) => trials.push(Trial::test("fuzz/twin-programs", move || twins(clang))),
         None => {

@@ -18,6 +18,7 @@ pub mod mutate;
 pub mod program;
 pub mod rng;
 pub mod sexp;
+pub mod surfaces;
 pub mod worker;
 
 use std::fmt::Write as _;

@@ -100,6 +100,9 @@ fn main() -> Result<()> {
             (None, seconds) => format!("{} s", seconds.unwrap_or(60)),
         }
     );
+    // Every seventh case that is not a twin aims at the surfaces that once killed sessions.
+    let resources =
+        quasi_fuzz::surfaces::Resources::build(&root.join("tests"), clang.as_deref(), &scratch.join("surfaces"));
     let started = Instant::now();
     let deadline = Duration::from_secs(options.seconds.unwrap_or(60));
     let mut tally = Tally::default();
@@ -120,6 +123,10 @@ fn main() -> Result<()> {
             tally.twin_runs += levels.len() as u64;
             check_twin(&twin, &format!("seed {} case {case} (twin)", options.seed), &levels, &settings)
                 .map(|()| Passed::Finished)
+        } else if case % 7 == 6 {
+            let (origin, cells) = quasi_fuzz::surfaces::case(options.seed, case, &resources);
+            tally.mutated_cases += 1;
+            check_cells(&cells, &format!("seed {} surface case {case}: {origin}", options.seed), &settings)
         } else {
             let mutated = corpus.case(options.seed, case);
             tally.mutated_cases += 1;

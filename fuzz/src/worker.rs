@@ -252,10 +252,13 @@ fn worker(job: &Path, cell_limit: Duration) -> i32 {
     let current: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
     let watched = current.clone();
     let _ = std::thread::Builder::new().name("quasi-fuzz-watch".into()).spawn(move || watch(watched, cell_limit));
+    // `:save` writes as the front ends write it (into the scratch folder, this process's).
+    let mut recording = quasi_repl::transcript::Recording::default();
     for (index, cell) in cells.iter().enumerate() {
         send(&format!("start {index}"), &[]);
         *current.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((index, Instant::now()));
-        let outcome = session.eval(cell);
+        let mut outcome = session.eval(cell);
+        quasi_repl::transcript::record_or_save(&mut recording, cell, &mut outcome);
         *current.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
         let stdout = outcome.written(Stream::Stdout);
         let rendered = quasi_repl::render(&outcome, quasi_repl::Style::Plain);

@@ -106,7 +106,9 @@ fn version_and_help() {
     assert_eq!(version.stdout, format!("quasi {}\n", env!("CARGO_PKG_VERSION")));
     assert!(version.status.success());
     let help = quasi(&["--help"], "");
-    for expected in ["usage: quasi", "run [--warnings] [--opt N] [--timeout SECONDS] FILE [ARG…]", "--version", "--help"] {
+    for expected in
+        ["usage: quasi", "run [--warnings] [--opt N] [--timeout SECONDS] FILE [ARG…]", "--version", "--help"]
+    {
         assert!(help.stdout.contains(expected), "{expected:?} missing from:\n{}", help.stdout);
     }
     assert!(help.status.success());

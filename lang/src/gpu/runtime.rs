@@ -301,22 +301,19 @@ impl Runtime {
     /// the fault (it ended the copy).
     pub(crate) fn faulted_copy(&self, fault: Option<(usize, bool)>) -> Option<String> {
         let copy = self.lock().host_copy.take()?;
-        let (address, write) = fault?;
-        // The fault is at the first byte of a page the copy could not touch.
-        let page = 4096;
-        let start = copy.address & !(page - 1);
+        // Only the copy runs between its note and its end: the fault is the copy's, wherever
+        // it was (a non-canonical address faults as address 0).
+        let (address, _) = fault?;
+        let (access, side, done) = if copy.write { ("writes", "into", "written") } else { ("reads", "from", "read") };
         let end = copy.address.saturating_add(copy.bytes);
-        let inside = (start..end).contains(&(address as u64)) && write == copy.write;
-        inside.then(|| {
-            let (access, side) = if copy.write { ("writes", "into") } else { ("reads", "from") };
-            format!(
-                "segmentation fault in {}: it {access} {} bytes {side} host memory at {:#x}, and address {address:#x} cannot be {}",
-                copy.what,
-                copy.bytes,
-                copy.address,
-                if copy.write { "written" } else { "read" }
-            )
-        })
+        let which = match address as u64 {
+            inside if inside > copy.address && inside < end => format!("and address {inside:#x} cannot be {done}"),
+            _ => format!("which cannot be {done}"),
+        };
+        Some(format!(
+            "segmentation fault in {}: it {access} {} bytes {side} host memory at {:#x}, {which}",
+            copy.what, copy.bytes, copy.address
+        ))
     }
 
     /// A copy as the device makes it, its buffers checked (`form` names the form for the

@@ -201,7 +201,7 @@ impl Device for SimDevice {
         // SAFETY: the simulator's side of the copy was bounds-checked against its buffer; like
         // C's memcpy (and the device's copies) the program's host pointer is trusted for
         // `bytes`. No lock is held: a fault here ends the call by a long jump.
-        unsafe { std::ptr::copy(copy.source as *const u8, copy.target as *mut u8, copy.bytes as usize) };
+        unsafe { raw_copy(copy.target, copy.source, copy.bytes) };
         self.shared.rows.record_copy(&copy, start.elapsed());
         Ok(())
     }
@@ -264,9 +264,7 @@ impl Device for SimDevice {
                         // memory is the device's view of `host-alloc` memory, bytes staged at
                         // submission, or (copies to other host memory) the program's pointer,
                         // which the host does not touch until the copy ends (`submit` waits).
-                        let copied = crate::guard::guarded(|| unsafe {
-                            std::ptr::copy(source as *const u8, copy.target as *mut u8, copy.bytes as usize)
-                        });
+                        let copied = crate::guard::guarded(|| unsafe { raw_copy(copy.target, source, copy.bytes) });
                         copied.map_err(|record| fault(executor, &record, "the copy"))?;
                         let elapsed = start.elapsed();
                         let detail = copy_detail(copy, elapsed);
@@ -340,7 +338,7 @@ impl SimDevice {
                                 // SAFETY: the program's pointer, trusted for `bytes` as C's
                                 // memcpy trusts it; no lock is held (a fault leaves by a long
                                 // jump).
-                                unsafe { std::ptr::copy(copy.source as *const u8, bytes.as_mut_ptr(), bytes.len()) };
+                                unsafe { raw_copy(bytes.as_mut_ptr() as u64, copy.source, copy.bytes) };
                                 staged = Some(bytes);
                             }
                         },
@@ -376,6 +374,17 @@ fn host_side(copy: &Copy) -> Option<(u64, bool)> {
 }
 
 /// A command a fault or an interrupt ended on a worker, as an error.
+/// Copies `bytes` from `source` to `target` with C's memmove: a program's host pointer may be
+/// wild, null included, and touching it must be a fault the guard reports (std's copy checks
+/// its pointers in debug builds, and a null one aborts the process).
+///
+/// # Safety
+/// As memmove: both ranges are valid for `bytes`, or the fault that follows is the guard's.
+unsafe fn raw_copy(target: u64, source: u64, bytes: u64) {
+    // SAFETY: the caller's promise.
+    unsafe { libc::memmove(target as *mut libc::c_void, source as *const libc::c_void, bytes as usize) };
+}
+
 fn fault(executor: &Simulator, record: &FaultRecord, what: &str) -> DeviceError {
     use crate::abi::{FaultCode, GuardCode};
     let message = match GuardCode::from_code(record.code) {
