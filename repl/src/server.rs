@@ -117,6 +117,21 @@ impl Paths {
         (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0).then_some(file)
     }
 
+    /// The server's pid once the server that holds the lock has written it (a start that lost
+    /// the race to another can ask before the winner wrote its state): waits up to 5 s while
+    /// the lock is held.
+    fn running_soon(&self) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let running = self.running();
+            let held = self.lock.exists() && self.try_lock().is_none();
+            if running.is_some() || !held || Instant::now() >= deadline {
+                return running;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// The server's pid, when one runs (holds the lock).
     fn running(&self) -> Option<i32> {
         if !self.lock.exists() || self.try_lock().is_some() {
@@ -183,7 +198,7 @@ fn start_server(paths: &Paths, idle: Duration) -> i32 {
                 let pid = paths.running().map_or_else(|| "?".to_string(), |pid| pid.to_string());
                 println!("quasi server: running (pid {pid}), socket {}", paths.socket.display());
                 0
-            } else if let Some(pid) = paths.running() {
+            } else if let Some(pid) = paths.running_soon() {
                 // Another start won the race.
                 println!("quasi server: already running (pid {pid}), socket {}", paths.socket.display());
                 0
