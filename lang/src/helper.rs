@@ -135,6 +135,18 @@ pub(crate) enum HelperError {
     Ended { how: String, errors: String },
 }
 
+/// Whether the child `pid` has ended, without reaping it.
+fn has_ended(pid: i32) -> bool {
+    // SAFETY: waitid writes the siginfo it is given; WNOWAIT leaves the child to be reaped.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let found =
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+        // An error (no such child) counts as ended: `wait` then says why.
+        found != 0 || info.si_pid() != 0
+    }
+}
+
 /// Runs helper `job` on `argument` within `limits` and returns what it wrote on standard
 /// output; setting `interrupt` kills it.
 pub(crate) fn run(job: &str, argument: &str, limits: Limits, interrupt: &AtomicBool) -> Result<Vec<u8>, HelperError> {
@@ -155,7 +167,14 @@ pub(crate) fn run(job: &str, argument: &str, limits: Limits, interrupt: &AtomicB
     if let Some(seconds) = limits.cpu_seconds {
         command.env(SECONDS_VARIABLE.to_str().unwrap_or_default(), seconds.to_string());
     }
+    // A group of its own: what its job forks (a library's constructor may) is killed with it,
+    // and cannot keep its output open.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let mut child = command.spawn().map_err(|_| HelperError::Start)?;
+    let group = child.id() as i32;
+    // SAFETY: kill of the helper's process group, before the helper is reaped (until then its
+    // pid, the group's id, cannot be anybody else's).
+    let kill_group = || unsafe { libc::kill(-group, libc::SIGKILL) };
     let drain = |pipe: Option<Box<dyn Read + Send>>, keep: usize| {
         std::thread::spawn(move || {
             let mut kept = Vec::new();
@@ -170,18 +189,16 @@ pub(crate) fn run(job: &str, argument: &str, limits: Limits, interrupt: &AtomicB
     };
     let answer = drain(child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>), limits.answer);
     let errors = drain(child.stderr.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>), KEPT_ERRORS);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if interrupt.load(Ordering::SeqCst) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(HelperError::Interrupted);
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(_) => return Err(HelperError::Start),
+    while !has_ended(group) {
+        if interrupt.load(Ordering::SeqCst) {
+            kill_group();
+            let _ = child.wait();
+            return Err(HelperError::Interrupted);
         }
-    };
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    kill_group();
+    let status = child.wait().map_err(|_| HelperError::Start)?;
     let answer = answer.join().unwrap_or_default();
     let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).trim_end().to_string();
     match (status.code(), answer.is_empty()) {
