@@ -134,7 +134,43 @@ pub fn run(options: &Options) -> Result<()> {
     }
     print_latency(&rows);
     print_phases(&rows);
+    redefinitions()?;
     time_to_promotion(options)?;
+    Ok(())
+}
+
+/// Redefinitions of one function in a row, at the default (tiered) setting.
+const REDEFINITIONS: usize = 10_000;
+/// Around which redefinitions the p50s are taken, and how many on each side.
+const REDEFINITION_MARKS: [usize; 2] = [100, 10_000];
+const REDEFINITION_WINDOW: usize = 50;
+
+/// One function redefined `REDEFINITIONS` times: the p50 of a redefinition near the 100th and
+/// near the 10,000th. A redefinition must cost the same however many came before (issue 32).
+fn redefinitions() -> Result<()> {
+    println!("== Redefining one function {REDEFINITIONS} times, at the default setting (tiered) ==");
+    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })?;
+    let mut times = Vec::with_capacity(REDEFINITIONS);
+    for index in 0..REDEFINITIONS {
+        // Another body each time, so nothing is cached.
+        let cell = format!("(define ((sq int) (x int)) (ret (add (mul x x) {index})))");
+        let start = Instant::now();
+        let outcome = session.eval(&cell);
+        times.push(start.elapsed());
+        expect(&outcome, &Expect::Defined, &cell)?;
+    }
+    let mut table = new_table(&["redefinition", "p50 ms", "best ms"], &[1, 2]);
+    let mut medians = Vec::new();
+    for mark in REDEFINITION_MARKS {
+        let window = times[mark - REDEFINITION_WINDOW..mark + REDEFINITION_WINDOW.min(REDEFINITIONS - mark)].to_vec();
+        let samples = Samples::new(window);
+        medians.push(samples.median());
+        table.add_row(vec![format!("around the {mark}th"), ms(samples.median()), ms(samples.best())]);
+    }
+    println!("{table}");
+    let ratio = medians[1].as_secs_f64() / medians[0].as_secs_f64();
+    let verdict = if ratio <= 1.2 { "meets" } else { "misses" };
+    println!("goal p50 at redefinition 10,000 <= 1.2x at 100: {verdict} ({ratio:.2}x)\n");
     Ok(())
 }
 

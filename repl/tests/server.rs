@@ -48,7 +48,10 @@ impl Server {
             // objects, and must still come out the same.
             .env("QUASI_CACHE", self.work.path().join("object-cache"))
             .env_remove("QUASI_SERVER")
-            .env_remove("QUASI_GPU");
+            .env_remove("QUASI_GPU")
+            // A loaded machine may take a while to hand a run over; falling back to running in
+            // process would make the counts of runs served wrong (the fallback has its own test).
+            .env("QUASI_SERVER_WAIT_MS", "60000");
         command
     }
 
