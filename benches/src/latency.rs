@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use quasi_lang::{Item, Outcome, Phase, Session, SessionConfig};
 
 use crate::stats::{ms, Samples};
@@ -134,9 +134,88 @@ pub fn run(options: &Options) -> Result<()> {
     }
     print_latency(&rows);
     print_phases(&rows);
+    through_the_binary(options)?;
     redefinitions()?;
     time_to_promotion(options)?;
     Ok(())
+}
+
+/// Cells typed into the `quasi` binary over a pipe, as users run it: each cell written, then
+/// its answer line awaited, at the default setting. The same definitions and call cells as
+/// the in-process rows above.
+fn through_the_binary(options: &Options) -> Result<()> {
+    use std::io::{BufRead, BufReader, Write};
+    let Some(quasi) = crate::startup::quasi_binary(options)? else {
+        println!("(no `quasi` binary beside this one, nor --quasi: the rows through the binary are skipped)\n");
+        return Ok(());
+    };
+    println!("== Cells through the `quasi` binary over a pipe, at the default setting (tiered) ==");
+    let mut child = std::process::Command::new(&quasi)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("no stdin pipe")?;
+    let mut stdout = BufReader::new(child.stdout.take().context("no stdout pipe")?);
+    // Writes a cell, reads until a line starting with `answer`; the time in between.
+    let mut cell = |text: &str, answer: &str| -> Result<Duration> {
+        let start = Instant::now();
+        stdin.write_all(format!("{text}\n").as_bytes())?;
+        stdin.flush()?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if stdout.read_line(&mut line)? == 0 {
+                bail!("quasi ended before answering `{text}`");
+            }
+            if line.starts_with(answer) {
+                return Ok(start.elapsed());
+            }
+        }
+    };
+    cell("(add 1 2)", "3 : int")?;
+    let count = options.iterations + options.warmup;
+    let mut definitions = Vec::new();
+    for index in 0..count {
+        let took = cell(&format!("(define ((sq{index} int) (x int)) (ret (mul x x)))"), &format!("sq{index} : "))?;
+        if index >= options.warmup {
+            definitions.push(took);
+        }
+    }
+    let mut calls = Vec::new();
+    for index in 0..count {
+        let took = cell("(call sq0 7)", "49 : int")?;
+        if index >= options.warmup {
+            calls.push(took);
+        }
+    }
+    drop(stdin);
+    let _ = child.wait();
+    let (definitions, calls) = (Samples::new(definitions), Samples::new(calls));
+    let mut table = new_table(&["cell, written and answered over the pipe", "p50 ms", "best ms", "n"], &[1, 2, 3]);
+    for (what, samples) in
+        [("(define ((sqN int) (x int)) (ret (mul x x))), N fresh", &definitions), ("(call sq0 7), call cell", &calls)]
+    {
+        table.add_row(vec![what.to_string(), ms(samples.median()), ms(samples.best()), samples.len().to_string()]);
+    }
+    println!("{table}");
+    let verdict = if definitions.median() <= Duration::from_micros(250) { "meets" } else { "misses" };
+    println!("goal p50 <= 0.25 ms for a definition through the binary: {verdict} ({} ms)", ms(definitions.median()));
+    match which("clang-repl").or_else(|| which("clang-repl-19")) {
+        Some(path) => println!("clang-repl is at {}; side-by-side rows for it are not built yet\n", path.display()),
+        None => println!("clang-repl is not installed here (Debian: clang-tools-19): no side-by-side rows\n"),
+    }
+    Ok(())
+}
+
+/// A program on PATH.
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|directory| std::path::Path::new(directory).join(program))
+        .find(|path| path.is_file())
 }
 
 /// Redefinitions of one function in a row, at the default (tiered) setting.

@@ -85,7 +85,7 @@ fn first_cell(session: &mut Session) -> Result<()> {
     Ok(())
 }
 
-fn quasi_binary(options: &Options) -> Result<Option<PathBuf>> {
+pub(crate) fn quasi_binary(options: &Options) -> Result<Option<PathBuf>> {
     if let Some(path) = &options.quasi {
         if !path.is_file() {
             bail!("--quasi / QUASI_BIN: no file at {}", path.display());
