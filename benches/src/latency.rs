@@ -190,6 +190,28 @@ fn through_the_binary(options: &Options) -> Result<()> {
             calls.push(took);
         }
     }
+    // Memory kept per cell: the process's resident size between two marks, each taken after
+    // the background compiler has caught up (`:tier wait`).
+    let pid = child.id();
+    let mut retained = Vec::new();
+    for (what, redefine) in [("definition", false), ("redefinition", true)] {
+        let mut marks = Vec::new();
+        for index in 0..RETENTION_MARKS[1] {
+            let (text, answer) = if redefine {
+                (format!("(define ((again int) (x int)) (ret (add (mul x x) {index})))"), "again : ".to_string())
+            } else {
+                (format!("(define ((kept{index} int) (x int)) (ret (mul x x)))"), format!("kept{index} : "))
+            };
+            cell(&text, &answer)?;
+            if RETENTION_MARKS.contains(&(index + 1)) {
+                // Its listing ends with the line on later cells.
+                cell(":tier wait", "later cells:")?;
+                marks.push(resident_kb(pid)?);
+            }
+        }
+        let cells = (RETENTION_MARKS[1] - RETENTION_MARKS[0]) as f64;
+        retained.push((what, (marks[1] - marks[0]) as f64 / cells));
+    }
     drop(stdin);
     let _ = child.wait();
     let (definitions, calls) = (Samples::new(definitions), Samples::new(calls));
@@ -202,11 +224,31 @@ fn through_the_binary(options: &Options) -> Result<()> {
     println!("{table}");
     let verdict = if definitions.median() <= Duration::from_micros(250) { "meets" } else { "misses" };
     println!("goal p50 <= 0.25 ms for a definition through the binary: {verdict} ({} ms)", ms(definitions.median()));
+    for ((what, kilobytes), goal) in retained.iter().zip([4.0, 1.0]) {
+        let verdict = if *kilobytes <= goal { "meets" } else { "misses" };
+        println!(
+            "KB retained per {what} from the {}th to the {}th (resident size): {kilobytes:.2}; goal <= {goal}: {verdict}",
+            RETENTION_MARKS[0], RETENTION_MARKS[1]
+        );
+    }
     match which("clang-repl").or_else(|| which("clang-repl-19")) {
         Some(path) => println!("clang-repl is at {}; side-by-side rows for it are not built yet\n", path.display()),
         None => println!("clang-repl is not installed here (Debian: clang-tools-19): no side-by-side rows\n"),
     }
     Ok(())
+}
+
+/// The cells between which the binary's retention is measured.
+const RETENTION_MARKS: [usize; 2] = [1_000, 5_000];
+
+/// The resident size of process `pid`, in KB.
+fn resident_kb(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS in /proc/PID/status")
 }
 
 /// A program on PATH.
