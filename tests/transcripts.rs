@@ -103,6 +103,8 @@ fn main() {
     let mut paths = Vec::new();
     files::files(root, "repl", true, &mut paths);
     files::files(&root.parent().unwrap_or(root).join("docs"), "md", false, &mut paths);
+    // The README's examples are tested too.
+    paths.push(root.parent().unwrap_or(root).join("README.md"));
     paths.sort();
     let trials = paths
         .into_iter()
