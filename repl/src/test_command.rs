@@ -153,9 +153,13 @@ fn run_file(path: &Path) -> Result<Vec<(bool, String)>, String> {
     if let Some(folder) = path.parent().filter(|folder| !folder.as_os_str().is_empty()) {
         std::env::set_current_dir(folder).map_err(|error| format!("cannot enter `{}`: {error}", folder.display()))?;
     }
+    // Which cell runs, on standard error: the parent names it if the file runs past --timeout.
+    let mut starting = |cell: &transcript::Cell| eprintln!("{RUNNING}the cell at line {}", cell.line);
     let outputs = match kind_of(path) {
-        Some(Kind::Transcript) => transcript::run(&transcript::parse(&text))?,
-        Some(Kind::Document) => transcript::run(&transcript::parse_markdown(&text).transcript())?,
+        Some(Kind::Transcript) => transcript::run_reporting(&transcript::parse(&text), &mut starting)?,
+        Some(Kind::Document) => {
+            transcript::run_reporting(&transcript::parse_markdown(&text).transcript(), &mut starting)?
+        }
         Some(Kind::Notebook) => return run_notebook(&notebook::read_notebook(&text)?),
         None => return Err(format!("`{}` is not a file `quasi test` runs", path.display())),
     };
@@ -167,7 +171,9 @@ fn run_notebook(cells: &[SavedCell]) -> Result<Vec<(bool, String)>, String> {
     let mut session = transcript::new_session()?;
     Ok(cells
         .iter()
-        .map(|cell| {
+        .enumerate()
+        .map(|(index, cell)| {
+            eprintln!("{RUNNING}code cell {}", index + 1);
             let outcome = session.eval(&cell.source);
             let outputs = notebook::outputs(&outcome);
             let text = notebook::cell_text(
@@ -376,6 +382,18 @@ fn end_workers_on_signals() {
     }
 }
 
+/// How a worker says, on standard error, which cell it starts.
+const RUNNING: &str = "quasi test: running ";
+
+/// A worker's standard error: where it was (` in the cell at line 12`, ` in code cell 3`, or
+/// empty), and the rest.
+fn worker_errors(bytes: &[u8]) -> (String, String) {
+    let text = String::from_utf8_lossy(bytes);
+    let place = text.lines().filter_map(|line| line.strip_prefix(RUNNING)).last();
+    let rest: Vec<&str> = text.lines().filter(|line| !line.starts_with(RUNNING)).collect();
+    (place.map_or_else(String::new, |place| format!(" in {place}")), rest.join("\n"))
+}
+
 /// Runs one file in a worker process, killed if it runs longer than `limit`. The worker leads
 /// a process group of its own, killed when it ends or is stopped, so that nothing a cell forked
 /// outlives its file (or holds the pipes this process reads); it dies with the thread that
@@ -412,7 +430,9 @@ fn spawn_worker(executable: &Path, path: &Path, limit: Duration) -> Result<Vec<(
         if started.elapsed() >= limit {
             drop(group);
             let _ = child.wait();
-            return Err(format!("it ran longer than {} s (--timeout) and was stopped", limit.as_secs()));
+            // The pipes closed with the group: what the worker said it was running is all here.
+            let (place, _) = worker_errors(&errors.join().unwrap_or_default());
+            return Err(format!("it ran longer than {} s (--timeout) and was stopped{place}", limit.as_secs()));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -420,9 +440,9 @@ fn spawn_worker(executable: &Path, path: &Path, limit: Duration) -> Result<Vec<(
     drop(group);
     let status = child.wait().map_err(|error| format!("the worker was lost: {error}"))?;
     let answer = answer.join().unwrap_or_default();
-    let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
+    let (place, errors) = worker_errors(&errors.join().unwrap_or_default());
     if !status.success() {
-        return Err(format!("the worker running it ended with {status}\n{}", errors.trim_end()));
+        return Err(format!("the worker running it ended with {status}{place}\n{}", errors.trim_end()));
     }
     read_answer(&answer)
 }

@@ -247,6 +247,12 @@ pub fn output(outcome: &Outcome) -> String {
 /// Runs every cell in a fresh session, after the header's commands, and returns what each
 /// printed. A header command that fails is the error.
 pub fn run(transcript: &Transcript) -> Result<Vec<String>, String> {
+    run_reporting(transcript, &mut |_| {})
+}
+
+/// `run`, calling `starting` with each cell before it runs (`quasi test`'s worker says which
+/// cell a run past `--timeout` was in).
+pub fn run_reporting(transcript: &Transcript, starting: &mut dyn FnMut(&Cell)) -> Result<Vec<String>, String> {
     let mut session = new_session()?;
     for command in transcript.setup_commands() {
         let outcome = session.eval(command);
@@ -260,6 +266,7 @@ pub fn run(transcript: &Transcript) -> Result<Vec<String>, String> {
     let mut scratch: Option<tempfile::TempDir> = None;
     let mut outputs = Vec::new();
     for cell in &transcript.cells {
+        starting(cell);
         let mut outcome = session.eval(&cell.input);
         if outcome.save.is_some() && scratch.is_none() {
             scratch = Some(tempfile::tempdir().map_err(|error| format!("no scratch folder for `:save`: {error}"))?);

@@ -137,7 +137,7 @@ fn a_file_that_runs_too_long_is_stopped_and_fails() {
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stdout(&output),
-        "FAIL endless.repl: it ran longer than 2 s (--timeout) and was stopped\nok   quick.repl (1 cell)\n1 passed, 1 failed\n"
+        "FAIL endless.repl: it ran longer than 2 s (--timeout) and was stopped in the cell at line 2\nok   quick.repl (1 cell)\n1 passed, 1 failed\n"
     );
 }
 
@@ -176,7 +176,7 @@ fn what_cells_fork_ends_with_their_file() {
     let output = quasi_test(folder.path(), &["--timeout", "3", "forks.repl", "forks-endless.repl"]);
     assert_eq!(
         stdout(&output),
-        "ok   forks.repl (6 cells)\nFAIL forks-endless.repl: it ran longer than 3 s (--timeout) and was stopped\n\
+        "ok   forks.repl (6 cells)\nFAIL forks-endless.repl: it ran longer than 3 s (--timeout) and was stopped in the cell at line 13\n\
          1 passed, 1 failed\n"
     );
     // Far from the 60 s the forked processes sleep.
