@@ -389,7 +389,7 @@ const RUNNING: &str = "quasi test: running ";
 /// empty), and the rest.
 fn worker_errors(bytes: &[u8]) -> (String, String) {
     let text = String::from_utf8_lossy(bytes);
-    let place = text.lines().filter_map(|line| line.strip_prefix(RUNNING)).last();
+    let place = text.lines().rev().find_map(|line| line.strip_prefix(RUNNING));
     let rest: Vec<&str> = text.lines().filter(|line| !line.starts_with(RUNNING)).collect();
     (place.map_or_else(String::new, |place| format!(" in {place}")), rest.join("\n"))
 }
