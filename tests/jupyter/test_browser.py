@@ -492,11 +492,15 @@ app.shell.currentWidget.sessionContext.ready
           error => { window.quasiRunAll = {done: true, error: String(error)}; });
 """
 
+# Run All has finished when its command says so, the kernel is idle and every code cell shows
+# the number of its run: the kernel is idle between two cells too, and a cell not yet sent shows
+# `[ ]:` (tour.ipynb's last two cells were once checked before they ran).
 FINISHED = """
 const widget = window.jupyterapp.shell.currentWidget;
 const prompts = [...widget.node.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(node => node.innerText);
-return (window.quasiRunAll || {}).done && widget.sessionContext.kernelDisplayStatus === 'idle'
-    && !prompts.some(prompt => prompt.includes('*')) && window.quasiRunAll;
+const state = window.quasiRunAll || {};
+return state.done && widget.sessionContext.kernelDisplayStatus === 'idle'
+    && (state.error || prompts.every(prompt => /\[\d+\]/.test(prompt))) && state;
 """
 
 SHUT_DOWN = """
