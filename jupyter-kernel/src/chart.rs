@@ -480,7 +480,7 @@ mod tests {
             median: Duration::from_nanos(median_ns),
             mean: Duration::from_nanos(median_ns),
             std: Duration::ZERO,
-            throughput: None,
+            throughput: Vec::new(),
             samples,
         }
     }

@@ -221,14 +221,19 @@ fn device_detail(bytes: Option<u64>, detail: &str) -> String {
 /// A benchmark's statistics as a one-row table under its summary line.
 pub fn bench(summary: &str, report: &quasi_lang::BenchReport) -> String {
     let first = summary.lines().next().unwrap_or("");
-    let header: Vec<String> = ["runs", "min", "median", "mean", "std"].map(String::from).to_vec();
-    let row = vec![
+    let mut header: Vec<String> = ["runs", "min", "median", "mean", "std"].map(String::from).to_vec();
+    let mut row = vec![
         report.runs.to_string(),
         quasi_repl::format_duration(report.min),
         quasi_repl::format_duration(report.median),
         quasi_repl::format_duration(report.mean),
         quasi_repl::format_duration(report.std),
     ];
+    // The throughputs `(bytes E)` and `(flops E)` give, as the terminal shows them.
+    for throughput in &report.throughput {
+        header.push("throughput".to_string());
+        row.push(quasi_repl::throughput_text(*throughput));
+    }
     // Flush with the text outputs beside it (definitions, values), as `FLUSH` makes a `<pre>`.
     format!("<div style=\"{FLUSH}\">{}</div>{}", escape(first), table(&header, &[row]))
 }
@@ -277,6 +282,27 @@ mod tests {
 
     fn check(actual: String, expected: Expect) {
         expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn a_bench_table_shows_every_throughput() {
+        use std::time::Duration;
+        let report = quasi_lang::BenchReport {
+            runs: 50,
+            elapsed: Duration::from_millis(5),
+            warmup: 3,
+            min: Duration::from_micros(90),
+            median: Duration::from_micros(100),
+            mean: Duration::from_micros(101),
+            std: Duration::from_micros(2),
+            throughput: vec![quasi_lang::Throughput::Bytes(4e7), quasi_lang::Throughput::Flops(1e7)],
+            samples: Vec::new(),
+        };
+        let html = super::bench("bench: 50 runs", &report);
+        let cells: Vec<&str> = html.split("<td").skip(1).collect();
+        assert_eq!(cells.len(), 7, "{html}");
+        assert!(cells[5].contains("40.0 MB/s") && cells[6].contains("10.0 MFLOP/s"), "{html}");
+        assert_eq!(html.matches(">throughput<").count(), 2, "{html}");
     }
 
     #[test]

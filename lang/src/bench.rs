@@ -145,10 +145,12 @@ impl Bencher<'_> {
         let mut harness = self.build_harness(expression)?;
         let mut report = self.measure(&mut harness, &options, expression.span)?;
         let median_seconds = report.median.as_secs_f64().max(1e-12);
+        // Both when both are given: bytes first, as the options read.
         if let Some(bytes) = &options.bytes {
-            report.throughput = Some(Throughput::Bytes(self.evaluate_number(bytes)? / median_seconds));
-        } else if let Some(flops) = &options.flops {
-            report.throughput = Some(Throughput::Flops(self.evaluate_number(flops)? / median_seconds));
+            report.throughput.push(Throughput::Bytes(self.evaluate_number(bytes)? / median_seconds));
+        }
+        if let Some(flops) = &options.flops {
+            report.throughput.push(Throughput::Flops(self.evaluate_number(flops)? / median_seconds));
         }
         Ok(report)
     }

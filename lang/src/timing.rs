@@ -151,8 +151,9 @@ pub struct BenchReport {
     pub mean: Duration,
     /// Standard deviation of the runs.
     pub std: Duration,
-    /// Work per second at the median, when the user gave the work per run.
-    pub throughput: Option<Throughput>,
+    /// Work per second at the median, for each kind of work the user gave per run (bytes, then
+    /// FLOPs).
+    pub throughput: Vec<Throughput>,
     /// Per-run durations in nanoseconds (a batch's mean when runs were timed in batches),
     /// sorted, for charts: at most `SAMPLES_KEPT`, at evenly spaced ranks when there were more,
     /// always with the fastest and the slowest.
@@ -184,7 +185,7 @@ impl BenchReport {
             median: nanos(median),
             mean: nanos(mean),
             std: nanos(variance.sqrt()),
-            throughput: None,
+            throughput: Vec::new(),
             samples: keep_evenly(samples, SAMPLES_KEPT),
         }
     }

@@ -332,7 +332,8 @@ pub fn byte_text(bytes: u64) -> String {
     }
 }
 
-fn throughput_text(throughput: Throughput) -> String {
+/// A throughput as a bench shows it: `23.7 GB/s`, `1.2 GFLOP/s`.
+pub fn throughput_text(throughput: Throughput) -> String {
     let (value, unit) = match throughput {
         Throughput::Bytes(bytes) => (bytes, "B/s"),
         Throughput::Flops(flops) => (flops, "FLOP/s"),
@@ -361,12 +362,12 @@ fn render_bench(report: &BenchReport, masking: Masking) -> String {
         time(report.mean),
         time(report.std)
     ));
-    if let Some(throughput) = report.throughput {
+    for throughput in &report.throughput {
         text.push_str("  ");
         text.push_str(&if masking == Masking::Addresses {
             "<throughput>".to_string()
         } else {
-            throughput_text(throughput)
+            throughput_text(*throughput)
         });
     }
     text.push('\n');
