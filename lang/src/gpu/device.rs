@@ -95,6 +95,17 @@ pub(crate) struct Copy {
     pub bytes: u64,
 }
 
+impl Copy {
+    /// The host memory the copy uses and whether the device writes it.
+    pub(crate) fn host_side(&self) -> Option<(u64, bool)> {
+        match self.kind {
+            CopyKind::HostToDevice => Some((self.source, false)),
+            CopyKind::DeviceToHost => Some((self.target, true)),
+            CopyKind::DeviceToDevice => None,
+        }
+    }
+}
+
 /// A launch of a kernel the device has code for: its grid and block (checked against CUDA's
 /// limits), a value per parameter, and the bytes its annotations move (for GB/s).
 pub(crate) struct Launch<'a> {

@@ -280,11 +280,7 @@ impl Runtime {
         copy: Copy,
         what: impl FnOnce() -> String,
     ) -> Result<(), DeviceError> {
-        let host = match copy.kind {
-            CopyKind::HostToDevice => Some((copy.source, false)),
-            CopyKind::DeviceToHost => Some((copy.target, true)),
-            CopyKind::DeviceToDevice => None,
-        };
+        let host = copy.host_side();
         if let Some((address, write)) = host {
             self.lock().host_copy = Some(HostCopy { what: what(), address, bytes: copy.bytes, write });
         }
@@ -296,14 +292,14 @@ impl Runtime {
         copied
     }
 
-    /// Why a segmentation fault (`fault`: its address, and whether it wrote) happened, if it
-    /// was in the host side of a copy: the message names the copy. Forgets the copy whatever
-    /// the fault (it ended the copy).
-    pub(crate) fn faulted_copy(&self, fault: Option<(usize, bool)>) -> Option<String> {
+    /// Why a segmentation fault (at `fault`, its address) happened, if it was in the host side
+    /// of a copy: the message names the copy. Forgets the copy whatever the fault (it ended the
+    /// copy).
+    pub(crate) fn faulted_copy(&self, fault: Option<usize>) -> Option<String> {
         let copy = self.lock().host_copy.take()?;
         // Only the copy runs between its note and its end: the fault is the copy's, wherever
         // it was (a non-canonical address faults as address 0).
-        let (address, _) = fault?;
+        let address = fault?;
         let (access, side, done) = if copy.write { ("writes", "into", "written") } else { ("reads", "from", "read") };
         let end = copy.address.saturating_add(copy.bytes);
         let which = match address as u64 {

@@ -13,7 +13,7 @@ impl Session {
         let note = "the session is intact; all definitions and globals are kept";
         // The host side of a GPU copy faulted: the program's pointer was wild.
         let copy = match fault {
-            Fault::Signal { signal: libc::SIGSEGV, address, write, raised: false, .. } => Some((*address, *write)),
+            Fault::Signal { signal: libc::SIGSEGV, address, raised: false, .. } => Some(*address),
             _ => None,
         };
         if let Some(message) = self.gpu.runtime.faulted_copy(copy) {

@@ -241,7 +241,7 @@ impl Device for SimDevice {
                 .iter()
                 .enumerate()
                 .filter_map(|(index, command)| match command {
-                    Command::Copy(copy) => host_side(copy).map(|(address, device_writes)| {
+                    Command::Copy(copy) => copy.host_side().map(|(address, device_writes)| {
                         (address, copy.bytes, device_writes, format!("command {}, {}", index + 1, command.label()))
                     }),
                     Command::Call { .. } => None,
@@ -364,16 +364,6 @@ impl SimDevice {
     }
 }
 
-/// The host memory a copy uses and whether the device writes it.
-fn host_side(copy: &Copy) -> Option<(u64, bool)> {
-    match copy.kind {
-        CopyKind::HostToDevice => Some((copy.source, false)),
-        CopyKind::DeviceToHost => Some((copy.target, true)),
-        CopyKind::DeviceToDevice => None,
-    }
-}
-
-/// A command a fault or an interrupt ended on a worker, as an error.
 /// Copies `bytes` from `source` to `target` with C's memmove: a program's host pointer may be
 /// wild, null included, and touching it must be a fault the guard reports (std's copy checks
 /// its pointers in debug builds, and a null one aborts the process).
@@ -385,6 +375,7 @@ unsafe fn raw_copy(target: u64, source: u64, bytes: u64) {
     unsafe { libc::memmove(target as *mut libc::c_void, source as *const libc::c_void, bytes as usize) };
 }
 
+/// A command a fault or an interrupt ended on a worker, as an error.
 fn fault(executor: &Simulator, record: &FaultRecord, what: &str) -> DeviceError {
     use crate::abi::{FaultCode, GuardCode};
     let message = match GuardCode::from_code(record.code) {
