@@ -130,13 +130,32 @@ pub(crate) enum HelperError {
     Start,
     /// The session was interrupted; the helper was killed.
     Interrupted,
-    /// It ended without answering: `how` ("exit(7)", "signal SIGSEGV"), and the end of what it
-    /// wrote on standard error.
-    Ended { how: String, errors: String },
+    /// It ended without answering: how, and the end of what it wrote on standard error.
+    Ended { end: HelperEnd, errors: String },
 }
 
-/// Whether the child `pid` has ended, without reaping it.
-fn has_ended(pid: i32) -> bool {
+/// How a helper's process ended without an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum HelperEnd {
+    /// It exited with this status.
+    Exit(i32),
+    /// A signal ended it.
+    Signal(i32),
+}
+
+impl std::fmt::Display for HelperEnd {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            HelperEnd::Exit(code) => write!(formatter, "exit({code})"),
+            HelperEnd::Signal(libc::SIGABRT) => write!(formatter, "abort() (SIGABRT)"),
+            HelperEnd::Signal(signal) => write!(formatter, "signal {}", crate::guard::signal_name(signal)),
+        }
+    }
+}
+
+/// Whether the child `pid` has ended, without reaping it (until it is reaped its pid, and the
+/// id of a process group it leads, cannot be anybody else's). `quasi test` uses it too.
+pub fn has_ended(pid: i32) -> bool {
     // SAFETY: waitid writes the siginfo it is given; WNOWAIT leaves the child to be reaped.
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -203,14 +222,10 @@ pub(crate) fn run(job: &str, argument: &str, limits: Limits, interrupt: &AtomicB
     let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).trim_end().to_string();
     match (status.code(), answer.is_empty()) {
         (Some(0), false) => Ok(answer),
-        (Some(code), _) => Err(HelperError::Ended { how: format!("exit({code})"), errors }),
+        (Some(code), _) => Err(HelperError::Ended { end: HelperEnd::Exit(code), errors }),
         (None, _) => {
             let signal = std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0);
-            let how = match signal {
-                libc::SIGABRT => "abort() (SIGABRT)".to_string(),
-                other => format!("signal {}", crate::guard::signal_name(other)),
-            };
-            Err(HelperError::Ended { how, errors })
+            Err(HelperError::Ended { end: HelperEnd::Signal(signal), errors })
         }
     }
 }

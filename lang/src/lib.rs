@@ -65,11 +65,13 @@ pub use timing::{
 };
 
 /// What front ends use beside a session: the CUDA device probe, NVIDIA's PTX assembler, the
-/// object cache's settings and the level short scripts compile at.
+/// object cache's settings, the level short scripts compile at, and whether a child process
+/// has ended (without reaping it).
 pub mod tools {
     pub use crate::backend::{CACHE_BUDGET, CACHE_VARIABLE};
     pub use crate::cost::SHORT_RUN_LEVEL;
     pub use crate::gpu::probe as gpu_probe;
     /// NVIDIA's PTX assembler: finding it, its resource report, occupancy (`:ptx`'s last line).
     pub use crate::gpu::ptxas;
+    pub use crate::helper::has_ended as child_has_ended;
 }

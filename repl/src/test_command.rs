@@ -345,18 +345,6 @@ impl Drop for WorkerGroup {
     }
 }
 
-/// Whether the child `pid` has ended, without reaping it.
-fn has_ended(pid: i32) -> bool {
-    // SAFETY: waitid writes the siginfo it is given; WNOWAIT leaves the child to be reaped.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let found =
-            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
-        // An error (no such child) counts as ended: `wait` then says why.
-        found != 0 || info.si_pid() != 0
-    }
-}
-
 /// Ctrl-C, SIGTERM or SIGHUP of `quasi test`: the workers' groups are killed (they are not in
 /// the terminal's foreground group), then this process ends as the signal ends it.
 extern "C" fn end_workers(signal: libc::c_int) {
@@ -426,7 +414,7 @@ fn spawn_worker(executable: &Path, path: &Path, limit: Duration) -> Result<Vec<(
     let started = Instant::now();
     // The worker is reaped only after its group is killed: until then its pid, and so the
     // group's id, cannot be anybody else's.
-    while !has_ended(child.id() as i32) {
+    while !quasi_lang::tools::child_has_ended(child.id() as i32) {
         if started.elapsed() >= limit {
             drop(group);
             let _ = child.wait();

@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 
 use crate::diagnostics::{Diagnostic, Kind};
+use crate::helper::HelperEnd;
 use crate::reader::{Sexp, SexpKind};
 use crate::source::Span;
 
@@ -206,23 +207,26 @@ fn parse_failure(request: &Request, flags: &[String], error: ParseError) -> Fail
             .with_label(request.span, "")
             .with_note("the parse ran in a process of its own, which was stopped; the session is as it was"),
         ),
-        ParseError::Ended { how, errors } => {
-            let why = match how.as_str() {
-                "signal SIGXCPU" | "signal SIGKILL" => {
+        ParseError::Ended { end, errors } => {
+            let why = match end {
+                HelperEnd::Signal(libc::SIGXCPU | libc::SIGKILL) => {
                     format!(
                         "libclang ran past {} s of processor time parsing {}",
                         parse::PARSE_SECONDS,
                         request.header_names()
                     )
                 }
-                _ if errors.contains("out of memory") || errors.contains("bad_alloc") || how == "abort() (SIGABRT)" => {
+                _ if errors.contains("out of memory")
+                    || errors.contains("bad_alloc")
+                    || end == HelperEnd::Signal(libc::SIGABRT) =>
+                {
                     format!(
                         "libclang ran out of memory ({} GiB) parsing {}",
                         parse::PARSE_MEMORY >> 30,
                         request.header_names()
                     )
                 }
-                _ => format!("libclang's process ended with {how} parsing {}", request.header_names()),
+                _ => format!("libclang's process ended with {end} parsing {}", request.header_names()),
             };
             let mut diagnostic = Diagnostic::error(Kind::Limit, why).with_label(request.span, "").with_note(
                 "headers are parsed in a process of their own, bounded in memory and time; the session is as it was",

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::helper::{self, HelperError};
+use crate::helper::{self, HelperEnd, HelperError};
 
 use clang::{
     diagnostic::Severity, source::SourceLocation, Clang, Entity, EntityKind, EvaluationResult, Index, StorageClass,
@@ -149,7 +149,7 @@ pub(crate) enum ParseError {
     Interrupted,
     /// The parser's process ended without an answer: out of memory or processor time (past
     /// `PARSE_MEMORY` or `PARSE_SECONDS`), or a crash; how, and what it wrote.
-    Ended { how: String, errors: String },
+    Ended { end: HelperEnd, errors: String },
 }
 
 struct Worker<'c> {
@@ -233,7 +233,7 @@ pub(crate) fn parse(headers: &[String], flags: &[String], interrupt: &AtomicBool
         Ok(answer) => answer,
         Err(HelperError::Interrupted) => return Err(ParseError::Interrupted),
         Err(HelperError::Start) => return Err(ParseError::Unavailable("the parser's process did not start".into())),
-        Err(HelperError::Ended { how, errors }) => return Err(ParseError::Ended { how, errors }),
+        Err(HelperError::Ended { end, errors }) => return Err(ParseError::Ended { end, errors }),
     };
     let parsed: Result<Header, ParseError> = serde_json::from_slice(&answer)
         .map_err(|error| ParseError::Unavailable(format!("the parser's answer was not read: {error}")))?;

@@ -7,7 +7,7 @@
 //! session's copy stays.
 
 use crate::abi;
-use crate::helper::{self, HelperError};
+use crate::helper::{self, HelperEnd, HelperError};
 use crate::tree::Resolution;
 use std::ffi::{c_void, CStr, CString};
 use std::path::Path;
@@ -20,7 +20,7 @@ pub(crate) enum LoadError {
     Loader(String),
     /// Loading it in a helper process ended that process (its initialisers called `exit` or
     /// `abort`, or faulted): the session did not load it. What happened, and what it wrote.
-    Refused { how: String, errors: String },
+    Refused { end: HelperEnd, errors: String },
     /// The session was interrupted while the library loaded (its initialisers hang).
     Interrupted,
 }
@@ -167,7 +167,7 @@ fn probe(path: &str, interrupt: &AtomicBool) -> Result<(), LoadError> {
             None => Ok(()),
         },
         Err(HelperError::Interrupted) => Err(LoadError::Interrupted),
-        Err(HelperError::Ended { how, errors }) => Err(LoadError::Refused { how, errors }),
+        Err(HelperError::Ended { end, errors }) => Err(LoadError::Refused { end, errors }),
         // No helper (no /proc): the library is loaded as it is.
         Err(HelperError::Start) => Ok(()),
     }

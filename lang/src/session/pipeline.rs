@@ -327,10 +327,10 @@ impl Transaction<'_> {
                         "its initialisers ran in a helper process, which was stopped; the session did not load it",
                     )])
                 }
-                Err(LoadError::Refused { how, errors }) => {
+                Err(LoadError::Refused { end, errors }) => {
                     let mut diagnostic = Diagnostic::error(
                         Kind::Ffi,
-                        format!("cannot load library `{name}`: loading it ended the process with {how}"),
+                        format!("cannot load library `{name}`: loading it ended the process with {end}"),
                     )
                     .with_label(argument.span, "")
                     .with_note(
