@@ -246,22 +246,46 @@ int quasi_request_interrupt(pthread_t executor) {
     return pthread_kill(executor, quasi_interrupt_signal());
 }
 
-void quasi_install_fault_handlers(void) {
-    struct sigaction action;
+/* The guard's flags: the fault handler may run again within itself; the interrupt's has no
+ * SA_RESTART, so a blocking call the compiled code made returns EINTR to it. */
+#define FAULT_FLAGS (SA_SIGINFO | SA_ONSTACK | SA_NODEFER)
+#define INTERRUPT_FLAGS (SA_SIGINFO | SA_ONSTACK)
+
+/* Sets `handler` for `signal_number`, keeping the handler it replaces in `previous` (if given);
+ * with `only_replaced`, leaves a signal whose handler is `handler` already alone. Returns 1 if
+ * it set the handler. */
+static int set_handler(int signal_number, void (*handler)(int, siginfo_t *, void *), int flags,
+                       struct sigaction *previous, int only_replaced) {
+    struct sigaction action, current;
+    if (only_replaced && sigaction(signal_number, NULL, &current) == 0 && current.sa_sigaction == handler) return 0;
     memset(&action, 0, sizeof action);
-    action.sa_sigaction = on_signal;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    action.sa_sigaction = handler;
+    action.sa_flags = flags;
     sigemptyset(&action.sa_mask);
+    sigaction(signal_number, &action, previous);
+    return 1;
+}
+
+/* Sets the guard's handlers; see `set_handler` for `only_replaced`. Returns how many it set. */
+static int set_guard_handlers(int only_replaced) {
+    int set = 0;
+    /* The first handlers are kept, to chain to; later ones are a library's, not kept. */
     for (size_t i = 0; i < sizeof synchronous_signals / sizeof synchronous_signals[0]; i++) {
-        sigaction(synchronous_signals[i], &action, &previous_actions[synchronous_signals[i]]);
+        int signal_number = synchronous_signals[i];
+        set += set_handler(signal_number, on_signal, FAULT_FLAGS, only_replaced ? NULL : &previous_actions[signal_number],
+                           only_replaced);
     }
     for (size_t i = 0; i < sizeof raisable_signals / sizeof raisable_signals[0]; i++) {
-        sigaction(raisable_signals[i], &action, &previous_actions[raisable_signals[i]]);
+        int signal_number = raisable_signals[i];
+        set += set_handler(signal_number, on_signal, FAULT_FLAGS, only_replaced ? NULL : &previous_actions[signal_number],
+                           only_replaced);
     }
-    /* No SA_RESTART: a blocking call the compiled code made returns EINTR to it. */
-    action.sa_sigaction = on_interrupt;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigaction(quasi_interrupt_signal(), &action, NULL);
+    set += set_handler(quasi_interrupt_signal(), on_interrupt, INTERRUPT_FLAGS, NULL, only_replaced);
+    return set;
+}
+
+void quasi_install_fault_handlers(void) {
+    set_guard_handlers(0);
     /* glibc's fatal messages (double free…) go to standard error, where the cell shows them,
      * instead of the terminal. */
     setenv("LIBC_FATAL_STDERR_", "1", 0);
@@ -270,31 +294,7 @@ void quasi_install_fault_handlers(void) {
 /* Puts back the guard's handlers that something (a library's initialisers) replaced, keeping
  * the first handlers it chains to; returns how many were replaced. */
 int quasi_restore_fault_handlers(void) {
-    int restored = 0;
-    struct sigaction action, current;
-    memset(&action, 0, sizeof action);
-    action.sa_sigaction = on_signal;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-    sigemptyset(&action.sa_mask);
-    for (size_t i = 0; i < sizeof synchronous_signals / sizeof synchronous_signals[0]; i++) {
-        if (sigaction(synchronous_signals[i], NULL, &current) == 0 && current.sa_sigaction != on_signal) {
-            sigaction(synchronous_signals[i], &action, NULL);
-            restored++;
-        }
-    }
-    for (size_t i = 0; i < sizeof raisable_signals / sizeof raisable_signals[0]; i++) {
-        if (sigaction(raisable_signals[i], NULL, &current) == 0 && current.sa_sigaction != on_signal) {
-            sigaction(raisable_signals[i], &action, NULL);
-            restored++;
-        }
-    }
-    action.sa_sigaction = on_interrupt;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    if (sigaction(quasi_interrupt_signal(), NULL, &current) == 0 && current.sa_sigaction != on_interrupt) {
-        sigaction(quasi_interrupt_signal(), &action, NULL);
-        restored++;
-    }
-    return restored;
+    return set_guard_handlers(1);
 }
 
 /* exit and its kin, abort: called by user code, they end the running cell, not the process.
