@@ -296,36 +296,37 @@ fn new_session() -> Session {
 /// until it ends (an interrupt that lands between two steps is taken by the next).
 struct Watchdog {
     done: Arc<AtomicBool>,
-    fired: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
+    /// Answers whether it interrupted the run.
+    thread: std::thread::JoinHandle<bool>,
 }
 
 impl Watchdog {
     fn start(handle: quasi_lang::InterruptHandle, limit: std::time::Duration) -> Watchdog {
-        let (done, fired) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let (watched, firing) = (Arc::clone(&done), Arc::clone(&fired));
+        let done = Arc::new(AtomicBool::new(false));
+        let watched = Arc::clone(&done);
         let thread = std::thread::spawn(move || {
             let deadline = std::time::Instant::now() + limit;
+            let mut fired = false;
             while !watched.load(Ordering::SeqCst) {
                 let now = std::time::Instant::now();
                 if now >= deadline {
-                    firing.store(true, Ordering::SeqCst);
+                    fired = true;
                     handle.interrupt();
                     std::thread::park_timeout(std::time::Duration::from_millis(50));
                 } else {
                     std::thread::park_timeout(deadline - now);
                 }
             }
+            fired
         });
-        Watchdog { done, fired, thread }
+        Watchdog { done, thread }
     }
 
     /// Ends the watch; whether it stopped the run.
     fn stop(self) -> bool {
         self.done.store(true, Ordering::SeqCst);
         self.thread.thread().unpark();
-        let _ = self.thread.join();
-        self.fired.load(Ordering::SeqCst)
+        self.thread.join().unwrap_or(false)
     }
 }
 
