@@ -334,7 +334,7 @@ impl Bencher<'_> {
         }
         let points = cartesian(&values);
         let mut variants = Vec::new();
-        let mut reference: Option<Vec<String>> = None;
+        let mut reference = Reference::default();
         let mut definitions: Vec<Option<Vec<Sexp>>> = Vec::new();
         for point in &points {
             let bindings: HashMap<&str, &Sexp> = names.iter().map(String::as_str).zip(point.iter()).collect();
@@ -394,7 +394,7 @@ impl Bencher<'_> {
             .map(|entry| entry.signature.clone());
         let mut variants = Vec::new();
         let mut definitions = Vec::new();
-        let mut reference = None;
+        let mut reference = Reference::default();
         for implementation in implementations {
             let definition = self.renamed(implementation, tuning.name, wanted.as_ref());
             match self.autotune_variant(tuning, definition, &mut reference) {
@@ -509,11 +509,23 @@ impl Bencher<'_> {
         &mut self,
         tuning: &Tuning<'_>,
         definition: Result<Vec<Sexp>, String>,
-        reference: &mut Option<Vec<String>>,
+        reference: &mut Reference,
     ) -> Result<(BenchReport, Vec<Sexp>), String> {
         let Tuning { run, check, check_buffer, tolerance, .. } = *tuning;
         let definition = definition?;
         self.pipeline.compile_quietly(&definition, false).map_err(first_line)?;
+        // Every variant's checked run starts from the buffer as it was before the first: a
+        // variant that leaves part of it unwritten cannot pass on an earlier variant's results,
+        // and one that works in place gets the same input.
+        if let Some((pointer, count)) = check_buffer {
+            match &reference.initial {
+                None => reference.initial = Some(self.copy_buffer(pointer, count, None).map_err(first_line)?.0),
+                Some(initial) => {
+                    let initial = initial.clone();
+                    self.copy_buffer(pointer, count, Some(initial)).map_err(first_line)?;
+                }
+            }
+        }
         let run_value = match self.evaluate_or_compile(run).map_err(first_line)? {
             Evaluated::Value(text, _) => text,
             // A statement runs for its effects.
@@ -529,8 +541,8 @@ impl Bencher<'_> {
             (None, Some((pointer, count))) => self.read_buffer(pointer, count).map_err(first_line)?,
             (None, None) => vec![run_value],
         };
-        match reference {
-            None => *reference = Some(check_values),
+        match &reference.values {
+            None => reference.values = Some(check_values),
             Some(expected) => {
                 if let Some((index, (want, got))) = expected
                     .iter()
@@ -556,27 +568,57 @@ impl Bencher<'_> {
         Ok(())
     }
 
-    /// N elements at a pointer, copied by compiled code (so a bad pointer faults in the guard).
+    /// N elements at a pointer or of a `(gpu-buf T)`, as text.
     fn read_buffer(&mut self, pointer: &Sexp, count: &Sexp) -> Result<Vec<String>, Vec<Diagnostic>> {
+        let (buffer, element) = self.copy_buffer(pointer, count, None)?;
+        let structs = &self.pipeline.env().structs;
+        let (size, _) = value::size_align(&element, structs);
+        let count = buffer.len() / size.max(1);
+        Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, structs)).collect())
+    }
+
+    /// N elements at a pointer, copied by compiled code (so a bad pointer faults in the guard),
+    /// or of a `(gpu-buf T)`, copied by `gpu-copy` (bounds checked there): out of it into the
+    /// bytes returned (with the element type), or, given `contents`, into it.
+    fn copy_buffer(
+        &mut self,
+        pointer: &Sexp,
+        count: &Sexp,
+        contents: Option<Vec<u8>>,
+    ) -> Result<(Vec<u8>, Ty), Vec<Diagnostic>> {
         let span = pointer.span;
         let (count_text, _) = self.evaluate_quietly(count)?;
         let count: usize = count_text.parse().map_err(|_| {
             vec![Diagnostic::error(Kind::Type, "the element count must be an integer").with_label(count.span, "")]
         })?;
         let (_, pointer_type) = self.evaluate_quietly(pointer)?;
-        let Some(element) = pointer_type.pointee().cloned() else {
-            return Err(vec![Diagnostic::error(
-                Kind::Type,
-                format!("`check-buffer` needs a pointer, found `{pointer_type}`"),
-            )
-            .with_label(span, "")]);
+        let (element, on_device) = match &pointer_type {
+            Ty::GpuBuf(element) => ((**element).clone(), true),
+            _ => match pointer_type.pointee() {
+                Some(element) => (element.clone(), false),
+                None => {
+                    return Err(vec![Diagnostic::error(
+                        Kind::Type,
+                        format!("`check-buffer` needs a pointer or a `(gpu-buf T)`, found `{pointer_type}`"),
+                    )
+                    .with_label(span, "")])
+                }
+            },
         };
         let (size, _) = value::size_align(&element, &self.pipeline.env().structs);
-        let buffer = vec![0u8; size * count.max(1)];
-        let text = format!(
-            "((declare k_q_copy int64) (for ((set k_q_copy (int64 0)) (lt k_q_copy (int64 {count})) (set k_q_copy (add k_q_copy (int64 1)))) (store (ptradd (inttoptr (int64 {}) (ptr {element})) k_q_copy) (load (ptradd POINTER k_q_copy)))))",
-            buffer.as_ptr() as usize
-        );
+        let inward = contents.is_some();
+        let mut buffer = contents.unwrap_or_default();
+        buffer.resize(size * count, 0);
+        buffer.reserve(1);
+        let host = format!("(inttoptr (int64 {}) (ptr {element}))", buffer.as_ptr() as usize);
+        let (target, source) = if inward { ("POINTER", host.as_str()) } else { (host.as_str(), "POINTER") };
+        let text = if on_device {
+            format!("(gpu-copy {target} {source} {count})")
+        } else {
+            format!(
+                "((declare k_q_copy int64) (for ((set k_q_copy (int64 0)) (lt k_q_copy (int64 {count})) (set k_q_copy (add k_q_copy (int64 1)))) (store (ptradd {target} k_q_copy) (load (ptradd {source} k_q_copy)))))"
+            )
+        };
         let template = crate::reader::read_template(span.source, &text)
             .map_err(|_| syntax(span, "internal: bad copy template"))?;
         let copy = map_tree(
@@ -589,9 +631,16 @@ impl Bencher<'_> {
             span,
         );
         self.compile_and_run_statement(&copy)?;
-        let structs = &self.pipeline.env().structs;
-        Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, structs)).collect())
+        Ok((buffer, element))
     }
+}
+
+/// What the first variant of an `autotune` left for the others: its check values, and the
+/// checked buffer's contents before it ran.
+#[derive(Default)]
+struct Reference {
+    values: Option<Vec<String>>,
+    initial: Option<Vec<u8>>,
 }
 
 /// What every variant of an `autotune` shares: the tuned function, how it is run and checked.

@@ -278,8 +278,25 @@ impl CudaDevice {
         Ok(function)
     }
 
+    /// Gives the device up for the rest of the process without a CUDA call: a kernel still runs
+    /// in the context, and resetting or releasing it would wait for that kernel (on an H200,
+    /// driver 580, past a minute for one that never ends). Every buffer made before is stale;
+    /// every GPU form then answers `message`.
+    fn abandon(&self, message: String) {
+        let mut state = self.lock();
+        state.start = Start::Absent(message);
+        state.epoch += 1;
+        state.loaded.clear();
+        state.allocations.clear();
+        state.free_streams.clear();
+        state.free_events.clear();
+        state.retired.clear();
+    }
+
     /// After a kernel fault the context is unusable: it is reset and made again, and every
-    /// buffer made before becomes stale.
+    /// buffer made before becomes stale. Where the driver keeps the fault for the rest of the
+    /// process (an H200 with driver 580 refuses every new context with the fault's error), the
+    /// device is given up, and the message says so.
     fn recover(&self) -> String {
         let mut state = self.lock();
         let Start::Ready(handles) =
@@ -289,9 +306,6 @@ impl CudaDevice {
         };
         let ordinal = handles.device;
         close(handles);
-        // SAFETY: resets the primary context of a device `device::get` returned; nothing of
-        // the old context is used after this (its memory and modules are of an older epoch).
-        let reset = unsafe { sys::cuDevicePrimaryCtxReset_v2(ordinal).result() };
         state.epoch += 1;
         state.loaded.clear();
         state.allocations.clear();
@@ -300,7 +314,7 @@ impl CudaDevice {
         state.free_streams.clear();
         state.free_events.clear();
         state.retired.clear();
-        match reset.and_then(|()| open_context(ordinal)) {
+        match reopen(ordinal) {
             Ok(handles) => {
                 state.start = Start::Ready(handles);
                 for (&address, &bytes) in &state.hosts {
@@ -309,14 +323,65 @@ impl CudaDevice {
                 }
                 "the GPU context was recreated, and buffers made before are stale".into()
             }
-            Err(error) => {
-                let message =
-                    format!("no CUDA device: the GPU could not be reset after a kernel fault: {}", cuda_error(error));
+            Err(why) => {
+                let message = format!(
+                    "no CUDA device: the driver keeps the kernel fault for the rest of the process ({why}): {RESTART}"
+                );
                 state.start = Start::Absent(message.clone());
                 message
             }
         }
     }
+}
+
+/// What a user does once the driver cannot go on in this process.
+const RESTART: &str =
+    "the GPU is unusable until Quasi restarts (in Jupyter, restart the kernel); definitions and host data are intact";
+
+/// Waits until `event` has completed: answers true then, and false when `give_up` said to stop
+/// first. Polled rather than `cuEventSynchronize`d, which no interrupt can end (a kernel that
+/// never ends, such as lanes waiting at different warp operations, would hang the session):
+/// spinning for the first 100 µs keeps a short launch's round trip as short as a blocking
+/// wait's, then a query every 100 µs costs nothing a long kernel would notice.
+fn wait_for(event: sys::CUevent, give_up: &dyn Fn() -> bool) -> Result<bool, result::DriverError> {
+    let start = Instant::now();
+    loop {
+        // SAFETY: `event` is a live event of the current context.
+        match unsafe { result::event::query(event) } {
+            Ok(()) => return Ok(true),
+            Err(error) if error.0 == sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
+            Err(error) => return Err(error),
+        }
+        if give_up() {
+            return Ok(false);
+        }
+        if start.elapsed() > Duration::from_micros(100) {
+            std::thread::sleep(Duration::from_micros(100));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Resets the primary context of `ordinal` after a fault and opens it again. The reset itself
+/// reports the fault that made it necessary (an H200 with driver 580 answers the pending
+/// CUDA_ERROR_ILLEGAL_ADDRESS) while it does destroy the context, so its status decides
+/// nothing: opening the new context does. A second reset covers a fault the driver was still
+/// reporting during the first.
+fn reopen(ordinal: sys::CUdevice) -> Result<Handles, String> {
+    let mut failures = Vec::new();
+    for _ in 0..2 {
+        // SAFETY: resets the primary context of a device `device::get` returned; nothing of
+        // the old context is used after this (its memory and modules are of an older epoch).
+        if let Err(error) = unsafe { sys::cuDevicePrimaryCtxReset_v2(ordinal).result() } {
+            failures.push(format!("the reset said {}", cuda_error(error)));
+        }
+        match open_context(ordinal) {
+            Ok(handles) => return Ok(handles),
+            Err(error) => failures.push(format!("opening the context again said {}", cuda_error(error))),
+        }
+    }
+    Err(failures.join("; "))
 }
 
 impl CudaDevice {
@@ -588,11 +653,22 @@ impl Device for CudaDevice {
             result::event::record(handles.start, std::ptr::null_mut())
                 .and_then(|()| result::launch_kernel(function, grid, block, 0, std::ptr::null_mut(), &mut parameters))
                 .and_then(|()| result::event::record(handles.end, std::ptr::null_mut()))
-                .and_then(|()| result::event::synchronize(handles.end))
-                .and_then(|()| result::event::elapsed(handles.start, handles.end))
+                .and_then(|()| wait_for(handles.end, launch.give_up))
+                .and_then(|ended| match ended {
+                    true => result::event::elapsed(handles.start, handles.end).map(Some),
+                    false => Ok(None),
+                })
         };
         match outcome {
-            Ok(milliseconds) => {
+            Ok(None) => {
+                let message = format!(
+                    "no CUDA device: kernel `{name}` was interrupted while it ran, and the driver cannot stop a \
+                     running kernel short of ending the process: {RESTART}"
+                );
+                self.abandon(message.clone());
+                Err(DeviceError::unavailable(message))
+            }
+            Ok(Some(milliseconds)) => {
                 let duration = Duration::from_secs_f64(f64::from(milliseconds) / 1e3);
                 let mut detail =
                     format!("grid ({}, {}, {}) block ({}, {}, {})", grid.0, grid.1, grid.2, block.0, block.1, block.2);

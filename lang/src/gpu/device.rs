@@ -113,6 +113,9 @@ pub(crate) struct Launch<'a> {
     pub dimensions: [i64; 6],
     pub values: &'a [u64],
     pub bytes: Option<u64>,
+    /// Whether to stop waiting for the kernel (the session's interrupt): the CUDA device then
+    /// stops it by resetting the GPU. The simulator is interrupted by a signal instead.
+    pub give_up: &'a dyn Fn() -> bool,
 }
 
 /// Why a device operation failed: the message, for the simulator the source of the access or

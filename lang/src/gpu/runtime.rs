@@ -373,7 +373,7 @@ impl Runtime {
         let mut staged: Vec<Staged> = Vec::new();
         let prepared = self.prepare_arguments(device, "launch", name, args, &mut values, Some(&mut staged));
         let launched = prepared.and_then(|bytes| {
-            let launch = Launch { name, dimensions, values: &values, bytes };
+            let launch = Launch { name, dimensions, values: &values, bytes, give_up: &|| self.interrupted() };
             device.launch(&launch)?;
             staged.iter().try_for_each(|staged| {
                 let Some(what) = &staged.copy_back else { return Ok(()) };

@@ -214,7 +214,25 @@ fn parse_here(headers: &[String], flags: &[String]) -> Result<Header, ParseError
     }
     let clang = Clang::new().map_err(ParseError::Unavailable)?;
     let worker = Worker { index: Index::new(&clang, false, false) };
-    worker.parse(headers, flags)
+    let mut flags = flags.to_vec();
+    if !flags.iter().any(|flag| flag.starts_with("-resource-dir")) {
+        if let Some(directory) = clang_sys::get_library().and_then(|library| resource_dir(library.path())) {
+            flags.push(format!("-resource-dir={}", directory.display()));
+        }
+    }
+    worker.parse(headers, &flags)
+}
+
+/// The builtin headers (stddef.h, stdarg.h…) of the libclang at `library`: `clang/N` beside
+/// it. libclang finds them itself only where its build put them (Debian: /usr/lib/llvm-19),
+/// so a libclang copied elsewhere, with LIBCLANG_PATH pointing at it, failed every include of
+/// a system header with "'stddef.h' file not found".
+fn resource_dir(library: &std::path::Path) -> Option<PathBuf> {
+    let versions = std::fs::read_dir(library.parent()?.join("clang")).ok()?;
+    let mut found: Vec<PathBuf> =
+        versions.flatten().map(|entry| entry.path()).filter(|path| path.join("include/stddef.h").is_file()).collect();
+    found.sort();
+    found.pop()
 }
 
 /// Parses `headers` (as `#include "…"` lines) with `flags` in a helper process, or takes the
@@ -635,6 +653,21 @@ mod tests {
             parsed.functions.iter().map(|function| function.name.as_str()).collect::<Vec<_>>(),
             ["interrupted_function"]
         );
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[test]
+    fn builtin_headers_are_found_beside_a_libclang_moved_elsewhere() {
+        let directory = std::env::temp_dir().join(format!("quasi-resource-dir-{}", std::process::id()));
+        let library = directory.join("lib/libclang-19.so.1");
+        assert_eq!(resource_dir(&library), None, "no folder yet");
+        for version in ["18", "19"] {
+            let include = directory.join("lib/clang").join(version).join("include");
+            std::fs::create_dir_all(&include).expect("a temporary folder");
+            std::fs::write(include.join("stddef.h"), "").expect("stddef.h");
+        }
+        std::fs::create_dir_all(directory.join("lib/clang/20")).expect("a version without headers");
+        assert_eq!(resource_dir(&library), Some(directory.join("lib/clang/19")));
         let _ = std::fs::remove_dir_all(&directory);
     }
 

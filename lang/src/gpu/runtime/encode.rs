@@ -225,7 +225,7 @@ impl Runtime {
     }
 
     /// Whether the session asked to interrupt the running cell.
-    fn interrupted(&self) -> bool {
+    pub(super) fn interrupted(&self) -> bool {
         self.interrupt.load(Ordering::SeqCst)
     }
 

@@ -272,7 +272,8 @@ impl Device for SimDevice {
                         Ok(())
                     }
                     (Step::Call { kernel }, Command::Call { name, dimensions, values, bytes }) => {
-                        let launch = Launch { name, dimensions: *dimensions, values, bytes: *bytes };
+                        let launch =
+                            Launch { name, dimensions: *dimensions, values, bytes: *bytes, give_up: &|| false };
                         let what = format!("kernel `{name}`");
                         crate::guard::guarded(|| shared.run_kernel(executor, lane, &launch, kernel))
                             .map_err(|record| fault(executor, &record, &what))?
