@@ -290,12 +290,17 @@ impl Bencher<'_> {
         let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)])`, or `(autotune NAME (impls F…) (run EXPR) …)`";
         let items = form.list().unwrap_or(&[]);
         let Some(name) = items.get(1).and_then(Sexp::symbol) else { return Err(syntax(form.span, shape)) };
+        check_clauses(&items[2..])?;
         let clause = |head: &str| items[2..].iter().find(|item| item.head() == Some(head)).and_then(Sexp::list);
         let Some(run) = clause("run").and_then(|run| run.get(1)) else { return Err(syntax(form.span, shape)) };
-        let tolerance = match clause("tolerance").and_then(|items| items.get(1)).map(|value| &value.kind) {
-            Some(SexpKind::Float(value)) => *value,
-            Some(SexpKind::Int(value)) => *value as f64,
-            _ => 1e-6,
+        let tolerance = match clause("tolerance").map(|items| &items[1].kind) {
+            Some(SexpKind::Float(value)) if *value >= 0.0 => *value,
+            Some(SexpKind::Int(value)) if *value >= 0 => *value as f64,
+            Some(_) => {
+                let value = &clause("tolerance").expect("matched")[1];
+                return Err(syntax(value.span, "`tolerance` is a relative tolerance: a number ≥ 0"));
+            }
+            None => 1e-6,
         };
         let check = clause("check").and_then(|items| items.get(1)).cloned();
         let check_buffer =
@@ -641,6 +646,60 @@ impl Bencher<'_> {
 struct Reference {
     values: Option<Vec<String>>,
     initial: Option<Vec<u8>>,
+}
+
+/// The clauses of `autotune`, each with how many items follow its name (`None`: any number).
+const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 7] = [
+    ("gen", None, "(gen F ARG…)"),
+    ("impls", None, "(impls F…)"),
+    ("params", None, "(params (P V…)…)"),
+    ("run", Some(1), "(run EXPR)"),
+    ("check", Some(1), "(check EXPR)"),
+    ("check-buffer", Some(2), "(check-buffer PTR N)"),
+    ("tolerance", Some(1), "(tolerance R)"),
+];
+
+/// Every clause after `autotune NAME` is one Quasi knows, with its number of items, once; `check`
+/// and `check-buffer` not both. Anything else is said, at the clause: a clause it drops would
+/// silently run another autotune than the one written.
+fn check_clauses(clauses: &[Sexp]) -> Result<(), Vec<Diagnostic>> {
+    let known = AUTOTUNE_CLAUSES.iter().map(|(_, _, shape)| format!("`{shape}`")).collect::<Vec<_>>().join(", ");
+    let mut seen: Vec<&str> = Vec::new();
+    for clause in clauses {
+        let head = clause.list().and_then(|items| items.first()).and_then(Sexp::symbol);
+        let Some((name, arity, shape)) = head.and_then(|head| AUTOTUNE_CLAUSES.iter().find(|(name, ..)| *name == head))
+        else {
+            let nearest = head.and_then(|head| {
+                AUTOTUNE_CLAUSES
+                    .iter()
+                    .map(|(name, ..)| (strsim::damerau_levenshtein(head, name), *name))
+                    .filter(|(distance, name)| *distance * 3 <= name.len())
+                    .min()
+            });
+            let what = head.map_or_else(|| format!("`{clause}`"), |head| format!("`({head} …)`"));
+            let mut diagnostic = Diagnostic::error(Kind::Syntax, format!("{what} is not a clause of `autotune`"))
+                .with_label(clause.span, "")
+                .with_note(format!("its clauses are {known}"));
+            if let Some((_, name)) = nearest {
+                diagnostic = diagnostic.with_note(format!("did you mean `{name}`?"));
+            }
+            return Err(vec![diagnostic]);
+        };
+        let count = clause.list().map_or(0, |items| items.len() - 1);
+        if arity.is_some_and(|arity| arity != count) {
+            return Err(syntax(clause.span, format!("`{name}` is `{shape}`")));
+        }
+        if seen.contains(name) {
+            return Err(syntax(clause.span, format!("`{name}` is given twice")));
+        }
+        seen.push(name);
+    }
+    if seen.contains(&"check") && seen.contains(&"check-buffer") {
+        let second = clauses.iter().rfind(|clause| matches!(clause.head(), Some("check" | "check-buffer")));
+        let span = second.map_or(clauses[0].span, |clause| clause.span);
+        return Err(syntax(span, "`autotune` takes `(check EXPR)` or `(check-buffer PTR N)`, not both"));
+    }
+    Ok(())
 }
 
 /// What every variant of an `autotune` shares: the tuned function, how it is run and checked.
