@@ -669,20 +669,14 @@ fn check_clauses(clauses: &[Sexp]) -> Result<(), Vec<Diagnostic>> {
         let head = clause.list().and_then(|items| items.first()).and_then(Sexp::symbol);
         let Some((name, arity, shape)) = head.and_then(|head| AUTOTUNE_CLAUSES.iter().find(|(name, ..)| *name == head))
         else {
-            let nearest = head.and_then(|head| {
-                AUTOTUNE_CLAUSES
-                    .iter()
-                    .map(|(name, ..)| (strsim::damerau_levenshtein(head, name), *name))
-                    .filter(|(distance, name)| *distance * 3 <= name.len())
-                    .min()
-            });
             let what = head.map_or_else(|| format!("`{clause}`"), |head| format!("`({head} …)`"));
-            let mut diagnostic = Diagnostic::error(Kind::Syntax, format!("{what} is not a clause of `autotune`"))
+            let diagnostic = Diagnostic::error(Kind::Syntax, format!("{what} is not a clause of `autotune`"))
                 .with_label(clause.span, "")
                 .with_note(format!("its clauses are {known}"));
-            if let Some((_, name)) = nearest {
-                diagnostic = diagnostic.with_note(format!("did you mean `{name}`?"));
-            }
+            let diagnostic = match head {
+                Some(head) => diagnostic.with_suggestion(head, AUTOTUNE_CLAUSES.iter().map(|(name, ..)| *name)),
+                None => diagnostic,
+            };
             return Err(vec![diagnostic]);
         };
         let count = clause.list().map_or(0, |items| items.len() - 1);

@@ -190,7 +190,10 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
             Command::Limits { name: words.next(), value: words.next() }
         }
         _ => {
-            return Err(syntax(format!("unknown command `{command}`")).with_note("`:help` lists the commands"));
+            let commands = COMMANDS.iter().filter_map(|(usage, _)| usage.split_whitespace().next());
+            return Err(syntax(format!("unknown command `{command}`"))
+                .with_note("`:help` lists the commands")
+                .with_suggestion(command, commands));
         }
     })
 }

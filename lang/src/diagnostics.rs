@@ -123,6 +123,14 @@ impl Diagnostic {
         self
     }
 
+    /// Adds "did you mean `X`?" when one of `known` is close to the misspelt `name`.
+    pub(crate) fn with_suggestion<'a>(self, name: &str, known: impl IntoIterator<Item = &'a str>) -> Diagnostic {
+        match nearest(name, known) {
+            Some(near) => self.with_note(format!("did you mean `{near}`?")),
+            None => self,
+        }
+    }
+
     /// Whether this is an error (not a warning).
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
@@ -138,4 +146,16 @@ impl Diagnostic {
     pub(crate) fn sort_key(&self) -> (u32, u32) {
         self.labels.first().map_or((u32::MAX, u32::MAX), |label| (label.span.source.0, label.span.start))
     }
+}
+
+/// The one of `known` nearest to a misspelt `name`: within a third of its length in edits
+/// (a transposition counts as one), the nearest and then the first in order on a tie.
+pub(crate) fn nearest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    known
+        .into_iter()
+        .filter(|candidate| *candidate != name)
+        .map(|candidate| (strsim::damerau_levenshtein(name, candidate), candidate))
+        .filter(|(distance, candidate)| *distance * 3 <= candidate.chars().count())
+        .min()
+        .map(|(_, candidate)| candidate)
 }

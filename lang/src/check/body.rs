@@ -51,6 +51,11 @@ impl<'c, 'a> BodyChecker<'c, 'a> {
                 Diagnostic::error(Kind::UnknownName, format!("no variable named `{name}`")).with_label(span, "");
             if self.cell.lookup_function(name).is_some() {
                 error = error.with_note(format!("`{name}` is a function: call it with (call {name} …)"));
+            } else {
+                let locals = self.scopes.iter().flat_map(|scope| scope.keys()).map(String::as_str);
+                let globals: Vec<String> = self.cell.global_names();
+                let known: Vec<&str> = locals.chain(globals.iter().map(String::as_str)).collect();
+                error = error.with_suggestion(name, known);
             }
             self.error(error);
         }

@@ -35,12 +35,15 @@ impl BodyChecker<'_, '_> {
                 .with_label(name_form.span, "");
             // A C function of the process is declared the C-Lisp way; anything else is a session
             // function that is not (or no longer, after a restart or `:reset`) defined.
-            let note = if self.cell.symbols.resolve(name).is_some() {
-                format!("`{name}` is a C function: declare it first, e.g. (define (({name} int) (x int)))")
+            let functions = self.cell.function_names();
+            if self.cell.symbols.resolve(name).is_some() {
+                let note = format!("`{name}` is a C function: declare it first, e.g. (define (({name} int) (x int)))");
+                error = error.with_note(note);
+            } else if let Some(near) = crate::diagnostics::nearest(name, functions.iter().map(String::as_str)) {
+                error = error.with_note(format!("did you mean `{near}`?"));
             } else {
-                "define it first: a session keeps only what was evaluated in it (a restart or `:reset` drops every definition)".to_string()
-            };
-            error = error.with_note(note);
+                error = error.with_note("define it first: a session keeps only what was evaluated in it (a restart or `:reset` drops every definition)");
+            }
             self.error(error);
             return None;
         };

@@ -38,6 +38,16 @@ impl<'a> CellChecker<'a> {
         self.overlay.functions.get(name).or_else(|| self.env.functions.get(name))
     }
 
+    /// The names of every function the cell can call: the session's and the cell's own.
+    pub(super) fn function_names(&self) -> Vec<String> {
+        self.overlay.functions.keys().chain(self.env.functions.keys()).cloned().collect()
+    }
+
+    /// The names of every global the cell can use: the session's and the cell's own.
+    pub(super) fn global_names(&self) -> Vec<String> {
+        self.overlay.globals.keys().chain(self.env.globals.keys()).cloned().collect()
+    }
+
     pub(super) fn lookup_global(&self, name: &str) -> Option<&GlobalEntry> {
         self.overlay.globals.get(name).or_else(|| self.env.globals.get(name))
     }

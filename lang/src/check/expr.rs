@@ -171,7 +171,9 @@ impl BodyChecker<'_, '_> {
                 if self.cell.lookup_function(name).is_some() {
                     error = error.with_note(format!("calls are written (call {name} …)"));
                 } else {
-                    error = error.with_note("calls are written (call NAME ARG…)");
+                    error = error
+                        .with_note("calls are written (call NAME ARG…)")
+                        .with_suggestion(name, super::FORM_NAMES.iter().copied());
                 }
                 self.error(error);
                 None
