@@ -25,7 +25,9 @@ mod wire;
 use std::path::Path;
 
 const USAGE: &str = "usage: quasi-kernel --connection-file FILE   serve a Jupyter client
-       quasi-kernel install [--user | --sys-prefix | --prefix DIR] [--gpu MODE]";
+       quasi-kernel install [--user | --sys-prefix | --prefix DIR] [--gpu MODE]
+       quasi-kernel --version                  print the version
+       quasi-kernel --help                     print this help";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,6 +39,10 @@ fn main() {
             None => usage(),
         },
         Some(flag) if flag.starts_with("--connection-file=") => serve(Path::new(&flag["--connection-file=".len()..])),
+        Some("--version" | "-V") => {
+            println!("quasi-kernel {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
         Some("--help" | "-h") => {
             println!("{USAGE}\n\n{}", install::USAGE);
             0

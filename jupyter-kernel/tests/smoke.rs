@@ -40,3 +40,26 @@ fn kernel_info_and_a_cell_over_sockets() -> anyhow::Result<()> {
         .await
     })?
 }
+
+/// `--version` and `--help` answer on stdout and succeed, as `quasi`'s do; anything else is the
+/// usage on stderr and status 2.
+#[test]
+fn version_and_help() {
+    let run = |argument: &str| {
+        let output =
+            std::process::Command::new(env!("CARGO_BIN_EXE_quasi-kernel")).arg(argument).output().expect("runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (status, stdout, _) = run("--version");
+    assert_eq!((status, stdout.as_str()), (Some(0), concat!("quasi-kernel ", env!("CARGO_PKG_VERSION"), "\n")));
+    let (status, stdout, _) = run("--help");
+    assert_eq!(status, Some(0));
+    assert!(stdout.contains("quasi-kernel --version") && stdout.contains("quasi-kernel install"), "{stdout}");
+    let (status, stdout, stderr) = run("--frobnicate");
+    assert_eq!((status, stdout.as_str()), (Some(2), ""));
+    assert!(stderr.starts_with("usage: quasi-kernel"), "{stderr}");
+}
