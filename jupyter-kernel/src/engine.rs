@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use quasi_lang::{completeness, Completeness, Completion, Outcome, Session, SessionConfig};
-use quasi_repl::transcript::{record_or_save, Recording};
+use quasi_repl::transcript::{pasted_cells, record_or_save, Recording};
 use tokio::sync::oneshot;
 
 use crate::display::{Output, Published};
@@ -135,16 +135,29 @@ fn serve(mut session: Session, events: mpsc::Receiver<Event>) {
 fn handle(session: &mut Session, recording: &mut Recording, event: Event) {
     match event {
         Event::Execute { code, outputs, reply } => {
-            // Program output streams while the cell runs; the rest follows when it ends.
-            let mut published = Published::default();
-            let mut outcome = session.eval_streaming(&code, &mut |partial| {
-                let new = published.take(partial, false);
-                if !new.is_empty() {
-                    let _ = outputs.send(new);
+            // A pasted transcript runs cell by cell, up to a failure; the reply is the last
+            // cell's.
+            let pasted = pasted_cells(&code);
+            let mut last = None;
+            for cell in pasted.as_deref().unwrap_or(std::slice::from_ref(&code)) {
+                // Program output streams while the cell runs; the rest follows when it ends.
+                let mut published = Published::default();
+                let mut outcome = session.eval_streaming(cell, &mut |partial| {
+                    let new = published.take(partial, false);
+                    if !new.is_empty() {
+                        let _ = outputs.send(new);
+                    }
+                });
+                record_or_save(recording, cell, &mut outcome);
+                let _ = outputs.send(published.take(&outcome, true));
+                let failed = outcome.failed();
+                last = Some(outcome);
+                if failed {
+                    break;
                 }
-            });
-            record_or_save(recording, &code, &mut outcome);
-            let _ = outputs.send(published.take(&outcome, true));
+            }
+            // A paste of prompts alone ran nothing: it is an empty cell.
+            let outcome = last.unwrap_or_else(|| session.eval(""));
             let _ = reply.send(outcome);
         }
         Event::Complete { code, cursor, reply } => {

@@ -570,9 +570,19 @@ fn interactive() -> i32 {
         }
         // Recorded before running, so a cell that brings the process down is still recalled.
         history.record(&mut editor, &buffer);
-        let outcome = run_cell(&mut session.borrow_mut(), &mut recording, cell.trim_end(), Shown::new(style, true));
-        if outcome.quit {
-            return 0;
+        // A pasted transcript runs cell by cell, each shown with its prompt, up to a failure.
+        let pasted = quasi_repl::transcript::pasted_cells(&cell);
+        for cell in pasted.as_deref().unwrap_or(std::slice::from_ref(&cell)) {
+            if pasted.is_some() {
+                print_line(&quasi_repl::transcript::format_input(cell));
+            }
+            let outcome = run_cell(&mut session.borrow_mut(), &mut recording, cell.trim_end(), Shown::new(style, true));
+            if outcome.quit {
+                return 0;
+            }
+            if outcome.failed() {
+                break;
+            }
         }
     }
 }
@@ -704,7 +714,11 @@ fn draw_continuation_prompts(buffer: &str) -> Cow<'_, str> {
 /// Whether the cell must go on: the session's reader decides (`completeness`). A cell that
 /// can never become valid is submitted anyway, so that the session reports it with a caret.
 fn cell_continues(buffer: &str) -> bool {
-    matches!(completeness(&cell_text(buffer)), Completeness::Incomplete { .. })
+    let text = cell_text(buffer);
+    // A pasted transcript is whole when its last cell is: what its cells printed is not C-Lisp.
+    let pasted = quasi_repl::transcript::pasted_cells(&text);
+    let last = pasted.as_ref().map_or(Some(&text), |cells| cells.last());
+    last.is_some_and(|cell| matches!(completeness(cell), Completeness::Incomplete { .. }))
 }
 
 /// The line editor's view of the session: completion, validation, continuation prompts.

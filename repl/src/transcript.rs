@@ -148,18 +148,37 @@ pub fn parse(text: &str) -> Transcript {
     parse_at(text, 1)
 }
 
+/// A cell's input as a transcript writes it: `> ` before its first line, `. ` before the others
+/// (a bare `>` for an empty cell); no newline after the last line.
+pub fn format_input(input: &str) -> String {
+    if input.is_empty() {
+        return ">".to_string();
+    }
+    let lines = input.lines().enumerate();
+    let prompted: Vec<String> =
+        lines.map(|(index, line)| format!("{}{line}", if index == 0 { "> " } else { ". " })).collect();
+    prompted.join("\n")
+}
+
+/// The cells of a pasted transcript — text whose first line that is not blank starts with the
+/// `> ` prompt (or is a bare `>`): their prompts taken off, what they printed left out. `None`
+/// for any other text (no C-Lisp cell starts with `>`). The terminal and the kernel run each cell
+/// in turn, as Julia's REPL and IPython strip their prompts from a paste.
+pub fn pasted_cells(text: &str) -> Option<Vec<String>> {
+    let first = text.lines().find(|line| !line.trim().is_empty())?;
+    if !(first.starts_with("> ") || first.trim_end() == ">") {
+        return None;
+    }
+    let cells = parse(text).cells.into_iter().map(|cell| cell.input);
+    Some(cells.filter(|input| !input.trim().is_empty()).collect())
+}
+
 /// Writes a transcript back, with the given outputs (one per cell).
 pub fn format(transcript: &Transcript, outputs: &[String]) -> String {
     let mut text = transcript.header.clone();
     for (cell, output) in transcript.cells.iter().zip(outputs) {
-        for (index, line) in cell.input.lines().enumerate() {
-            text.push_str(if index == 0 { "> " } else { ". " });
-            text.push_str(line);
-            text.push('\n');
-        }
-        if cell.input.is_empty() {
-            text.push_str(">\n");
-        }
+        text.push_str(&format_input(&cell.input));
+        text.push('\n');
         text.push_str(output);
         if !output.is_empty() && !output.ends_with('\n') {
             text.push('\n');
@@ -404,6 +423,21 @@ impl Recording {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pasted_transcript_is_its_cells_without_prompts_or_outputs() {
+        let pasted =
+            "> (define ((sq int) (x int))\n.   (ret (mul x x)))\nsq : (int) -> int\n>\n> (call sq 7)\n49 : int\n";
+        assert_eq!(
+            pasted_cells(pasted),
+            Some(vec!["(define ((sq int) (x int))\n  (ret (mul x x)))".to_string(), "(call sq 7)".to_string()])
+        );
+        assert_eq!(pasted_cells("\n  \n> :time on\n"), Some(vec![":time on".to_string()]));
+        assert_eq!(pasted_cells("(call sq 7)\n> 3"), None, "only a first line with the prompt makes a paste");
+        assert_eq!(pasted_cells(">(call sq 7)"), None, "the prompt is `> `");
+        assert_eq!(format_input("(a\n b)"), "> (a\n.  b)");
+        assert_eq!(format_input(""), ">");
+    }
 
     #[test]
     fn wildcards_match_within_a_line_and_across_lines() {

@@ -173,6 +173,28 @@ fn pasted_and_typed_ahead_cells_all_run() {
 }
 
 #[test]
+fn a_pasted_transcript_runs_without_its_prompts_and_outputs() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut terminal = start(&directory.path().join("history"));
+    // Copied with prompts and outputs, error lines included (their parentheses need not
+    // balance): each cell runs, shown with its prompt, and the outputs pasted are not read
+    // (they differ from the real ones here, so that the terminal's echo of the paste cannot
+    // pass for them).
+    let transcript = "> (define ((sq int) (x int))\n.   (ret (mul x x)))\nsq : (int) -> float\n> (call sq 8)\n49 : int\n> (add 40 2)\n1 | (oops (\n";
+    send(&mut terminal, &format!("\x1b[200~{transcript}\x1b[201~{ENTER}"));
+    terminal.exp_string("sq : (int) -> int").expect("the first cell's result");
+    terminal.exp_string("> (call sq 8)").expect("the second cell, shown with its prompt");
+    terminal.exp_string("64 : int").expect("the second cell's result");
+    terminal.exp_string("> (add 40 2)").expect("the third cell");
+    terminal.exp_string("42 : int").expect("the third cell's result");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, &format!("(call sq 9){ENTER}"));
+    terminal.exp_string("81 : int").expect("the definition pasted is kept");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+}
+
+#[test]
 fn save_writes_a_transcript_that_quasi_test_passes() {
     let directory = tempfile::tempdir().expect("a temporary folder");
     let saved = directory.path().join("session.repl");

@@ -167,6 +167,17 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         shown = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] in ("display_data", "execute_result")]
         self.assertEqual(shown, ["scale : (int) -> int  (redefined)", "40 : int"])
 
+    def test_a_pasted_transcript_runs_cell_by_cell(self):
+        self.flush_channels()
+        # The outputs pasted are stale: what is shown comes from running the cells.
+        pasted = "> " + SQUARE + "\nsq : (int) -> float\n> (call sq 8)\n49 : int\n> (call nope 1)\n> (call sq 2)\n4 : int\n"
+        reply, messages = self.run_cell(pasted)
+        shown = [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] in ("display_data", "execute_result")]
+        # Up to the failing cell; the cell after it does not run.
+        self.assertEqual(shown, ["sq : (int) -> int", "64 : int"])
+        self.assertEqual(reply["content"]["status"], "error")
+        self.assertIn("no function named `nope`", reply["content"]["evalue"])
+
     def test_html_is_escaped(self):
         self.flush_channels()
         _, messages = self.run_cell('(define ((lt<gt int)) (ret 1))')
