@@ -285,6 +285,13 @@ pub fn run_reporting(transcript: &Transcript, starting: &mut dyn FnMut(&Cell)) -
     let mut scratch: Option<tempfile::TempDir> = None;
     let mut outputs = Vec::new();
     for cell in &transcript.cells {
+        // A cell interrupted when it was recorded (`:save` keeps it, output and all) is not run
+        // again: it would run until stopped, and nothing stops a replay. Its recorded output
+        // stands; what it did before it was stopped is not redone.
+        if was_interrupted(&cell.expected) {
+            outputs.push(cell.expected.clone());
+            continue;
+        }
         starting(cell);
         let mut outcome = session.eval(&cell.input);
         if outcome.save.is_some() && scratch.is_none() {
@@ -294,6 +301,11 @@ pub fn run_reporting(transcript: &Transcript, starting: &mut dyn FnMut(&Cell)) -
         outputs.push(output(&outcome));
     }
     Ok(outputs)
+}
+
+/// Whether a cell's recorded output ends in Ctrl-C's `error[interrupted]`.
+pub fn was_interrupted(expected: &str) -> bool {
+    expected.lines().any(|line| line.starts_with("error[interrupted]"))
 }
 
 /// What a front end does with each cell it showed: records it, or, for `:save FILE`, writes

@@ -222,6 +222,36 @@ fn save_writes_a_transcript_that_quasi_test_passes() {
 /// `error[interrupted]` naming the function, and the session keeps its definitions and what the
 /// loop did. The same for a Rhai loop and for code blocked in a libc call.
 #[test]
+fn a_transcript_saved_after_an_interrupt_replays_without_hanging() {
+    let directory = tempfile::tempdir().expect("a temporary folder");
+    let saved = directory.path().join("interrupted.repl");
+    let mut terminal = start(&directory.path().join("history"));
+    send(&mut terminal, &format!("(define ((forever void)) (while #t ())){ENTER}"));
+    terminal.exp_string("forever : () -> void").expect("the definition");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, &format!("(call forever){ENTER}"));
+    std::thread::sleep(Duration::from_millis(500));
+    terminal.send_control('c').expect("sending Ctrl-C");
+    terminal.exp_string("interrupted").expect("the cell is interrupted");
+    expect_prompt(&mut terminal);
+    for cell in ["(add 40 2)".to_string(), format!(":save {}", saved.display())] {
+        send(&mut terminal, &format!("{cell}{ENTER}"));
+        expect_prompt(&mut terminal);
+    }
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+    let text = std::fs::read_to_string(&saved).expect("the transcript was written");
+    assert!(text.contains("> (call forever)\nerror[interrupted]"), "the interrupted cell is recorded:\n{text}");
+    // Replayed, the interrupted cell is not run (it would loop until --timeout).
+    let checked = Command::new(env!("CARGO_BIN_EXE_quasi"))
+        .args(["test", "--timeout", "60"])
+        .arg(&saved)
+        .output()
+        .expect("quasi test runs");
+    let report = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success() && report.ends_with("1 passed, 0 failed\n"), "{report}");
+}
+
+#[test]
 fn ctrl_c_stops_running_code_and_keeps_the_session() {
     let directory = tempfile::tempdir().expect("a temporary directory");
     let mut terminal = start(&directory.path().join("history"));
