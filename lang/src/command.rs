@@ -19,10 +19,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":tier [wait]", "each function's optimisation level; wait: until background promotions are done"),
     (":expand [1] [TEXT]", "show the expansion of TEXT (default: the last cell); 1: one level"),
     (":limits [NAME N]", "show or set the staging limits"),
-    (":stages [NAME]", "every stage of NAME (default: the last cell): source to assembly"),
+    (":stages [N] [NAME]", "every stage of NAME (default: the last cell): source to assembly"),
     (":types [NAME|TEXT]", "the typed tree"),
-    (":ir [opt] [NAME]", "LLVM IR before (or after) optimisation"),
-    (":asm [NAME]", "x86-64 assembly"),
+    (":ir [opt] [N] [NAME]", "LLVM IR before (or after) optimisation, at level N (default: the code that runs)"),
+    (":asm [N] [NAME]", "x86-64 assembly, at level N (default: the code that runs)"),
     (":ptx [NAME]", "PTX of a kernel (or any void function) and what it calls; no GPU needed"),
     (":gpu-arch [sm_XX]", "show or set the GPU target of PTX (default sm_90)"),
     (":gpu [sim [unchecked]|device]", "show or choose where launches run: the CUDA device or the CPU simulator"),
@@ -93,10 +93,12 @@ pub(crate) enum Command<'a> {
         text: Option<&'a str>,
         single_level: bool,
     },
-    /// `:stages`, `:types`, `:ir [opt]`, `:asm`: stages of a definition, cell text or the last cell.
+    /// `:stages`, `:types`, `:ir [opt]`, `:asm`: stages of a definition, cell text or the last cell,
+    /// at an optimisation level given first (`:asm 1 fib`), else the level of the code that runs.
     Inspect {
         stages: &'a [Stage],
         subject: Option<&'a str>,
+        level: Option<u8>,
     },
     /// `:ptx [NAME]` (default: the last cell's kernel).
     Ptx(Option<&'a str>),
@@ -153,15 +155,15 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
                 };
             Command::Expand { text: subject(rest), single_level }
         }
-        ":stages" => Command::Inspect { stages: &Stage::ALL, subject: subject(argument) },
-        ":types" => Command::Inspect { stages: &[Stage::Typed], subject: subject(argument) },
+        ":stages" => inspect(&Stage::ALL, argument)?,
+        ":types" => Command::Inspect { stages: &[Stage::Typed], subject: subject(argument), level: None },
         ":ir" => match argument.strip_prefix("opt") {
             Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
-                Command::Inspect { stages: &[Stage::OptimisedIr], subject: subject(rest.trim()) }
+                inspect(&[Stage::OptimisedIr], rest.trim())?
             }
-            _ => Command::Inspect { stages: &[Stage::Ir], subject: subject(argument) },
+            _ => inspect(&[Stage::Ir], argument)?,
         },
-        ":asm" => Command::Inspect { stages: &[Stage::Assembly], subject: subject(argument) },
+        ":asm" => inspect(&[Stage::Assembly], argument)?,
         ":ptx" => Command::Ptx(subject(argument)),
         ":gpu-arch" => Command::GpuArch(argument),
         ":gpu" => Command::Gpu(match argument.split_whitespace().collect::<Vec<_>>().as_slice() {
@@ -202,6 +204,24 @@ fn subject(argument: &str) -> Option<&str> {
     (!argument.is_empty()).then_some(argument)
 }
 
+/// A listing command's argument: an optimisation level 0–3 first, when a subject follows it.
+fn inspect<'a>(stages: &'a [Stage], argument: &'a str) -> Result<Command<'a>, Diagnostic> {
+    let leading = argument.split_once(char::is_whitespace).and_then(|(first, rest)| {
+        let rest = rest.trim();
+        (!rest.is_empty()).then_some((first.parse::<u64>().ok()?, rest))
+    });
+    Ok(match leading {
+        Some((level, rest)) if level <= 3 => {
+            Command::Inspect { stages, subject: subject(rest), level: Some(level as u8) }
+        }
+        Some((level, _)) => {
+            return Err(Diagnostic::error(Kind::Syntax, format!("optimisation levels are 0–3, not {level}"))
+                .with_note("e.g. `:asm 1 fib` lists fib's code at level 1"))
+        }
+        None => Command::Inspect { stages, subject: subject(argument), level: None },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,11 +240,11 @@ mod tests {
         assert_eq!(parse(":expand (f 1)").ok(), Some(Command::Expand { text: Some("(f 1)"), single_level: false }));
         assert_eq!(
             parse(":ir opt fib").ok(),
-            Some(Command::Inspect { stages: &[Stage::OptimisedIr], subject: Some("fib") })
+            Some(Command::Inspect { stages: &[Stage::OptimisedIr], subject: Some("fib"), level: None })
         );
         assert_eq!(
             parse(":ir optimus").ok(),
-            Some(Command::Inspect { stages: &[Stage::Ir], subject: Some("optimus") })
+            Some(Command::Inspect { stages: &[Stage::Ir], subject: Some("optimus"), level: None })
         );
         assert_eq!(parse(":limits ops 10").ok(), Some(Command::Limits { name: Some("ops"), value: Some("10") }));
         assert_eq!(parse(":time").ok(), Some(Command::Time(TimeSetting::Last)));

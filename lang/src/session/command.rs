@@ -77,12 +77,12 @@ impl Session {
             // Only the front end has what the session printed; it writes the file.
             Command::Save(path) => outcome.save = Some(path.to_string()),
             Command::Expand { text, single_level } => return self.expand_command(text, single_level),
-            Command::Inspect { stages, subject } => return self.inspect_command(stages, subject),
+            Command::Inspect { stages, subject, level } => return self.inspect_command(stages, subject, level),
             Command::Ptx(subject) => {
                 let default = || self.history.last_expansion.as_deref().and_then(gpu::default_ptx_subject);
                 match subject.map(str::to_string).or_else(default) {
                     Some(name) => {
-                        let mut outcome = self.inspect_command(&[Stage::Ptx], Some(&name));
+                        let mut outcome = self.inspect_command(&[Stage::Ptx], Some(&name), None);
                         // The listing ends with what NVIDIA's assembler makes of it.
                         if let Some(Item::Listing { language: Language::Ptx, text, .. }) = outcome.items.last() {
                             let block = self.gpu.last_block(&name);
@@ -224,8 +224,10 @@ impl Session {
     }
 
     /// `:stages`, `:types`, `:ir [opt]`, `:asm`: listings of a definition (or, without a name,
-    /// of the last cell), recompiled in a scratch module that is never linked.
-    fn inspect_command(&mut self, stages: &[Stage], subject: Option<&str>) -> Outcome {
+    /// of the last cell), recompiled in a scratch module that is never linked. A function's are
+    /// at the level of its code that runs (promoted code's, level 3), unless `asked` names one,
+    /// and the title says which (as Julia's `@code_native` shows the code that runs).
+    fn inspect_command(&mut self, stages: &[Stage], subject: Option<&str>, asked: Option<u8>) -> Outcome {
         self.refresh_view_if_stale();
         let mut outcome = Outcome::default();
         let defined = subject.and_then(|name| match self.env.functions.get(name) {
@@ -275,7 +277,15 @@ impl Session {
         } else if !cell.top.is_empty() {
             cell.functions.clear();
         }
-        let level = self.opt_level;
+        let running = subject.and_then(|name| self.compiled_levels.get(name).copied());
+        let level = asked.or(running).unwrap_or(self.opt_level);
+        let level_note = match (asked, running) {
+            (None, Some(running)) if running != self.opt_level => format!("opt {level}, the code that runs"),
+            (Some(asked), Some(running)) if asked != running => {
+                format!("opt {asked}; the code that runs is opt {running}")
+            }
+            _ => format!("opt {level}"),
+        };
         // Device code lists its GPU build: IR for NVPTX, and PTX instead of x86-64 assembly.
         let device_subject = subject.filter(|name| {
             label == *name
@@ -299,7 +309,7 @@ impl Session {
         let needs_code = device.is_none()
             && stages.iter().any(|stage| matches!(stage, Stage::Ir | Stage::OptimisedIr | Stage::Assembly));
         let code = if needs_code {
-            match self.scratch_listings(&cell) {
+            match self.scratch_listings(&cell, level) {
                 Ok(code) => Some(code),
                 Err(diagnostic) => return self.fail(outcome, vec![diagnostic]),
             }
@@ -352,7 +362,7 @@ impl Session {
                 }
                 Stage::Assembly | Stage::Ptx if device.is_some() => format!("{label}: PTX ({arch})"),
                 Stage::Ir | Stage::OptimisedIr | Stage::Assembly => {
-                    format!("{label}: {} (opt {level})", stage.title())
+                    format!("{label}: {} ({level_note})", stage.title())
                 }
                 _ => format!("{label}: {}", stage.title()),
             };
@@ -362,9 +372,9 @@ impl Session {
     }
 
     /// IR before and after passes and assembly of a checked cell, from a module never linked.
-    fn scratch_listings(&self, cell: &TypedCell) -> Result<(String, String, String), Diagnostic> {
+    fn scratch_listings(&self, cell: &TypedCell, level: u8) -> Result<(String, String, String), Diagnostic> {
         let names = self.program.scratch_names(cell);
-        let target = Target::Host(self.opt_level);
+        let target = Target::Host(level);
         let internal = |error: BackendError| Diagnostic::internal(error.to_string());
         let target_data = self.backend.target_data(&target).map_err(internal)?;
         let CellModule { module, .. } = codegen::lower(
