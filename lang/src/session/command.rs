@@ -361,9 +361,10 @@ impl Session {
                     format!("{label}: {} for {arch} (opt 3)", stage.title())
                 }
                 Stage::Assembly | Stage::Ptx if device.is_some() => format!("{label}: PTX ({arch})"),
-                Stage::Ir | Stage::OptimisedIr | Stage::Assembly => {
-                    format!("{label}: {} ({level_note})", stage.title())
-                }
+                // IR before optimisation is the same at every level: it is titled with the
+                // level asked for, or the session's, as the input of that level's passes.
+                Stage::Ir => format!("{label}: {} (opt {})", stage.title(), asked.unwrap_or(self.opt_level)),
+                Stage::OptimisedIr | Stage::Assembly => format!("{label}: {} ({level_note})", stage.title()),
                 _ => format!("{label}: {}", stage.title()),
             };
             outcome.items.push(Item::Listing { title, language, text });
