@@ -285,12 +285,7 @@ impl CudaDevice {
     fn abandon(&self, message: String) {
         let mut state = self.lock();
         state.start = Start::Absent(message);
-        state.epoch += 1;
-        state.loaded.clear();
-        state.allocations.clear();
-        state.free_streams.clear();
-        state.free_events.clear();
-        state.retired.clear();
+        state.forget_context();
     }
 
     /// After a kernel fault the context is unusable: it is reset and made again, and every
@@ -306,14 +301,8 @@ impl CudaDevice {
         };
         let ordinal = handles.device;
         close(handles);
-        state.epoch += 1;
-        state.loaded.clear();
-        state.allocations.clear();
-        // Streams, events and modules died with the context; host memory stays, and is page-locked
-        // again with the new one below.
-        state.free_streams.clear();
-        state.free_events.clear();
-        state.retired.clear();
+        // Host memory stays, and is page-locked again with the new context below.
+        state.forget_context();
         match reopen(ordinal) {
             Ok(handles) => {
                 state.start = Start::Ready(handles);
@@ -523,6 +512,17 @@ impl CudaDevice {
 impl State {
     /// The handles, made current on this thread; waits for the start-up if it is still
     /// running, and starts a deferred driver. Without a device, the error says so.
+    /// A new epoch: memory, modules, streams and events of the context just lost are forgotten,
+    /// never used or freed again (they died with it, or die with the process).
+    fn forget_context(&mut self) {
+        self.epoch += 1;
+        self.loaded.clear();
+        self.allocations.clear();
+        self.free_streams.clear();
+        self.free_events.clear();
+        self.retired.clear();
+    }
+
     fn handles(&mut self) -> Result<Handles, DeviceError> {
         if let Start::Deferred = &self.start {
             self.start = match start_device() {
