@@ -9,7 +9,7 @@ use crate::inspect::Stage;
 
 /// Every command, for completion and `:help`.
 pub(crate) const COMMANDS: &[(&str, &str)] = &[
-    (":help", "show this help"),
+    (":help [TOPIC]", "show this help, or the commands about TOPIC (`:help ptx`)"),
     (":quit", "leave Quasi (or Ctrl-D)"),
     (":reset", "start a fresh session: definitions, globals and memory are dropped"),
     (":load FILE", "evaluate a file as one cell; a .rhai file runs as Rhai"),
@@ -39,14 +39,38 @@ Type forms to define and run code:
   (call sq 7)                                    runs at once and prints 49 : int
 A cell continues while parentheses are open.";
 
-/// The `:help` text: what Quasi is and every command.
+/// The `:help` text: what Quasi is and every command, in a column as wide as the longest.
 pub(crate) fn help() -> String {
-    let mut text = HELP.to_string();
-    text.push_str("\n\nCommands:\n");
-    for (name, description) in COMMANDS {
-        text.push_str(&format!("  {name:<12} {description}\n"));
+    format!("{HELP}\n\nCommands:\n{}", command_lines(COMMANDS.iter()))
+}
+
+fn command_lines<'a>(commands: impl Iterator<Item = &'a (&'a str, &'a str)> + Clone) -> String {
+    let width = commands.clone().map(|(usage, _)| usage.chars().count()).max().unwrap_or(0);
+    let lines: Vec<String> = commands.map(|(usage, description)| format!("  {usage:<width$}  {description}")).collect();
+    lines.join("\n")
+}
+
+/// `:help TOPIC`: the commands whose name or usage names TOPIC (`ptx`, `:ptx`, `opt`), else
+/// what TOPIC is (a C-Lisp form), else an error with the nearest command or form.
+pub(crate) fn help_on(topic: &str) -> Result<String, Diagnostic> {
+    let word = topic.trim_start_matches(':');
+    let named = |usage: &str| {
+        usage.split(|character: char| !character.is_alphanumeric() && character != '-').any(|part| part == word)
+    };
+    let commands: Vec<&(&str, &str)> = COMMANDS.iter().filter(|(usage, _)| named(usage)).collect();
+    if !commands.is_empty() {
+        return Ok(command_lines(commands.into_iter()));
     }
-    text.trim_end().to_string()
+    if crate::check::FORM_NAMES.contains(&word) {
+        return Ok(format!("`{word}` is a C-Lisp form: docs/language.md describes it (Tab completes forms; Shift-Tab in Jupyter shows a function's type)"));
+    }
+    let names = COMMANDS
+        .iter()
+        .filter_map(|(usage, _)| usage.split_whitespace().next())
+        .map(|name| name.trim_start_matches(':'));
+    Err(Diagnostic::error(Kind::Syntax, format!("no help on `{topic}`"))
+        .with_note("`:help` lists the commands")
+        .with_suggestion(word, names.chain(crate::check::FORM_NAMES.iter().copied())))
 }
 
 /// What `:opt` does.
@@ -74,7 +98,8 @@ pub(crate) enum TimeSetting {
 /// One command line, read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Command<'a> {
-    Help,
+    /// `:help [TOPIC]`.
+    Help(Option<&'a str>),
     Quit,
     Reset,
     Load(&'a str),
@@ -127,7 +152,7 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
     let argument = line[command.len()..].trim();
     let syntax = |message: String| Diagnostic::error(Kind::Syntax, message);
     Ok(match command {
-        ":help" | ":h" | ":?" => Command::Help,
+        ":help" | ":h" | ":?" => Command::Help(subject(argument)),
         ":quit" | ":q" | ":exit" => Command::Quit,
         ":reset" => Command::Reset,
         ":opt" if argument.is_empty() => Command::Opt(OptSetting::Show),

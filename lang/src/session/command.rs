@@ -38,7 +38,11 @@ impl Session {
         };
         let message = |text: String| Item::Message(text);
         match command {
-            Command::Help => outcome.items.push(message(command::help())),
+            Command::Help(None) => outcome.items.push(message(command::help())),
+            Command::Help(Some(topic)) => match command::help_on(topic) {
+                Ok(text) => outcome.items.push(message(text)),
+                Err(diagnostic) => outcome.diagnostics.push(diagnostic),
+            },
             Command::Quit => outcome.quit = true,
             Command::Reset => match self.reset() {
                 Ok(()) => outcome.items.push(message("session reset".into())),
