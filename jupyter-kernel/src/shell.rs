@@ -387,6 +387,7 @@ fn completion_type(kind: CompletionKind) -> &'static str {
         CompletionKind::Struct => "class",
         CompletionKind::Form => "keyword",
         CompletionKind::Command => "magic",
+        CompletionKind::Header => "path",
     }
 }
 

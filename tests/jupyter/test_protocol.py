@@ -193,6 +193,19 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         self.assertEqual(reply["content"]["cursor_start"], len(code) - len("fad"))
         self.assertEqual(reply["content"]["cursor_end"], len(code))
 
+    def test_completion_of_call_operands_and_header_names(self):
+        self.flush_channels()
+        self.run_cell(SQUARE)
+        self.run_cell("(define-global (sq-total int))")
+        reply = self.shell_reply(self.kc.complete("(add (call sq"))
+        self.assertEqual(reply["content"]["matches"], ["sq"])
+        code = '(include "stdi'
+        reply = self.shell_reply(self.kc.complete(code))
+        self.assertIn("stdio.h", reply["content"]["matches"])
+        self.assertEqual(reply["content"]["cursor_start"], len('(include "'))
+        types = {item["text"]: item["type"] for item in reply["content"]["metadata"]["_jupyter_types_experimental"]}
+        self.assertEqual(types["stdio.h"], "path")
+
     def test_inspect_unknown_name(self):
         self.flush_channels()
         reply = self.shell_reply(self.kc.inspect("no-such-name"))

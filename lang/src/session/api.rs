@@ -87,6 +87,8 @@ pub enum CompletionKind {
     Form,
     /// A `:command`.
     Command,
+    /// A C header file (or a folder of them) for `(include "…")`.
+    Header,
 }
 
 /// One completion candidate.

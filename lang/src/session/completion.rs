@@ -26,6 +26,12 @@ impl Session {
             .rfind(|character: char| character.is_whitespace() || "()[]\"`,;".contains(character))
             .map_or(0, |index| index + 1);
         let word = &before[start..];
+        if let Some(headers) = header_completions(&before[..start], before) {
+            return headers;
+        }
+        // The first operand of `call` and `fn-ptr` is a function: nothing else completes there.
+        let opened = before[..start].trim_end();
+        let function_only = (opened.ends_with("(call") || opened.ends_with("(fn-ptr")) && opened.len() < start;
         let mut items: Vec<Completion> = if word.starts_with(':') && before[..start].trim().is_empty() {
             crate::command::COMMANDS
                 .iter()
@@ -56,11 +62,59 @@ impl Session {
                 kind: CompletionKind::Form,
                 detail: String::new(),
             });
-            functions.chain(globals).chain(structs).chain(forms).collect()
+            if function_only {
+                functions.collect()
+            } else {
+                functions.chain(globals).chain(structs).chain(forms).collect()
+            }
         };
         items.retain(|item| item.text.starts_with(word));
         items.sort_by(|left, right| left.text.cmp(&right.text));
         items.dedup_by(|later, earlier| later.text == earlier.text);
         (start, items)
     }
+}
+
+/// Inside the string of `(include "…`: header files and folders whose path starts with what is
+/// typed, from QUASI_INCLUDE_PATH and the system's include folders (where libclang looks).
+/// Returns where the typed path starts and the candidates, or `None` anywhere else.
+fn header_completions(opened: &str, before: &str) -> Option<(usize, Vec<Completion>)> {
+    let quote = opened.rfind('"')?;
+    // The string is open (an odd number of quotes before it) and belongs to an `include`.
+    if opened.matches('"').count().is_multiple_of(2) {
+        return None;
+    }
+    let form = &opened[opened[..quote].rfind('(')?..quote];
+    if form.split_whitespace().next() != Some("(include") {
+        return None;
+    }
+    let start = quote + 1;
+    let typed = &before[start..];
+    let (folder, prefix) = typed.rsplit_once('/').map_or(("", typed), |(folder, prefix)| (folder, prefix));
+    let variable = std::env::var("QUASI_INCLUDE_PATH").unwrap_or_default();
+    let roots =
+        variable.split(':').filter(|root| !root.is_empty()).map(std::path::PathBuf::from).chain(
+            ["/usr/local/include", "/usr/include/x86_64-linux-gnu", "/usr/include"].map(std::path::PathBuf::from),
+        );
+    let mut items = Vec::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root.join(folder)) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_folder = entry.file_type().is_ok_and(|kind| kind.is_dir());
+            if !name.starts_with(prefix) || !(is_folder || name.ends_with(".h")) {
+                continue;
+            }
+            let path = if folder.is_empty() { name } else { format!("{folder}/{name}") };
+            let detail = entry.path().display().to_string();
+            items.push(Completion {
+                text: if is_folder { format!("{path}/") } else { path },
+                kind: CompletionKind::Header,
+                detail,
+            });
+        }
+    }
+    items.sort_by(|left, right| left.text.cmp(&right.text));
+    items.dedup_by(|later, earlier| later.text == earlier.text);
+    Some((start, items))
 }

@@ -428,3 +428,24 @@ fn a_provably_short_run_compiles_at_level_0() {
     assert_eq!(level("argc", true), Some(3));
     assert_eq!(level("1000000", true), Some(3));
 }
+
+/// The first operand of `call` completes to functions only; the string of `(include "…` to
+/// header files and folders.
+#[test]
+fn completion_knows_call_operands_and_include_strings() {
+    let mut session = session();
+    value(&mut session, "(define ((square int) (x int)) (ret (mul x x)))");
+    value(&mut session, "(define-global (sq-total int))");
+    let names = |session: &Session, text: &str| session.completions(text, text.len());
+    let (_, anywhere) = names(&session, "(add sq");
+    assert!(anywhere.contains(&"square".to_string()) && anywhere.contains(&"sq-total".to_string()), "{anywhere:?}");
+    let (start, after_call) = names(&session, "(add (call sq");
+    assert_eq!((start, after_call), (11, vec!["square".to_string()]));
+    let (start, headers) = names(&session, "(include \"stdi");
+    assert_eq!(start, 10);
+    assert!(headers.contains(&"stdio.h".to_string()), "{headers:?}");
+    let (_, nested) = names(&session, "(include \"stdio.h\" \"sys/typ");
+    assert!(nested.contains(&"sys/types.h".to_string()), "{nested:?}");
+    let (_, closed) = names(&session, "(include \"stdio.h\") (add st");
+    assert!(!closed.iter().any(|name| name.ends_with(".h")), "a closed string completes names: {closed:?}");
+}
