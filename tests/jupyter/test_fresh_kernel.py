@@ -59,7 +59,10 @@ def test_inspect_and_complete_run_no_cell():
         inspected = shell_reply(client, client.inspect("(call sq 2)", cursor_pos=7))
         assert inspected["content"]["found"]
         assert inspected["content"]["data"]["text/plain"] == "sq : (int) -> int"
-        completed = shell_reply(client, client.complete("(call s", cursor_pos=7))["content"]
+        # After `(call ` only functions complete; elsewhere forms too.
+        called = shell_reply(client, client.complete("(call s", cursor_pos=7))["content"]
+        assert called["matches"] == ["sq"]
+        completed = shell_reply(client, client.complete("(s", cursor_pos=2))["content"]
         assert "sq" in completed["matches"]
         types = {item["text"]: item for item in completed["metadata"]["_jupyter_types_experimental"]}
         assert types["sq"]["type"] == "function"
