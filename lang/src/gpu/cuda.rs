@@ -352,11 +352,11 @@ fn wait_for(event: sys::CUevent, give_up: &dyn Fn() -> bool) -> Result<bool, res
     }
 }
 
-/// Resets the primary context of `ordinal` after a fault and opens it again. The reset itself
-/// reports the fault that made it necessary (an H200 with driver 580 answers the pending
-/// CUDA_ERROR_ILLEGAL_ADDRESS) while it does destroy the context, so its status decides
-/// nothing: opening the new context does. A second reset covers a fault the driver was still
-/// reporting during the first.
+/// Resets the primary context of `ordinal` after a fault and opens it again, twice at most.
+/// Whether the driver lets the process go on shows only when the context is opened again: an
+/// H200 with driver 580 resets without complaint, then refuses every new context, primary or
+/// not, with the fault's CUDA_ERROR_ILLEGAL_ADDRESS (`scripts/raw-launch.c recover`). The
+/// reset's own status is kept for the message, not trusted.
 fn reopen(ordinal: sys::CUdevice) -> Result<Handles, String> {
     let mut failures = Vec::new();
     for _ in 0..2 {
@@ -510,8 +510,6 @@ impl CudaDevice {
 }
 
 impl State {
-    /// The handles, made current on this thread; waits for the start-up if it is still
-    /// running, and starts a deferred driver. Without a device, the error says so.
     /// A new epoch: memory, modules, streams and events of the context just lost are forgotten,
     /// never used or freed again (they died with it, or die with the process).
     fn forget_context(&mut self) {
@@ -523,6 +521,8 @@ impl State {
         self.retired.clear();
     }
 
+    /// The handles, made current on this thread; waits for the start-up if it is still
+    /// running, and starts a deferred driver. Without a device, the error says so.
     fn handles(&mut self) -> Result<Handles, DeviceError> {
         if let Start::Deferred = &self.start {
             self.start = match start_device() {
