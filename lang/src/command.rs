@@ -39,6 +39,11 @@ Type forms to define and run code:
   (call sq 7)                                    runs at once and prints 49 : int
 A cell continues while parentheses are open.";
 
+/// A command's name in its usage line: `:asm` of `:asm [N] [NAME]`.
+pub(crate) fn command_name(usage: &'static str) -> &'static str {
+    usage.split_whitespace().next().unwrap_or(usage)
+}
+
 /// The `:help` text: what Quasi is and every command, in a column as wide as the longest.
 pub(crate) fn help() -> String {
     format!("{HELP}\n\nCommands:\n{}", command_lines(COMMANDS.iter()))
@@ -64,10 +69,7 @@ pub(crate) fn help_on(topic: &str) -> Result<String, Diagnostic> {
     if crate::check::FORM_NAMES.contains(&word) {
         return Ok(format!("`{word}` is a C-Lisp form: docs/language.md describes it (Tab completes forms; Shift-Tab in Jupyter shows a function's type)"));
     }
-    let names = COMMANDS
-        .iter()
-        .filter_map(|(usage, _)| usage.split_whitespace().next())
-        .map(|name| name.trim_start_matches(':'));
+    let names = COMMANDS.iter().map(|(usage, _)| command_name(usage).trim_start_matches(':'));
     Err(Diagnostic::error(Kind::Syntax, format!("no help on `{topic}`"))
         .with_note("`:help` lists the commands")
         .with_suggestion(word, names.chain(crate::check::FORM_NAMES.iter().copied())))
@@ -217,7 +219,7 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
             Command::Limits { name: words.next(), value: words.next() }
         }
         _ => {
-            let commands = COMMANDS.iter().filter_map(|(usage, _)| usage.split_whitespace().next());
+            let commands = COMMANDS.iter().map(|(usage, _)| command_name(usage));
             return Err(syntax(format!("unknown command `{command}`"))
                 .with_note("`:help` lists the commands")
                 .with_suggestion(command, commands));

@@ -35,11 +35,12 @@ impl BodyChecker<'_, '_> {
                 .with_label(name_form.span, "");
             // A C function of the process is declared the C-Lisp way; anything else is a session
             // function that is not (or no longer, after a restart or `:reset`) defined.
-            let functions = self.cell.function_names();
             if self.cell.symbols.resolve(name).is_some() {
                 let note = format!("`{name}` is a C function: declare it first, e.g. (define (({name} int) (x int)))");
                 error = error.with_note(note);
-            } else if let Some(near) = crate::diagnostics::nearest(name, functions.iter().map(String::as_str)) {
+            } else if let Some(near) =
+                crate::diagnostics::nearest(name, self.cell.function_names().iter().map(String::as_str))
+            {
                 error = error.with_note(format!("did you mean `{near}`?"));
             } else {
                 error = error.with_note("define it first: a session keeps only what was evaluated in it (a restart or `:reset` drops every definition)");

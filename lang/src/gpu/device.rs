@@ -114,7 +114,8 @@ pub(crate) struct Launch<'a> {
     pub values: &'a [u64],
     pub bytes: Option<u64>,
     /// Whether to stop waiting for the kernel (the session's interrupt): the CUDA device then
-    /// stops it by resetting the GPU. The simulator is interrupted by a signal instead.
+    /// gives the GPU up for the process (a running kernel cannot be stopped short of ending it).
+    /// The simulator is interrupted by a signal instead.
     pub give_up: &'a dyn Fn() -> bool,
 }
 

@@ -167,10 +167,8 @@ pub(crate) fn include(
         return Err(ffi_error(request.span, format!("`{header}` is not a regular file")));
     }
     // QUASI_INCLUDE_PATH's directories are searched after the form's own `-I` flags.
-    let include_path = std::env::var("QUASI_INCLUDE_PATH").unwrap_or_default();
-    let directories = include_path.split(':').filter(|directory| !directory.is_empty());
     let flags: Vec<String> =
-        request.flags.iter().cloned().chain(directories.map(|directory| format!("-I{directory}"))).collect();
+        request.flags.iter().cloned().chain(include_path().iter().map(|directory| format!("-I{directory}"))).collect();
     let header =
         parse::parse(&request.headers, &flags, interrupt).map_err(|error| parse_failure(request, &flags, error))?;
     let mut translator = Translator::new(&header, request);
@@ -178,6 +176,13 @@ pub(crate) fn include(
     let summary = translator.summary();
     let Translator { forms, constants, warnings, names, .. } = translator;
     Ok(Included { forms, constants, warnings, names, summary })
+}
+
+/// The folders QUASI_INCLUDE_PATH names (colon-separated), searched after an include's own
+/// `-I` flags, and offered by completion inside `(include "…`.
+pub(crate) fn include_path() -> Vec<String> {
+    let variable = std::env::var("QUASI_INCLUDE_PATH").unwrap_or_default();
+    variable.split(':').filter(|directory| !directory.is_empty()).map(str::to_string).collect()
 }
 
 /// The diagnostic of a failed parse; `flags` are those the parse was given.

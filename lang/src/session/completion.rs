@@ -36,7 +36,7 @@ impl Session {
             crate::command::COMMANDS
                 .iter()
                 .map(|(usage, description)| Completion {
-                    text: usage.split_whitespace().next().unwrap_or(usage).to_string(),
+                    text: crate::command::command_name(usage).to_string(),
                     kind: CompletionKind::Command,
                     detail: format!("{usage}: {description}"),
                 })
@@ -91,11 +91,10 @@ fn header_completions(opened: &str, before: &str) -> Option<(usize, Vec<Completi
     let start = quote + 1;
     let typed = &before[start..];
     let (folder, prefix) = typed.rsplit_once('/').map_or(("", typed), |(folder, prefix)| (folder, prefix));
-    let variable = std::env::var("QUASI_INCLUDE_PATH").unwrap_or_default();
-    let roots =
-        variable.split(':').filter(|root| !root.is_empty()).map(std::path::PathBuf::from).chain(
-            ["/usr/local/include", "/usr/include/x86_64-linux-gnu", "/usr/include"].map(std::path::PathBuf::from),
-        );
+    let roots = crate::header::include_path()
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .chain(["/usr/local/include", "/usr/include/x86_64-linux-gnu", "/usr/include"].map(std::path::PathBuf::from));
     let mut items = Vec::new();
     for root in roots {
         let Ok(entries) = std::fs::read_dir(root.join(folder)) else { continue };
