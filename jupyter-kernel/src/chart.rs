@@ -486,11 +486,24 @@ mod tests {
     }
 
     fn variant(value: &str, result: Result<BenchReport, &str>) -> VariantReport {
-        VariantReport { values: vec![value.to_string()], result: result.map_err(str::to_string) }
+        VariantReport {
+            values: vec![value.to_string()],
+            result: result.map_err(str::to_string),
+            source: quasi_lang::VariantSource::Timed,
+        }
     }
 
     fn tuning(variants: Vec<VariantReport>) -> AutotuneReport {
-        AutotuneReport { name: "vsum".into(), params: vec!["f".into()], variants, baseline: None }
+        let space = variants.len() as u64;
+        AutotuneReport {
+            name: "vsum".into(),
+            params: vec!["f".into()],
+            variants,
+            baseline: None,
+            space,
+            search: "exhaustive".into(),
+            budget_spent: None,
+        }
     }
 
     /// How often `needle` occurs in the SVG.

@@ -59,7 +59,8 @@ impl Engine {
                 // Created here because the session stays on the thread that made it.
                 let session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() });
                 match session {
-                    Ok(session) => {
+                    Ok(mut session) => {
+                        session.set_tune_cache(quasi_lang::TuneCache::from_environment());
                         let _ = started.send(Ok(session.interrupt_handle()));
                         serve(session, receiver);
                     }

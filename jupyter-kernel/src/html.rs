@@ -242,7 +242,7 @@ pub fn bench(summary: &str, report: &quasi_lang::BenchReport) -> String {
 pub fn autotune(report: &quasi_lang::AutotuneReport) -> String {
     let mut header = vec!["rank".to_string()];
     header.extend(report.params.iter().cloned());
-    header.extend(["median", "min", "vs first", "check"].map(String::from));
+    header.extend(["median", "min", "vs first", "check", "source"].map(String::from));
     let mut rank = 0;
     let rows: Vec<Vec<String>> = report
         .variants
@@ -270,10 +270,11 @@ pub fn autotune(report: &quasi_lang::AutotuneReport) -> String {
                     row.extend(["-".to_string(), "-".into(), "-".into(), reason.clone()]);
                 }
             }
+            row.push(variant.source.label().into());
             row
         })
         .collect();
-    format!("<div style=\"{FLUSH}\">autotune {}</div>{}", escape(&report.name), table(&header, &rows))
+    format!("<div style=\"{FLUSH}\">{}</div>{}", escape(&report.summary()), table(&header, &rows))
 }
 
 #[cfg(test)]

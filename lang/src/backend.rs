@@ -26,7 +26,7 @@ use inkwell::OptimizationLevel;
 
 mod cache;
 
-pub(crate) use cache::ObjectKey;
+pub(crate) use cache::{Format, ObjectKey};
 pub use cache::{ObjectCache, BUDGET as CACHE_BUDGET, CACHE_VARIABLE};
 
 use crate::guard;
@@ -392,7 +392,7 @@ impl Backend {
     }
 
     /// The host CPU's name and features.
-    fn host(&self) -> &(String, String) {
+    pub(crate) fn host(&self) -> &(String, String) {
         self.host.get_or_init(|| {
             let cpu = TargetMachine::get_host_cpu_name().to_string_lossy().into_owned();
             (cpu, TargetMachine::get_host_cpu_features().to_string_lossy().into_owned())

@@ -30,6 +30,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":timeline", "the last cell's code and device work as lanes: the host and each submission"),
     (":trace FILE", "write the device work since the last :trace as Chrome trace JSON (Perfetto opens it)"),
     (":bench TEXT", "benchmark TEXT, as (bench TEXT)"),
+    (
+        ":tune cache [clear]",
+        "what the tuning cache keeps of earlier autotunes (results, bytes, folder); clear: forget them",
+    ),
 ];
 
 const HELP: &str = "Quasi: C-Lisp, compiled with LLVM and run as you type.
@@ -140,6 +144,10 @@ pub(crate) enum Command<'a> {
     Trace(&'a str),
     /// `:bench TEXT` is `(bench TEXT)`.
     Bench(&'a str),
+    /// `:tune cache [clear]`.
+    TuneCache {
+        clear: bool,
+    },
     /// `:limits [NAME VALUE]`.
     Limits {
         name: Option<&'a str>,
@@ -214,6 +222,12 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
         ":trace" => Command::Trace(argument),
         ":bench" if argument.is_empty() => return Err(syntax("`:bench` needs an expression".into())),
         ":bench" => Command::Bench(argument),
+        ":tune" => match argument.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["cache"] => Command::TuneCache { clear: false },
+            ["cache", "clear"] => Command::TuneCache { clear: true },
+            [] => return Err(syntax("`:tune` takes `cache` or `cache clear`".into())),
+            _ => return Err(syntax(format!("`:tune` takes `cache` or `cache clear`, found `{argument}`"))),
+        },
         ":limits" => {
             let mut words = argument.split_whitespace();
             Command::Limits { name: words.next(), value: words.next() }

@@ -35,6 +35,7 @@ mod tier;
 mod timeline;
 mod timing;
 mod tree;
+mod tune_cache;
 mod types;
 mod value;
 
@@ -48,6 +49,7 @@ pub use session::{
     Completion, CompletionKind, InterruptHandle, Session, SessionConfig, SessionError, BATCH_OPT_LEVEL,
     DEFAULT_OPT_LEVEL,
 };
+pub use tune_cache::TuneCache;
 
 /// The stack a thread that drives a `Session` should have: checking and code generation recurse
 /// over a cell's forms, and Rhai recurses over nested values (an array nested 10,000 deep in a
@@ -62,6 +64,7 @@ pub use source::{SourceFile, SourceId, Span};
 pub use timeline::{SpanKind, Timeline, TimelineSpan};
 pub use timing::{
     AutotuneReport, BenchReport, DeviceTiming, Lane, Phase, PhaseTimes, Promotion, Throughput, VariantReport,
+    VariantSource,
 };
 
 /// What front ends use beside a session: the CUDA device probe, NVIDIA's PTX assembler, the
@@ -74,4 +77,5 @@ pub mod tools {
     /// NVIDIA's PTX assembler: finding it, its resource report, occupancy (`:ptx`'s last line).
     pub use crate::gpu::ptxas;
     pub use crate::helper::has_ended as child_has_ended;
+    pub use crate::tune_cache::{TUNE_CACHE_BUDGET, TUNE_CACHE_VARIABLE};
 }

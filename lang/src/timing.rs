@@ -207,6 +207,27 @@ pub struct VariantReport {
     pub values: Vec<String>,
     /// Its timing, or why it was dropped.
     pub result: Result<BenchReport, String>,
+    /// Whether it was timed now or its result came from the tuning cache.
+    pub source: VariantSource,
+}
+
+/// Where a variant's result comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VariantSource {
+    /// Compiled, checked and timed by this autotune.
+    Timed,
+    /// The tuning cache's: an earlier autotune timed the same variant on this machine.
+    Cached,
+}
+
+impl VariantSource {
+    /// The table's word for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            VariantSource::Timed => "timed",
+            VariantSource::Cached => "cached",
+        }
+    }
 }
 
 /// What `(autotune …)` found: every variant, sorted fastest first (failures last).
@@ -220,6 +241,33 @@ pub struct AutotuneReport {
     pub variants: Vec<VariantReport>,
     /// Median of the first variant (in parameter order), the baseline of "vs first".
     pub baseline: Option<Duration>,
+    /// How many points the parameter space has (saturating).
+    pub space: u64,
+    /// How the variants were chosen: `exhaustive`, `random N`, `greedy`.
+    pub search: String,
+    /// The budget, if it ran out before the search ended.
+    pub budget_spent: Option<Duration>,
+}
+
+impl AutotuneReport {
+    /// The first line of its table: the variants tried (of how many points, by which search),
+    /// how many passed, how many were timed now and how many came from the tuning cache.
+    pub fn summary(&self) -> String {
+        let tried = self.variants.len();
+        let ok = self.variants.iter().filter(|variant| variant.result.is_ok()).count();
+        let cached = self.variants.iter().filter(|variant| variant.source == VariantSource::Cached).count();
+        let plural = if self.space == 1 { "" } else { "s" };
+        let mut text = if tried as u64 == self.space {
+            format!("autotune {}: {tried} variant{plural}, {ok} ok", self.name)
+        } else {
+            format!("autotune {}: {tried} of {} variants (search: {}), {ok} ok", self.name, self.space, self.search)
+        };
+        text.push_str(&format!(" ({} timed, {cached} cached)", tried - cached));
+        if let Some(budget) = self.budget_spent {
+            text.push_str(&format!("; the budget of {} s ran out", budget.as_secs_f64()));
+        }
+        text
+    }
 }
 
 #[cfg(test)]

@@ -377,13 +377,12 @@ fn render_bench(report: &BenchReport, masking: Masking) -> String {
 /// The autotuning table, fastest first (in parameter order when masked: the order depends on
 /// timings).
 fn render_autotune(report: &AutotuneReport, masking: Masking) -> String {
-    let ok = report.variants.iter().filter(|variant| variant.result.is_ok()).count();
-    let mut text = format!("autotune {}: {} variants, {ok} ok\n", report.name, report.variants.len());
+    let mut text = format!("{}\n", report.summary());
     let mut table = Table::new();
     table.load_style(presets::UTF8_FULL_CONDENSED);
     let mut header = vec!["rank".to_string()];
     header.extend(report.params.iter().cloned());
-    header.extend(["median", "min", "vs first", "check"].map(String::from));
+    header.extend(["median", "min", "vs first", "check", "source"].map(String::from));
     table.set_header(header);
     let mut variants: Vec<_> = report.variants.iter().collect();
     if masking == Masking::Addresses {
@@ -415,6 +414,7 @@ fn render_autotune(report: &AutotuneReport, masking: Masking) -> String {
             }
             Err(reason) => row.extend(["-".to_string(), "-".to_string(), "-".to_string(), reason.clone()]),
         }
+        row.push(variant.source.label().to_string());
         table.add_row(row);
     }
     text.push_str(&format!("{table}\n"));

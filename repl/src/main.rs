@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use quasi_lang::{
     completeness, Completeness, Diagnostic, Kind, ObjectCache, Outcome, Session, SessionConfig, Severity, Stream,
+    TuneCache,
 };
 use quasi_repl::transcript::{record_or_save, Recording};
 use quasi_repl::{Masking, Rendering, Style};
@@ -281,8 +282,9 @@ fn parse_run(mut arguments: &[String]) -> Result<Invocation, String> {
 
 fn new_session() -> Session {
     match Session::new(session_config(true)) {
-        Ok(session) => {
+        Ok(mut session) => {
             watch_interrupts(&session);
+            session.set_tune_cache(TuneCache::from_environment());
             session
         }
         Err(error) => {
@@ -412,6 +414,7 @@ fn set_for_file(session: &mut Session, opt: Option<u8>) {
     }
     session.set_quick_short_runs(opt.is_none());
     session.set_object_cache(ObjectCache::from_environment());
+    session.set_tune_cache(TuneCache::from_environment());
 }
 
 /// Runs a file. `prepared`: a session made ahead at the batch level (`--opt` sets another); it

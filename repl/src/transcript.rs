@@ -252,9 +252,14 @@ pub fn parse_markdown(text: &str) -> Document {
     document
 }
 
-/// A fresh session as transcripts run in: program output captured into the outcome.
+/// A fresh session as transcripts run in: program output captured into the outcome, and a
+/// tuning cache of its own (removed with it), so an autotune is timed the first time the
+/// transcript runs it and cached the next, whatever earlier sessions measured.
 pub fn new_session() -> Result<Session, String> {
-    Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() }).map_err(|error| error.to_string())
+    let mut session = Session::new(SessionConfig { capture_output: true, ..SessionConfig::default() })
+        .map_err(|error| error.to_string())?;
+    session.set_tune_cache(Some(quasi_lang::TuneCache::temporary()));
+    Ok(session)
 }
 
 /// The output a cell's outcome gives in a transcript: the terminal's text, plain, with addresses

@@ -9,6 +9,9 @@
 //! modification time; past `BUDGET` bytes the least recently used entries are removed. The
 //! folder must be the user's own and writable by nobody else (an object in it is code this
 //! user will run).
+//!
+//! The tuning cache (`crate::tune_cache`) is a store of the same kind, with entries of its own
+//! (a `Format`): everything above holds for it too.
 
 use std::cell::{OnceCell, RefCell};
 use std::fs::File;
@@ -20,12 +23,31 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
-/// The first bytes of every entry; a new format gets a new magic.
-const MAGIC: &[u8; 12] = b"quasi-obj-1\n";
-/// What an entry's file name ends with.
-const EXTENSION: &str = "qo";
-/// The bytes the cache may hold before its least recently used entries go.
+/// What a store holds: how its entries begin, end their names, are named in messages, and
+/// how many bytes of them it keeps.
+#[derive(Debug)]
+pub(crate) struct Format {
+    /// The first bytes of every entry; a new format gets a new magic.
+    magic: &'static [u8],
+    /// What an entry's file name ends with.
+    extension: &'static str,
+    /// The store in messages: "the object cache".
+    what: &'static str,
+    /// The bytes it may hold before its least recently used entries go.
+    budget: u64,
+}
+
+impl Format {
+    pub(crate) const fn new(magic: &'static [u8], extension: &'static str, what: &'static str, budget: u64) -> Format {
+        Format { magic, extension, what, budget }
+    }
+}
+
+/// The bytes the object cache may hold before its least recently used entries go.
 pub const BUDGET: u64 = 256 << 20;
+
+/// Compiled objects (`quasi run`).
+pub(crate) static OBJECTS: Format = Format::new(b"quasi-obj-1\n", "qo", "the object cache", BUDGET);
 /// One store in this many checks the budget (a check lists the folder).
 const PRUNE_EVERY: u64 = 16;
 /// Temporary files older than this were left by a process that died while writing.
@@ -34,10 +56,11 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// The environment variable that turns the cache off (`off` or `0`) or names its folder.
 pub const CACHE_VARIABLE: &str = "QUASI_CACHE";
 
-/// A folder of compiled objects.
+/// A folder of compiled objects (or, with another `Format`, of other entries).
 #[derive(Debug)]
 pub struct ObjectCache {
     directory: PathBuf,
+    format: &'static Format,
     /// Whether the folder may be used: checked once, when first needed.
     usable: OnceCell<Result<(), String>>,
     /// What went wrong with the cache since the last `take_problems` (each told once).
@@ -71,6 +94,16 @@ impl ObjectKey {
         bytes.extend_from_slice(backend.as_bytes());
         bytes.extend_from_slice(b"\n\n");
         bytes.extend_from_slice(ir);
+        ObjectKey::from_bytes(bytes, OBJECTS.extension)
+    }
+
+    /// The name of the entry's file.
+    pub(crate) fn file_name(&self) -> &str {
+        &self.file_name
+    }
+
+    /// The key `bytes`, whole, for a store whose entries end their names with `extension`.
+    pub(crate) fn from_bytes(bytes: Vec<u8>, extension: &str) -> ObjectKey {
         // 128 bits of hash, in hex.
         let half = |seed: u8| {
             let mut hasher = DefaultHasher::new();
@@ -78,7 +111,7 @@ impl ObjectKey {
             bytes.hash(&mut hasher);
             hasher.finish()
         };
-        let file_name = format!("{:016x}{:016x}.{EXTENSION}", half(0), half(1));
+        let file_name = format!("{:016x}{:016x}.{extension}", half(0), half(1));
         ObjectKey { bytes, file_name }
     }
 }
@@ -109,24 +142,35 @@ fn engine_identity() -> &'static str {
 impl ObjectCache {
     /// The cache in `directory` (made when the first object is stored).
     pub fn new(directory: impl Into<PathBuf>) -> ObjectCache {
-        ObjectCache { directory: directory.into(), usable: OnceCell::new(), problems: RefCell::default() }
+        ObjectCache::with_format(directory, &OBJECTS)
+    }
+
+    /// A store of `format`'s entries in `directory`.
+    pub(crate) fn with_format(directory: impl Into<PathBuf>, format: &'static Format) -> ObjectCache {
+        ObjectCache { directory: directory.into(), format, usable: OnceCell::new(), problems: RefCell::default() }
     }
 
     /// The cache the environment asks for: `QUASI_CACHE=off` (or `0`) for none, `QUASI_CACHE=DIR`
     /// for that folder, else `$XDG_CACHE_HOME/quasi/objects` or `~/.cache/quasi/objects`.
     /// `None` also when there is no home to put it in.
     pub fn from_environment() -> Option<ObjectCache> {
-        let variable = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
-        match variable(CACHE_VARIABLE) {
+        Self::from_environment_as(CACHE_VARIABLE, "objects", &OBJECTS)
+    }
+
+    /// The store `variable` asks for (`off` or `0`: none; else its folder), else the folder
+    /// `name` in `$XDG_CACHE_HOME/quasi` or `~/.cache/quasi`.
+    pub(crate) fn from_environment_as(variable: &str, name: &str, format: &'static Format) -> Option<ObjectCache> {
+        let setting = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+        match setting(variable) {
             Some(value) if value == "off" || value == "0" => return None,
-            Some(folder) => return Some(ObjectCache::new(folder)),
+            Some(folder) => return Some(ObjectCache::with_format(folder, format)),
             None => {}
         }
-        let base = variable("XDG_CACHE_HOME")
+        let base = setting("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .filter(|path| path.is_absolute())
-            .or_else(|| variable("HOME").map(|home| Path::new(&home).join(".cache")))?;
-        Some(ObjectCache::new(base.join("quasi").join("objects")))
+            .or_else(|| setting("HOME").map(|home| Path::new(&home).join(".cache")))?;
+        Some(ObjectCache::with_format(base.join("quasi").join(name), format))
     }
 
     /// The cache's folder.
@@ -140,10 +184,18 @@ impl ObjectCache {
         let mut file = File::open(self.directory.join(&key.file_name)).ok()?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).ok()?;
-        let rest = bytes.strip_prefix(MAGIC)?;
-        let (length, rest) = rest.split_first_chunk::<8>()?;
-        let length = usize::try_from(u64::from_le_bytes(*length)).ok()?;
-        if rest.len() < length || rest[..length] != key.bytes[..] {
+        let whole = || {
+            let rest = bytes.strip_prefix(self.format.magic)?;
+            let (length, rest) = rest.split_first_chunk::<8>()?;
+            let length = usize::try_from(u64::from_le_bytes(*length)).ok()?;
+            (rest.len() >= length).then_some((length, rest))
+        };
+        let Some((length, rest)) = whole() else {
+            self.note_corrupt(&key.file_name);
+            return None;
+        };
+        // Another key of the same hash (or a file copied in by hand): a miss, nothing wrong.
+        if rest[..length] != key.bytes[..] {
             return None;
         }
         // SAFETY: futimens on a descriptor we hold; a null `times` means "now".
@@ -159,7 +211,7 @@ impl ObjectCache {
             return;
         }
         if let Err(error) = self.try_store(key, object) {
-            self.note(format!("the object cache in {} was not written: {error}", self.directory.display()));
+            self.note(format!("{} in {} was not written: {error}", self.format.what, self.directory.display()));
         }
     }
 
@@ -168,7 +220,7 @@ impl ObjectCache {
         let path = self.directory.join(name);
         let temporary = self.directory.join(format!("{name}.{}.tmp", std::process::id()));
         let written = File::create(&temporary).and_then(|mut file| {
-            file.write_all(MAGIC)?;
+            file.write_all(self.format.magic)?;
             file.write_all(&(key.bytes.len() as u64).to_le_bytes())?;
             file.write_all(&key.bytes)?;
             file.write_all(object)
@@ -179,7 +231,7 @@ impl ObjectCache {
         }
         // A cheap, fair coin: the first bits of the name's hash.
         if u64::from_str_radix(&name[..16], 16).unwrap_or(0).is_multiple_of(PRUNE_EVERY) {
-            self.prune(BUDGET).map_err(|error| format!("cannot trim it: {error}"))?;
+            self.prune(self.format.budget).map_err(|error| format!("cannot trim it: {error}"))?;
         }
         Ok(())
     }
@@ -210,10 +262,20 @@ impl ObjectCache {
             Ok(_) => Ok(()),
         };
         if let Err(reason) = &verdict {
-            self.note(format!("the object cache in {} is not used: {reason}", self.directory.display()));
+            self.note(format!("{} in {} is not used: {reason}", self.format.what, self.directory.display()));
         }
         self.usable.set(verdict.clone()).ok();
         verdict
+    }
+
+    /// Notes that the entry `file_name` is not one this store writes (cut short, or another
+    /// format): it is ignored, and a store over it replaces it.
+    pub(crate) fn note_corrupt(&self, file_name: &str) {
+        self.note(format!(
+            "{} ignored a damaged entry, {}",
+            self.format.what,
+            self.directory.join(file_name).display()
+        ));
     }
 
     fn note(&self, problem: String) {
@@ -237,7 +299,9 @@ impl ObjectCache {
             let Ok(metadata) = entry.metadata() else { continue };
             let used = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
             match path.extension().and_then(|extension| extension.to_str()) {
-                Some(EXTENSION) => listing.entries.push((used, metadata.len(), path)),
+                Some(extension) if extension == self.format.extension => {
+                    listing.entries.push((used, metadata.len(), path))
+                }
                 Some("tmp") => listing.temporaries.push((used, path)),
                 _ => {}
             }

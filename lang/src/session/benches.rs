@@ -7,7 +7,10 @@ use super::Session;
 use crate::bench::{self, Pipeline, QuietCell};
 use crate::check::Env;
 use crate::diagnostics::Diagnostic;
+use crate::gpu::Mode as GpuMode;
 use crate::reader::{Sexp, Span};
+use crate::tier::PROMOTED_LEVEL;
+use crate::tune_cache::TuneCache;
 use crate::Outcome;
 
 impl Session {
@@ -22,9 +25,21 @@ impl Session {
     }
 }
 
+impl Session {
+    /// The level benches, autotune variants and their checks compile at: the level code runs at
+    /// from now on — the promoted level when tiered compilation would promote it later.
+    fn bench_level(&self) -> u8 {
+        if self.tiering_active() {
+            PROMOTED_LEVEL
+        } else {
+            self.opt_level
+        }
+    }
+}
+
 impl Pipeline for Session {
     fn compile_quietly(&mut self, forms: &[Sexp], with_clock: bool) -> Result<QuietCell, Vec<Diagnostic>> {
-        let options = CellOptions { with_clock, ..CellOptions::of(EvalMode::Quiet) };
+        let options = CellOptions { with_clock, level: Some(self.bench_level()), ..CellOptions::of(EvalMode::Quiet) };
         let compiled =
             self.compile(CellInput::Forms(forms.to_vec()), options).map_err(|Failed(outcome)| outcome.diagnostics)?;
         let Committed { cell, entries, .. } = compiled.commit();
@@ -49,5 +64,20 @@ impl Pipeline for Session {
 
     fn env(&self) -> &Env {
         &self.env
+    }
+
+    fn tune_cache(&self) -> Option<&TuneCache> {
+        self.tune_cache.as_ref()
+    }
+
+    fn tuning_machine(&self, gpu: bool) -> String {
+        let (cpu, features) = self.backend.host();
+        let gpu = match (gpu, self.gpu.runtime.mode()) {
+            (false, _) => "none".to_string(),
+            (true, GpuMode::Sim { check: true }) => "the simulator, checked".to_string(),
+            (true, GpuMode::Sim { check: false }) => "the simulator, unchecked".to_string(),
+            (true, GpuMode::Device) => self.gpu.runtime.describe_mode(),
+        };
+        format!("cpu {cpu}\nfeatures {features}\nopt {}\ngpu {gpu}\n", self.bench_level())
     }
 }

@@ -150,6 +150,10 @@ impl Session {
             }
             Command::Bench(text) => return self.eval_cell(&format!("(bench {text})"), &mut |_| {}),
             Command::Limits { name, value } => return self.limits_command(name, value),
+            Command::TuneCache { clear } => match self.tune_cache_line(clear) {
+                Ok(line) => outcome.items.push(message(line)),
+                Err(diagnostic) => outcome.diagnostics.push(diagnostic),
+            },
         }
         outcome
     }
@@ -436,8 +440,38 @@ impl Session {
         let mut fresh = Session::new(SessionConfig { opt_level: self.opt_level, gpu, ..self.config.clone() })?;
         fresh.history.cell_count = count;
         fresh.opt_pinned = self.opt_pinned;
+        // What autotuning measured outlives the session's definitions.
+        fresh.tune_cache = self.tune_cache.take();
         *self = fresh;
         Ok(())
+    }
+
+    /// `:tune cache [clear]`: where the tuning cache is, how many results and bytes it holds;
+    /// `clear` removes them.
+    fn tune_cache_line(&self, clear: bool) -> Result<String, Diagnostic> {
+        let Some(cache) = &self.tune_cache else {
+            return Ok(format!(
+                "tuning cache: off (this session keeps no results; {}=off turns it off, or there is no HOME)",
+                crate::tune_cache::TUNE_CACHE_VARIABLE
+            ));
+        };
+        let folder = cache.directory().display();
+        let results = |count: usize| format!("{count} result{}", if count == 1 { "" } else { "s" });
+        let kib = |bytes: u64| format!("{:.1} KiB", bytes as f64 / 1024.0);
+        let failed = |error: std::io::Error| {
+            Diagnostic::error(Kind::Io, format!("cannot read the tuning cache in {folder}: {error}"))
+        };
+        if clear {
+            let (count, bytes) = cache.clear().map_err(failed)?;
+            return Ok(format!("tuning cache: removed {} ({})", results(count), kib(bytes)));
+        }
+        let (count, bytes) = cache.usage().map_err(failed)?;
+        Ok(format!(
+            "tuning cache: {} ({}) in {folder}, kept under {} MiB; `(fresh)` in an autotune times its variants again",
+            results(count),
+            kib(bytes),
+            crate::tune_cache::TUNE_CACHE_BUDGET >> 20
+        ))
     }
 
     /// `:opt`'s line: the level of later cells and whether they are promoted.

@@ -54,6 +54,7 @@ use crate::reader::{Sexp, Span};
 use crate::run::{self, Runner};
 use crate::timing::PhaseTimes;
 use crate::tree::{CellId, TypedCell};
+use crate::tune_cache::TuneCache;
 use crate::Outcome;
 
 pub use self::api::{
@@ -106,6 +107,8 @@ pub struct Session {
     script_exit: Option<i32>,
     /// `quasi run`'s argv, alive as long as the session.
     script_argv: Option<ScriptArgv>,
+    /// Where `autotune` keeps what it measured across sessions (none: it times every variant).
+    tune_cache: Option<TuneCache>,
     /// The GPU runtime, the target and the PTX built.
     gpu: SessionGpu,
 }
@@ -152,6 +155,7 @@ impl Session {
             interrupt,
             script_exit: None,
             script_argv: None,
+            tune_cache: None,
             gpu,
             config,
         };
@@ -243,6 +247,18 @@ impl Session {
     pub fn set_opt_level(&mut self, level: u8) {
         self.opt_level = level.min(3);
         self.config.opt_level = self.opt_level;
+    }
+
+    /// Makes `autotune` keep each variant's result in `cache`, and take it from there when the
+    /// same variant is tuned again on this machine (`TuneCache::from_environment` in the
+    /// terminal and the notebook). `None` (a new session's): every variant is timed.
+    pub fn set_tune_cache(&mut self, cache: Option<TuneCache>) {
+        self.tune_cache = cache;
+    }
+
+    /// The tuning cache, if the session has one.
+    pub fn tune_cache(&self) -> Option<&TuneCache> {
+        self.tune_cache.as_ref()
     }
 
     /// Makes the session keep the objects it compiles in `cache`, and take them from it when the

@@ -1,0 +1,930 @@
+//! `(autotune NAME …)`: Caiman-style "time every variant" tuning over a Rhai generator's
+//! parameter space, or over hand-written implementations (`impls`) — every point, a random
+//! sample or a greedy walk of them, within a time budget — with each variant's result kept in
+//! the tuning cache (`crate::tune_cache`) so a cell run again times only what changed.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use super::{list, map_tree, sym, syntax, BenchOptions, Bencher, Evaluated};
+use crate::check::{Env, FunctionEntry, FunctionKind};
+use crate::diagnostics::{Diagnostic, Kind};
+use crate::reader::{Sexp, SexpKind};
+use crate::timing::{AutotuneReport, BenchReport, VariantReport, VariantSource};
+use crate::tune_cache::{check_digest, TuneKey, TuneResult};
+use crate::types::{Signature, Ty};
+use crate::value;
+use crate::{Item, Outcome};
+
+/// The clauses of `autotune`, each with how many items follow its name (`None`: any number).
+const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 10] = [
+    ("gen", None, "(gen F ARG…)"),
+    ("impls", None, "(impls F…)"),
+    ("params", None, "(params (P V…)…)"),
+    ("run", Some(1), "(run EXPR)"),
+    ("check", Some(1), "(check EXPR)"),
+    ("check-buffer", Some(2), "(check-buffer PTR N)"),
+    ("tolerance", Some(1), "(tolerance R)"),
+    ("search", Some(1), "(search exhaustive | (random N) | greedy)"),
+    ("budget", Some(1), "(budget SECONDS)"),
+    ("fresh", Some(0), "(fresh)"),
+];
+
+/// The seed of `(search (random N))`: the same cell samples the same points, so running it
+/// again finds them in the tuning cache.
+const RANDOM_SEED: u64 = 0x005e_ed0f_a070;
+
+/// How the points timed are chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Search {
+    /// Every point, in order (the first parameter varies slowest).
+    Exhaustive,
+    /// The first point and N − 1 others drawn at random.
+    Random(u64),
+    /// From the first point, each parameter in turn moved to its best value, while that helps.
+    Greedy,
+}
+
+impl Search {
+    fn describe(self) -> String {
+        match self {
+            Search::Exhaustive => "exhaustive".into(),
+            Search::Random(count) => format!("random {count}"),
+            Search::Greedy => "greedy".into(),
+        }
+    }
+}
+
+/// What is tuned over: a generator's variants over a product of parameter values, or
+/// implementations defined in the session (one parameter, `impl`).
+enum Space<'f> {
+    Generated { generator: &'f [Sexp], names: Vec<String>, values: Vec<Vec<Sexp>> },
+    Implementations { names: Vec<String>, wanted: Option<Signature> },
+}
+
+impl Space<'_> {
+    /// The parameters' names, as the table heads them.
+    fn params(&self) -> Vec<String> {
+        match self {
+            Space::Generated { names, .. } => names.clone(),
+            Space::Implementations { .. } => vec!["impl".to_string()],
+        }
+    }
+
+    /// How many values each parameter takes.
+    fn radices(&self) -> Vec<usize> {
+        match self {
+            Space::Generated { values, .. } => values.iter().map(Vec::len).collect(),
+            Space::Implementations { names, .. } => vec![names.len()],
+        }
+    }
+}
+
+/// What every variant of an `autotune` shares: the tuned function, how it is run and checked.
+struct Tuning<'a> {
+    name: &'a str,
+    run: &'a Sexp,
+    check: Option<&'a Sexp>,
+    check_buffer: Option<&'a (Sexp, Sexp)>,
+    tolerance: f64,
+    search: Search,
+    budget: Option<Duration>,
+    fresh: bool,
+}
+
+/// One point of the space, made concrete: its labels, its definition of the tuned function (or
+/// why there is none), and the run and check with the point's values in them.
+#[derive(Clone)]
+struct Candidate {
+    labels: Vec<String>,
+    definition: Result<Vec<Sexp>, String>,
+    run: Sexp,
+    check: Option<Sexp>,
+    check_buffer: Option<(Sexp, Sexp)>,
+}
+
+/// Why a variant failed: diagnostics (compiling, running, a fault), or a reason that is not kept
+/// in the tuning cache (its check against the first variant's values depends on that variant).
+enum Failure {
+    Diagnostics(Vec<Diagnostic>),
+    Reason(String),
+}
+
+impl From<Vec<Diagnostic>> for Failure {
+    fn from(diagnostics: Vec<Diagnostic>) -> Failure {
+        Failure::Diagnostics(diagnostics)
+    }
+}
+
+/// What the first variant of an `autotune` left for the others: its check values, and the
+/// checked buffer's contents before it ran.
+#[derive(Default)]
+struct Reference {
+    values: Option<Vec<String>>,
+    initial: Option<Vec<u8>>,
+}
+
+/// A variant visited: its row, its definition if it passed.
+struct Visited {
+    report: VariantReport,
+    definition: Option<Vec<Sexp>>,
+}
+
+/// An autotune in progress: the variants visited so far, the reference values they are checked
+/// against, and the clock of the budget.
+struct Tuner {
+    visited: Vec<Visited>,
+    by_point: HashMap<Vec<usize>, usize>,
+    reference: Reference,
+    /// A variant the cache gave, whose check values are the reference once a variant is timed:
+    /// it runs again (untimed) before that variant.
+    cached_reference: Option<Candidate>,
+    started: Instant,
+    /// Whether the budget ran out before the search ended.
+    out_of_budget: bool,
+}
+
+impl Tuner {
+    fn new() -> Tuner {
+        Tuner {
+            visited: Vec::new(),
+            by_point: HashMap::new(),
+            reference: Reference::default(),
+            cached_reference: None,
+            started: Instant::now(),
+            out_of_budget: false,
+        }
+    }
+
+    /// The median of the variant visited at `index`, if it passed.
+    fn median(&self, index: usize) -> Option<Duration> {
+        self.visited[index].report.result.as_ref().ok().map(|report| report.median)
+    }
+
+    /// Adds a visited variant; returns its median if it passed.
+    fn record(&mut self, point: &[usize], report: VariantReport, definition: Option<Vec<Sexp>>) -> Option<Duration> {
+        let index = self.visited.len();
+        self.by_point.insert(point.to_vec(), index);
+        self.visited.push(Visited { report, definition });
+        self.median(index)
+    }
+}
+
+impl Bencher<'_> {
+    pub(super) fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
+        let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)] [(search S)] [(budget SECONDS)] [(fresh)])`, or `(autotune NAME (impls F…) (run EXPR) …)`";
+        let items = form.list().unwrap_or(&[]);
+        let Some(name) = items.get(1).and_then(Sexp::symbol) else { return Err(syntax(form.span, shape)) };
+        check_clauses(&items[2..])?;
+        let clause = |head: &str| items[2..].iter().find(|item| item.head() == Some(head)).and_then(Sexp::list);
+        let Some(run) = clause("run").and_then(|run| run.get(1)) else { return Err(syntax(form.span, shape)) };
+        let tolerance = match clause("tolerance").map(|items| &items[1]) {
+            None => 1e-6,
+            Some(value) => {
+                number(value).ok_or_else(|| syntax(value.span, "`tolerance` is a relative tolerance: a number ≥ 0"))?
+            }
+        };
+        let search = match clause("search") {
+            None => Search::Exhaustive,
+            Some(items) => search_of(&items[1])?,
+        };
+        let budget = match clause("budget").map(|items| &items[1]) {
+            None => None,
+            Some(value) => Some(
+                number(value)
+                    .filter(|seconds| *seconds > 0.0 && *seconds < 1e9)
+                    .map(Duration::from_secs_f64)
+                    .ok_or_else(|| syntax(value.span, "`budget` is a number of seconds > 0"))?,
+            ),
+        };
+        let check = clause("check").and_then(|items| items.get(1)).cloned();
+        let check_buffer =
+            clause("check-buffer").and_then(|items| (items.len() == 3).then(|| (items[1].clone(), items[2].clone())));
+        let space = match (clause("impls"), clause("gen"), clause("params")) {
+            (Some(impls), None, None) => {
+                let names = impls[1..]
+                    .iter()
+                    .map(|item| {
+                        item.symbol()
+                            .map(str::to_string)
+                            .ok_or_else(|| syntax(item.span, "`impls` names functions: `(impls F…)`"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if names.is_empty() {
+                    return Err(syntax(form.span, "`impls` names at least one function"));
+                }
+                // Each implementation must have the signature of NAME, or of the first if NAME is new.
+                let functions = &self.pipeline.env().functions;
+                let wanted = functions
+                    .get(name)
+                    .or_else(|| names.first().and_then(|first| functions.get(first)))
+                    .map(|entry| entry.signature.clone());
+                Space::Implementations { names, wanted }
+            }
+            (None, Some(generator), Some(params)) => {
+                let mut names = Vec::new();
+                let mut values = Vec::new();
+                for param in &params[1..] {
+                    let parsed = param.list().and_then(|items| items.split_first());
+                    let Some((param_name, choices)) =
+                        parsed.and_then(|(name, choices)| Some((name.symbol()?, choices)))
+                    else {
+                        return Err(syntax(param.span, "a parameter is `(P V…)`"));
+                    };
+                    if choices.is_empty() {
+                        return Err(syntax(param.span, format!("`{param_name}` has no values: `({param_name} V…)`")));
+                    }
+                    names.push(param_name.to_string());
+                    values.push(choices.to_vec());
+                }
+                Space::Generated { generator, names, values }
+            }
+            _ => return Err(syntax(form.span, shape)),
+        };
+        let tuning = Tuning {
+            name,
+            run,
+            check: check.as_ref(),
+            check_buffer: check_buffer.as_ref(),
+            tolerance,
+            search,
+            budget,
+            fresh: clause("fresh").is_some(),
+        };
+        // What NAME was: put back if the autotune ends without a winner (each variant redefined it).
+        let original = crate::check::defined(self.pipeline.env(), name).map(|def| def.source.form());
+        let result = self.search(&space, &tuning).and_then(|tuner| self.choose(form, &space, &tuning, tuner, outcome));
+        if result.is_err() {
+            if let Some(original) = original {
+                let _ = self.pipeline.compile_quietly(&[original], false);
+            }
+        }
+        result
+    }
+
+    /// Visits the points `tuning.search` chooses, until it ends or the budget runs out. Only an
+    /// interrupt is an error: a variant's failure is its row.
+    fn search(&mut self, space: &Space<'_>, tuning: &Tuning<'_>) -> Result<Tuner, Vec<Diagnostic>> {
+        let radices = space.radices();
+        let mut tuner = Tuner::new();
+        let first = vec![0; radices.len()];
+        match tuning.search {
+            Search::Exhaustive => {
+                let mut point = first;
+                loop {
+                    self.visit(space, tuning, &mut tuner, &point)?;
+                    if tuner.out_of_budget || !next_point(&mut point, &radices) {
+                        break;
+                    }
+                }
+            }
+            Search::Random(count) => {
+                let wanted = count.min(space_size(&radices));
+                let mut random = fastrand::Rng::with_seed(RANDOM_SEED);
+                self.visit(space, tuning, &mut tuner, &first)?;
+                while (tuner.visited.len() as u64) < wanted && !tuner.out_of_budget {
+                    let point: Vec<usize> = radices.iter().map(|&radix| random.usize(..radix)).collect();
+                    if !tuner.by_point.contains_key(&point) {
+                        self.visit(space, tuning, &mut tuner, &point)?;
+                    }
+                }
+            }
+            Search::Greedy => {
+                let mut best = self.visit(space, tuning, &mut tuner, &first)?;
+                let mut current = first;
+                'rounds: loop {
+                    let mut moved = false;
+                    for param in 0..radices.len() {
+                        let mut best_point = current.clone();
+                        for value in 0..radices[param] {
+                            let mut point = current.clone();
+                            point[param] = value;
+                            let median = self.visit(space, tuning, &mut tuner, &point)?;
+                            if tuner.out_of_budget {
+                                break 'rounds;
+                            }
+                            if median.is_some_and(|median| best.is_none_or(|best| median < best)) {
+                                (best, best_point) = (median, point);
+                            }
+                        }
+                        if best_point != current {
+                            (current, moved) = (best_point, true);
+                        }
+                    }
+                    if !moved {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(tuner)
+    }
+
+    /// Visits one point: its result from the tuning cache, or compiled, checked and timed now
+    /// (unless the budget has run out). Returns its median if it passed.
+    fn visit(
+        &mut self,
+        space: &Space<'_>,
+        tuning: &Tuning<'_>,
+        tuner: &mut Tuner,
+        point: &[usize],
+    ) -> Result<Option<Duration>, Vec<Diagnostic>> {
+        if let Some(&index) = tuner.by_point.get(point) {
+            return Ok(tuner.median(index));
+        }
+        let candidate = self.candidate(space, tuning, point)?;
+        let definition = match &candidate.definition {
+            Ok(definition) => definition.clone(),
+            Err(reason) => {
+                let report = VariantReport {
+                    values: candidate.labels,
+                    result: Err(reason.clone()),
+                    source: VariantSource::Timed,
+                };
+                return Ok(tuner.record(point, report, None));
+            }
+        };
+        let key = self.pipeline.tune_cache().is_some().then(|| self.tune_key(tuning, &candidate, &definition));
+        let cached = match (&key, self.pipeline.tune_cache()) {
+            (Some(key), Some(cache)) if !tuning.fresh => cache.lookup(key),
+            _ => None,
+        };
+        if let Some(TuneResult { result, .. }) = cached {
+            let passed = result.is_ok();
+            if passed && tuner.reference.values.is_none() && tuner.cached_reference.is_none() {
+                tuner.cached_reference = Some(candidate.clone());
+            }
+            let report = VariantReport { values: candidate.labels, result, source: VariantSource::Cached };
+            return Ok(tuner.record(point, report, passed.then_some(definition)));
+        }
+        let any_passed = tuner.visited.iter().any(|visited| visited.report.result.is_ok());
+        if any_passed && tuning.budget.is_some_and(|budget| tuner.started.elapsed() >= budget) {
+            tuner.out_of_budget = true;
+            return Ok(None);
+        }
+        // The first variant the cache gave is the one the others match: it runs, untimed, first.
+        if let Some(reference) = tuner.cached_reference.take() {
+            if let Err(Failure::Diagnostics(diagnostics)) =
+                self.run_variant(&reference, tuning, &mut tuner.reference, false)
+            {
+                if interrupted(&diagnostics) {
+                    return Err(diagnostics);
+                }
+            }
+        }
+        let (result, digest) = match self.run_variant(&candidate, tuning, &mut tuner.reference, true) {
+            Ok((report, digest)) => (report.ok_or_else(|| "internal: not timed".to_string()), Some(digest)),
+            Err(Failure::Diagnostics(diagnostics)) if interrupted(&diagnostics) => return Err(diagnostics),
+            Err(Failure::Diagnostics(diagnostics)) => (Err(first_line(diagnostics)), Some(0)),
+            Err(Failure::Reason(reason)) => (Err(reason), None),
+        };
+        if let (Some(key), Some(cache), Some(check)) = (&key, self.pipeline.tune_cache(), digest) {
+            cache.store(key, &TuneResult { result: result.clone(), check });
+        }
+        let passed = result.is_ok();
+        let report = VariantReport { values: candidate.labels, result, source: VariantSource::Timed };
+        Ok(tuner.record(point, report, passed.then_some(definition)))
+    }
+
+    /// The variant at `point`: the generator's definition for its values (or the named
+    /// implementation, renamed), and the run and check with its values. Only an interrupt while
+    /// the generator runs is an error; any other failure is the candidate's.
+    fn candidate(
+        &mut self,
+        space: &Space<'_>,
+        tuning: &Tuning<'_>,
+        point: &[usize],
+    ) -> Result<Candidate, Vec<Diagnostic>> {
+        let span = tuning.run.span;
+        match space {
+            Space::Implementations { names, wanted } => {
+                let implementation = &names[point[0]];
+                Ok(Candidate {
+                    labels: vec![implementation.clone()],
+                    definition: self.renamed(implementation, tuning.name, wanted.as_ref()),
+                    run: tuning.run.clone(),
+                    check: tuning.check.cloned(),
+                    check_buffer: tuning.check_buffer.cloned(),
+                })
+            }
+            Space::Generated { generator, names, values } => {
+                let chosen: Vec<&Sexp> = point.iter().zip(values).map(|(&index, choices)| &choices[index]).collect();
+                let bindings: HashMap<&str, &Sexp> =
+                    names.iter().map(String::as_str).zip(chosen.iter().copied()).collect();
+                // Each parameter stands for the point's value: in the generator's arguments, and in
+                // the run and check expressions too (a kernel's launch depends on its tiles).
+                let bind = |form: &Sexp| {
+                    map_tree(
+                        form,
+                        &|form: &Sexp| {
+                            form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone()))
+                        },
+                        form.span,
+                    )
+                };
+                let arguments: Vec<Sexp> = generator[2..].iter().map(bind).collect();
+                let call = Sexp {
+                    kind: SexpKind::Unquote(Box::new(list(
+                        generator[1..2].iter().cloned().chain(arguments).collect(),
+                        span,
+                    ))),
+                    span,
+                };
+                let definition = match self.generated(&call, tuning.name) {
+                    Err(Failure::Diagnostics(diagnostics)) if interrupted(&diagnostics) => return Err(diagnostics),
+                    Err(Failure::Diagnostics(diagnostics)) => Err(first_line(diagnostics)),
+                    Err(Failure::Reason(reason)) => Err(reason),
+                    Ok(definition) => Ok(definition),
+                };
+                Ok(Candidate {
+                    labels: chosen.iter().map(ToString::to_string).collect(),
+                    definition,
+                    run: bind(tuning.run),
+                    check: tuning.check.map(bind),
+                    check_buffer: tuning.check_buffer.map(|(pointer, count)| (bind(pointer), bind(count))),
+                })
+            }
+        }
+    }
+
+    /// The tuning cache's key of a variant: its definition, its run and check, the source of
+    /// everything they reach in the session, the opt level and the machine.
+    fn tune_key(&self, tuning: &Tuning<'_>, candidate: &Candidate, definition: &[Sexp]) -> TuneKey {
+        // A generator's gensyms are new names on every call: the key names them in order of
+        // first use, so the same code generated again has the same key.
+        let mut gensyms = HashMap::new();
+        let mut canonical = |form: &Sexp| rename_gensyms(form, &mut gensyms).to_string();
+        let variant: Vec<String> = definition.iter().map(&mut canonical).collect();
+        let mut text =
+            format!("autotune {}\ntolerance {}\nrun {}\n", tuning.name, tuning.tolerance, canonical(&candidate.run));
+        let mut roots: Vec<&Sexp> = definition.iter().chain([&candidate.run]).collect();
+        match (&candidate.check, &candidate.check_buffer) {
+            (Some(check), _) => {
+                text.push_str(&format!("check {}\n", canonical(check)));
+                roots.push(check);
+            }
+            (None, Some((pointer, count))) => {
+                text.push_str(&format!("check-buffer {} {}\n", canonical(pointer), canonical(count)));
+                roots.extend([pointer, count]);
+            }
+            (None, None) => text.push_str("check run\n"),
+        }
+        text.push_str("variant\n");
+        for form in variant {
+            text.push_str(&format!("{form}\n"));
+        }
+        let defined: HashSet<&str> = definition.iter().filter_map(defined_name).chain([tuning.name]).collect();
+        let (reached, gpu) = reached_source(self.pipeline.env(), &roots, &defined);
+        text.push_str(&reached);
+        text.push_str(&self.pipeline.tuning_machine(gpu));
+        TuneKey::new(&text)
+    }
+
+    /// Reports the variants, fastest first, and makes `name` the fastest's definition.
+    fn choose(
+        &mut self,
+        form: &Sexp,
+        space: &Space<'_>,
+        tuning: &Tuning<'_>,
+        tuner: Tuner,
+        outcome: &mut Outcome,
+    ) -> Result<(), Vec<Diagnostic>> {
+        let name = tuning.name;
+        let params = space.params();
+        let first = vec![0; params.len()];
+        let baseline = tuner.by_point.get(&first).and_then(|&index| tuner.median(index));
+        let mut visited = tuner.visited;
+        visited.sort_by_key(|visited| {
+            (
+                visited.report.result.is_err(),
+                visited.report.result.as_ref().map_or(Duration::MAX, |report| report.median),
+            )
+        });
+        let winner = visited.first().filter(|visited| visited.report.result.is_ok());
+        let chosen = winner.map(|winner| {
+            let label = params
+                .iter()
+                .zip(&winner.report.values)
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            (label, winner.definition.clone().unwrap_or_default())
+        });
+        outcome.items.push(Item::Autotune(AutotuneReport {
+            name: name.to_string(),
+            params,
+            variants: visited.into_iter().map(|visited| visited.report).collect(),
+            baseline,
+            space: space_size(&space.radices()),
+            search: tuning.search.describe(),
+            budget_spent: tuner.out_of_budget.then_some(tuning.budget).flatten(),
+        }));
+        if let Some(cache) = self.pipeline.tune_cache() {
+            outcome.diagnostics.extend(
+                cache
+                    .take_problems()
+                    .into_iter()
+                    .map(|problem| Diagnostic::warning(Kind::Io, problem).with_label(form.span, "")),
+            );
+        }
+        let Some((label, definition)) = chosen else {
+            return Err(vec![Diagnostic::error(
+                Kind::Type,
+                format!("no variant of `{name}` compiled, ran and passed its check"),
+            )
+            .with_label(form.span, "")]);
+        };
+        self.pipeline.compile_quietly(&definition, false)?;
+        if let Some(entry) = self.pipeline.env().functions.get(name) {
+            outcome.items.push(Item::Defined {
+                name: name.to_string(),
+                description: format!("{}  (redefined, autotuned: {label})", entry.signature),
+            });
+        }
+        Ok(())
+    }
+
+    /// The definition of the session function `implementation`, as the definition of `name`.
+    fn renamed(&self, implementation: &str, name: &str, wanted: Option<&Signature>) -> Result<Vec<Sexp>, String> {
+        let entry = self.pipeline.env().functions.get(implementation);
+        let Some(FunctionEntry { kind: FunctionKind::Defined(def), signature, .. }) = entry else {
+            return Err(format!("`{implementation}` is not a function defined in the session"));
+        };
+        if let Some(wanted) = wanted.filter(|wanted| *wanted != signature) {
+            return Err(format!("`{implementation}` is `{signature}`, but `{name}` is `{wanted}`"));
+        }
+        let form = def.source.form();
+        rename_definition(&form, name)
+            .map(|form| vec![form])
+            .ok_or_else(|| format!("`{implementation}`'s definition cannot be renamed"))
+    }
+
+    /// A generator's definition of `name`: the forms its call returns.
+    fn generated(&mut self, call: &Sexp, name: &str) -> Result<Vec<Sexp>, Failure> {
+        // A generator may return several forms (a kernel's shared arrays and the kernel).
+        let definition: Vec<Sexp> = self
+            .pipeline
+            .expand_quietly(call)?
+            .into_iter()
+            .flat_map(|form| match form.list() {
+                Some(items) if items.first().is_some_and(|first| first.list().is_some()) => items.to_vec(),
+                _ => vec![form],
+            })
+            .collect();
+        if !definition.iter().any(|form| super::defines(form, name)) {
+            return Err(Failure::Reason(format!("the generator did not return a definition of `{name}`")));
+        }
+        Ok(definition)
+    }
+
+    /// Installs one variant's definition of the tuned function, runs and checks it, and (if
+    /// `timed`) benches it. Returns its timing and the digest of its check values.
+    fn run_variant(
+        &mut self,
+        candidate: &Candidate,
+        tuning: &Tuning<'_>,
+        reference: &mut Reference,
+        timed: bool,
+    ) -> Result<(Option<BenchReport>, u64), Failure> {
+        let Candidate { run, check, check_buffer, .. } = candidate;
+        let definition = candidate.definition.as_ref().map_err(|reason| Failure::Reason(reason.clone()))?;
+        self.pipeline.compile_quietly(definition, false)?;
+        // Every variant's checked run starts from the buffer as it was before the first: a
+        // variant that leaves part of it unwritten cannot pass on an earlier variant's results,
+        // and one that works in place gets the same input.
+        if let Some((pointer, count)) = check_buffer {
+            match &reference.initial {
+                None => reference.initial = Some(self.copy_buffer(pointer, count, None)?.0),
+                Some(initial) => {
+                    let initial = initial.clone();
+                    self.copy_buffer(pointer, count, Some(initial))?;
+                }
+            }
+        }
+        let run_value = match self.evaluate_or_compile(run)? {
+            Evaluated::Value(text, _) => text,
+            // A statement runs for its effects.
+            Evaluated::Statement(entries) => {
+                for entry in entries {
+                    self.call_quietly(entry, run.span)?;
+                }
+                String::new()
+            }
+        };
+        let check_values = match (check, check_buffer) {
+            (Some(check), _) => vec![self.evaluate_quietly(check)?.0],
+            (None, Some((pointer, count))) => self.read_buffer(pointer, count)?,
+            (None, None) => vec![run_value],
+        };
+        match &reference.values {
+            None => reference.values = Some(check_values.clone()),
+            Some(expected) => {
+                if let Some((index, (want, got))) = expected
+                    .iter()
+                    .zip(&check_values)
+                    .enumerate()
+                    .find(|(_, (want, got))| !values_match(want, got, tuning.tolerance))
+                {
+                    return Err(Failure::Reason(format!(
+                        "check failed: element {index} is {got}, the first variant gave {want}"
+                    )));
+                }
+            }
+        }
+        let digest = check_digest(&check_values);
+        if !timed {
+            return Ok((None, digest));
+        }
+        let mut harness = self.build_harness(run)?;
+        let options = BenchOptions { seconds: 0.2, iterations: None, warmup: 1, bytes: None, flops: None };
+        let report = self.measure(&mut harness, &options, run.span)?;
+        Ok((Some(report), digest))
+    }
+
+    fn compile_and_run_statement(&mut self, statement: &Sexp) -> Result<(), Vec<Diagnostic>> {
+        let (_, entries) = self.pipeline.compile_quietly(std::slice::from_ref(statement), false)?;
+        for entry in entries {
+            self.call_quietly(entry, statement.span)?;
+        }
+        Ok(())
+    }
+
+    /// N elements at a pointer or of a `(gpu-buf T)`, as text.
+    fn read_buffer(&mut self, pointer: &Sexp, count: &Sexp) -> Result<Vec<String>, Vec<Diagnostic>> {
+        let (buffer, element) = self.copy_buffer(pointer, count, None)?;
+        let structs = &self.pipeline.env().structs;
+        let (size, _) = value::size_align(&element, structs);
+        let count = buffer.len() / size.max(1);
+        Ok((0..count).map(|index| value::format_value(&buffer, index * size, &element, structs)).collect())
+    }
+
+    /// N elements at a pointer, copied by compiled code (so a bad pointer faults in the guard),
+    /// or of a `(gpu-buf T)`, copied by `gpu-copy` (bounds checked there): out of it into the
+    /// bytes returned (with the element type), or, given `contents`, into it.
+    fn copy_buffer(
+        &mut self,
+        pointer: &Sexp,
+        count: &Sexp,
+        contents: Option<Vec<u8>>,
+    ) -> Result<(Vec<u8>, Ty), Vec<Diagnostic>> {
+        let span = pointer.span;
+        let (count_text, _) = self.evaluate_quietly(count)?;
+        let count: usize = count_text.parse().map_err(|_| {
+            vec![Diagnostic::error(Kind::Type, "the element count must be an integer").with_label(count.span, "")]
+        })?;
+        let (_, pointer_type) = self.evaluate_quietly(pointer)?;
+        let (element, on_device) = match &pointer_type {
+            Ty::GpuBuf(element) => ((**element).clone(), true),
+            _ => match pointer_type.pointee() {
+                Some(element) => (element.clone(), false),
+                None => {
+                    return Err(vec![Diagnostic::error(
+                        Kind::Type,
+                        format!("`check-buffer` needs a pointer or a `(gpu-buf T)`, found `{pointer_type}`"),
+                    )
+                    .with_label(span, "")])
+                }
+            },
+        };
+        let (size, _) = value::size_align(&element, &self.pipeline.env().structs);
+        let inward = contents.is_some();
+        let mut buffer = contents.unwrap_or_default();
+        buffer.resize(size * count, 0);
+        buffer.reserve(1);
+        let host = format!("(inttoptr (int64 {}) (ptr {element}))", buffer.as_ptr() as usize);
+        let (target, source) = if inward { ("POINTER", host.as_str()) } else { (host.as_str(), "POINTER") };
+        let text = if on_device {
+            format!("(gpu-copy {target} {source} {count})")
+        } else {
+            format!(
+                "((declare k_q_copy int64) (for ((set k_q_copy (int64 0)) (lt k_q_copy (int64 {count})) (set k_q_copy (add k_q_copy (int64 1)))) (store (ptradd {target} k_q_copy) (load (ptradd {source} k_q_copy)))))"
+            )
+        };
+        let template = crate::reader::read_template(span.source, &text)
+            .map_err(|_| syntax(span, "internal: bad copy template"))?;
+        let copy = map_tree(
+            &template[0],
+            &|form: &Sexp| match form.symbol()? {
+                "POINTER" => Some(pointer.clone()),
+                name if name.contains("_q_") => Some(sym(&name.replace("_q_", "#"), span)),
+                _ => None,
+            },
+            span,
+        );
+        self.compile_and_run_statement(&copy)?;
+        Ok((buffer, element))
+    }
+}
+
+/// Every clause after `autotune NAME` is one Quasi knows, with its number of items, once; `check`
+/// and `check-buffer` not both. Anything else is said, at the clause: a clause it drops would
+/// silently run another autotune than the one written.
+fn check_clauses(clauses: &[Sexp]) -> Result<(), Vec<Diagnostic>> {
+    let known = AUTOTUNE_CLAUSES.iter().map(|(_, _, shape)| format!("`{shape}`")).collect::<Vec<_>>().join(", ");
+    let mut seen: Vec<&str> = Vec::new();
+    for clause in clauses {
+        let head = clause.list().and_then(|items| items.first()).and_then(Sexp::symbol);
+        let Some((name, arity, shape)) = head.and_then(|head| AUTOTUNE_CLAUSES.iter().find(|(name, ..)| *name == head))
+        else {
+            let what = head.map_or_else(|| format!("`{clause}`"), |head| format!("`({head} …)`"));
+            let diagnostic = Diagnostic::error(Kind::Syntax, format!("{what} is not a clause of `autotune`"))
+                .with_label(clause.span, "")
+                .with_note(format!("its clauses are {known}"));
+            let diagnostic = match head {
+                Some(head) => diagnostic.with_suggestion(head, AUTOTUNE_CLAUSES.iter().map(|(name, ..)| *name)),
+                None => diagnostic,
+            };
+            return Err(vec![diagnostic]);
+        };
+        let count = clause.list().map_or(0, |items| items.len() - 1);
+        if arity.is_some_and(|arity| arity != count) {
+            return Err(syntax(clause.span, format!("`{name}` is `{shape}`")));
+        }
+        if seen.contains(name) {
+            return Err(syntax(clause.span, format!("`{name}` is given twice")));
+        }
+        seen.push(name);
+    }
+    if seen.contains(&"check") && seen.contains(&"check-buffer") {
+        let second = clauses.iter().rfind(|clause| matches!(clause.head(), Some("check" | "check-buffer")));
+        let span = second.map_or(clauses[0].span, |clause| clause.span);
+        return Err(syntax(span, "`autotune` takes `(check EXPR)` or `(check-buffer PTR N)`, not both"));
+    }
+    Ok(())
+}
+
+/// A definition `(define ((F RET) PARAM…) BODY…)` (or `define-inline`, `define-kernel`…) as
+/// the definition of `name`.
+fn rename_definition(form: &Sexp, name: &str) -> Option<Sexp> {
+    let items = form.list()?;
+    let prototype = items.get(1)?.list()?;
+    let head = prototype.first()?.list()?;
+    let renamed_head =
+        list(std::iter::once(sym(name, head[0].span)).chain(head[1..].iter().cloned()).collect(), prototype[0].span);
+    let prototype = list(std::iter::once(renamed_head).chain(prototype[1..].iter().cloned()).collect(), items[1].span);
+    Some(list(items[..1].iter().cloned().chain([prototype]).chain(items[2..].iter().cloned()).collect(), form.span))
+}
+
+/// Values equal, floats within a relative tolerance.
+fn values_match(want: &str, got: &str, tolerance: f64) -> bool {
+    if want == got {
+        return true;
+    }
+    match (want.parse::<f64>(), got.parse::<f64>()) {
+        (Ok(want), Ok(got)) => (want - got).abs() <= tolerance * want.abs().max(got.abs()).max(f64::MIN_POSITIVE),
+        _ => false,
+    }
+}
+
+/// A number ≥ 0 (an integer or a float literal).
+fn number(value: &Sexp) -> Option<f64> {
+    match value.kind {
+        SexpKind::Float(value) if value >= 0.0 && value.is_finite() => Some(value),
+        SexpKind::Int(value) if value >= 0 => Some(value as f64),
+        _ => None,
+    }
+}
+
+/// The search a `(search …)` clause names.
+fn search_of(value: &Sexp) -> Result<Search, Vec<Diagnostic>> {
+    let shape = "`search` is `(search exhaustive)`, `(search (random N))` with N ≥ 1, or `(search greedy)`";
+    match (value.symbol(), value.list()) {
+        (Some("exhaustive"), _) => Ok(Search::Exhaustive),
+        (Some("greedy"), _) => Ok(Search::Greedy),
+        (_, Some([head, count])) if head.symbol() == Some("random") => match count.kind {
+            SexpKind::Int(count) if count >= 1 => Ok(Search::Random(u64::try_from(count).unwrap_or(u64::MAX))),
+            _ => Err(syntax(count.span, shape)),
+        },
+        (Some(other), _) => {
+            let diagnostic = Diagnostic::error(Kind::Syntax, format!("`{other}` is not a search"))
+                .with_label(value.span, "")
+                .with_note(shape)
+                .with_suggestion(other, ["exhaustive", "random", "greedy"]);
+            Err(vec![diagnostic])
+        }
+        _ => Err(syntax(value.span, shape)),
+    }
+}
+
+/// Moves `point` to the next point of the space in order (the last parameter fastest); false
+/// after the last.
+fn next_point(point: &mut [usize], radices: &[usize]) -> bool {
+    for (coordinate, &radix) in point.iter_mut().zip(radices).rev() {
+        *coordinate += 1;
+        if *coordinate < radix {
+            return true;
+        }
+        *coordinate = 0;
+    }
+    false
+}
+
+/// How many points the space has (saturating: a space too large to count is too large to time).
+fn space_size(radices: &[usize]) -> u64 {
+    radices.iter().fold(1u64, |size, &radix| size.saturating_mul(radix as u64))
+}
+
+fn interrupted(diagnostics: &[Diagnostic]) -> bool {
+    diagnostics.iter().any(|diagnostic| diagnostic.kind == Kind::Interrupted)
+}
+
+/// A variant's failure as its table row says it: the first diagnostic's line.
+fn first_line(diagnostics: Vec<Diagnostic>) -> String {
+    diagnostics.first().map_or_else(
+        || "failed".to_string(),
+        |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message),
+    )
+}
+
+/// The name a definition form defines: `(define ((F …) …) …)`, `(define-global (G …))`,
+/// `(define-struct S …)` and their kin.
+fn defined_name(form: &Sexp) -> Option<&str> {
+    if !form.head()?.starts_with("define") {
+        return None;
+    }
+    let subject = form.list()?.get(1)?;
+    match subject.list() {
+        Some(prototype) => match prototype.first()?.list() {
+            Some(head) => head.first()?.symbol(),
+            None => prototype.first()?.symbol(),
+        },
+        None => subject.symbol(),
+    }
+}
+
+/// The forms that use the GPU: code that reaches one is timed on the session's GPU (or the
+/// simulator), which is then part of the tuning cache's key.
+const GPU_FORMS: [&str; 4] = ["launch", "submit", "await", "define-kernel"];
+
+/// The source of every session function, global and struct `roots` reach (except those
+/// `defined` by the variant itself), one per line in name order, and whether any code reached
+/// uses the GPU. A function's source is its definition's form, so editing a helper that a
+/// variant calls changes the variant's key.
+fn reached_source(env: &Env, roots: &[&Sexp], defined: &HashSet<&str>) -> (String, bool) {
+    let mut lines = std::collections::BTreeMap::new();
+    let mut gpu = false;
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut pending: Vec<Sexp> = roots.iter().map(|root| (*root).clone()).collect();
+    while let Some(form) = pending.pop() {
+        let mut names = Vec::new();
+        symbols(&form, &mut names);
+        for name in names {
+            gpu |= name.starts_with("gpu-") || GPU_FORMS.contains(&name.as_str());
+            if defined.contains(name.as_str()) || !seen.insert(name.clone()) {
+                continue;
+            }
+            if let Some(entry) = env.functions.get(&name) {
+                let text = match &entry.kind {
+                    FunctionKind::Defined(def) => {
+                        let form = def.source.form();
+                        let text = form.to_string();
+                        pending.push(form);
+                        text
+                    }
+                    FunctionKind::External(symbol) => format!("{} external {symbol}", entry.signature),
+                    FunctionKind::Library { library, .. } => format!("{} in {library}", entry.signature),
+                    FunctionKind::Unresolved => format!("{} unresolved", entry.signature),
+                };
+                lines.insert(format!("function {name}"), text);
+            }
+            if let Some(global) = env.globals.get(&name) {
+                let text = format!("{} space {} init {:?}", global.ty, global.space, global.init);
+                lines.insert(format!("global {name}"), text);
+            }
+            if let Some(definition) = env.structs.get(&name) {
+                lines.insert(format!("struct {name}"), format!("{:?}", definition.fields));
+            }
+        }
+    }
+    let text = lines.into_iter().map(|(what, source)| format!("{what}: {source}\n")).collect();
+    (text, gpu)
+}
+
+/// `form` with each gensym (`prefix#N`: only staging makes names with `#`) renamed `prefix#gK`,
+/// K counting the gensyms of `renamed` in order of first use.
+fn rename_gensyms(form: &Sexp, renamed: &mut HashMap<String, String>) -> Sexp {
+    match &form.kind {
+        SexpKind::Symbol(name) => match name.rsplit_once('#') {
+            Some((prefix, number)) if !number.is_empty() && number.bytes().all(|byte| byte.is_ascii_digit()) => {
+                let count = renamed.len();
+                let canonical = renamed.entry(name.to_string()).or_insert_with(|| format!("{prefix}#g{count}"));
+                sym(canonical, form.span)
+            }
+            _ => form.clone(),
+        },
+        SexpKind::List(items) => list(items.iter().map(|item| rename_gensyms(item, renamed)).collect(), form.span),
+        _ => form.clone(),
+    }
+}
+
+/// Every symbol in `form`, in order.
+fn symbols(form: &Sexp, names: &mut Vec<String>) {
+    match &form.kind {
+        SexpKind::Symbol(name) => names.push(name.to_string()),
+        SexpKind::List(items) => items.iter().for_each(|item| symbols(item, names)),
+        SexpKind::Quasiquote(inner) | SexpKind::Unquote(inner) | SexpKind::UnquoteSplicing(inner) => {
+            symbols(inner, names)
+        }
+        _ => {}
+    }
+}
