@@ -36,6 +36,19 @@ export QUASI_REQUIRE_PTXAS=1
 cuda_include=("$PWD/$venv"/lib/python3*/site-packages/nvidia/cuda_runtime/include)
 export QUASI_INCLUDE_PATH="${cuda_include[0]}${QUASI_INCLUDE_PATH:+:$QUASI_INCLUDE_PATH}"
 
+# A single-node Slurm cluster on this machine for tests/tune/slurm.repl (`# requires: slurm`),
+# stopped when the script ends. Where it cannot start (no root, no Slurm), those tests skip and
+# say why.
+slurm_dir=$(mktemp -d /tmp/quasi-slurm.XXXXXX)
+trap 'scripts/slurm-cluster stop "$slurm_dir" || true; rm -rf "$slurm_dir"' EXIT
+if slurm_conf=$(scripts/slurm-cluster start "$slurm_dir"); then
+    export "${slurm_conf?}"
+    # Job files go where the node reads them: this machine's scratch folder.
+    export QUASI_SLURM_DIR="$slurm_dir/jobs"
+else
+    echo "test.sh: no Slurm cluster (see above): the tests that need one are skipped" >&2
+fi
+
 cargo test --workspace --no-fail-fast
 
 # Jupyter: quasi-kernel against real clients (jupyter_kernel_test, nbclient, jupyter console)
@@ -45,4 +58,4 @@ cargo build -p quasi-kernel -p quasi-repl
 # This environment's kernelspecs first: a user-wide `quasi` must not shadow the one under test.
 export JUPYTER_PATH="$PWD/$venv/share/jupyter"
 export PYTHONDONTWRITEBYTECODE=1
-exec "$venv/bin/python" -m pytest tests/jupyter -q -rs -p no:cacheprovider
+"$venv/bin/python" -m pytest tests/jupyter -q -rs -p no:cacheprovider

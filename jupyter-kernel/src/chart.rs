@@ -490,6 +490,7 @@ mod tests {
             values: vec![value.to_string()],
             result: result.map_err(str::to_string),
             source: quasi_lang::VariantSource::Timed,
+            node: None,
         }
     }
 
@@ -503,6 +504,7 @@ mod tests {
             space,
             search: "exhaustive".into(),
             budget_spent: None,
+            on: None,
         }
     }
 

@@ -243,6 +243,10 @@ pub fn autotune(report: &quasi_lang::AutotuneReport) -> String {
     let mut header = vec!["rank".to_string()];
     header.extend(report.params.iter().cloned());
     header.extend(["median", "min", "vs first", "check", "source"].map(String::from));
+    let on_nodes = report.variants.iter().any(|variant| variant.node.is_some());
+    if on_nodes {
+        header.push("node".to_string());
+    }
     let mut rank = 0;
     let rows: Vec<Vec<String>> = report
         .variants
@@ -271,6 +275,9 @@ pub fn autotune(report: &quasi_lang::AutotuneReport) -> String {
                 }
             }
             row.push(variant.source.label().into());
+            if on_nodes {
+                row.push(variant.node.clone().unwrap_or_else(|| "-".into()));
+            }
             row
         })
         .collect();

@@ -19,6 +19,9 @@ use crate::value;
 use crate::{Item, Outcome};
 
 mod autotune;
+pub(crate) mod slurm;
+
+pub use slurm::SlurmOptions;
 
 /// Samples are timed over enough evaluations to last at least this long, so the clock's own
 /// cost (tens of nanoseconds) stays below a percent.
@@ -112,6 +115,16 @@ pub(crate) trait Pipeline {
     /// What of the session decides a variant's timing besides its code, for the tuning cache's
     /// key: the CPU and its features, the opt level, and (if `gpu`) the GPU or the simulator.
     fn tuning_machine(&self, gpu: bool) -> String;
+    /// Set when the session is interrupted: a wait on Slurm looks at it.
+    fn interrupt_flag(&self) -> &std::sync::atomic::AtomicBool;
+    /// Where autotunes without an `(on …)` clause time their variants (`:tune on …`).
+    fn tune_executor(&self) -> Option<SlurmOptions>;
+    /// The session as a Slurm worker replays it: the commands that set it up as this one is,
+    /// and its cells in order.
+    fn replay_job(&self) -> (Vec<String>, Vec<slurm::JobCell>);
+    /// A replay of the session writes `text` instead of the form at `span` (an autotune: its
+    /// winner's generator call or definition; nothing when it ended without one).
+    fn replay_as(&mut self, span: Span, text: String);
 }
 
 /// Runs the cell's `(bench …)` and `(autotune …)` forms, in order, after its other code.
@@ -119,7 +132,11 @@ pub(crate) fn run_session_forms(pipeline: &mut dyn Pipeline, forms: &[Sexp], out
     let mut bencher = Bencher { pipeline };
     for form in forms {
         let result = match form.head() {
-            Some("bench") => bencher.bench_form(form).map(|report| outcome.items.push(Item::Bench(report))),
+            Some("bench") => {
+                // A bench changes nothing: a replay of the session skips it.
+                bencher.pipeline.replay_as(form.span, String::new());
+                bencher.bench_form(form).map(|report| outcome.items.push(Item::Bench(report)))
+            }
             _ => bencher.autotune_form(form, outcome),
         };
         if let Err(diagnostics) = result {
@@ -127,6 +144,21 @@ pub(crate) fn run_session_forms(pipeline: &mut dyn Pipeline, forms: &[Sexp], out
             break;
         }
     }
+}
+
+/// Where a Slurm worker's variants go as they are visited: the point, its row, its result as
+/// the tuning cache writes it, and the machine's key.
+pub(crate) type EmitVariant<'e> = dyn FnMut(&[usize], &crate::timing::VariantReport, String, String) + 'e;
+
+/// A Slurm worker's share of the autotune `form`: each of `points` visited, and handed to
+/// `emit` with its row, its result as text and the machine's key (`bench::slurm`).
+pub(crate) fn tune_points(
+    pipeline: &mut dyn Pipeline,
+    form: &Sexp,
+    points: &[Vec<usize>],
+    emit: &mut EmitVariant<'_>,
+) -> Result<(), Vec<Diagnostic>> {
+    Bencher { pipeline }.tune_points(form, points, emit)
 }
 
 /// `bench` and `autotune` over the session's pipeline.

@@ -34,6 +34,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
         ":tune cache [clear]",
         "what the tuning cache keeps of earlier autotunes (results, bytes, folder); clear: forget them",
     ),
+    (":tune on [slurm …|local]", "where autotunes time their variants: on a Slurm cluster, or here"),
 ];
 
 const HELP: &str = "Quasi: C-Lisp, compiled with LLVM and run as you type.
@@ -148,6 +149,8 @@ pub(crate) enum Command<'a> {
     TuneCache {
         clear: bool,
     },
+    /// `:tune on [slurm …|local]`: the text after `on`.
+    TuneOn(&'a str),
     /// `:limits [NAME VALUE]`.
     Limits {
         name: Option<&'a str>,
@@ -225,8 +228,13 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
         ":tune" => match argument.split_whitespace().collect::<Vec<_>>().as_slice() {
             ["cache"] => Command::TuneCache { clear: false },
             ["cache", "clear"] => Command::TuneCache { clear: true },
-            [] => return Err(syntax("`:tune` takes `cache` or `cache clear`".into())),
-            _ => return Err(syntax(format!("`:tune` takes `cache` or `cache clear`, found `{argument}`"))),
+            ["on", ..] => Command::TuneOn(argument.trim_start()["on".len()..].trim()),
+            [] => return Err(syntax("`:tune` takes `cache`, `cache clear` or `on slurm …|local`".into())),
+            _ => {
+                return Err(syntax(format!(
+                    "`:tune` takes `cache`, `cache clear` or `on slurm …|local`, found `{argument}`"
+                )))
+            }
         },
         ":limits" => {
             let mut words = argument.split_whitespace();

@@ -45,6 +45,7 @@ pub use backend::ObjectCache;
 /// Where launches run (`SessionConfig::gpu`).
 pub use gpu::Mode as GpuMode;
 pub use reader::{completeness, Completeness};
+pub use session::journal::run_tune_worker;
 pub use session::{
     Completion, CompletionKind, InterruptHandle, Session, SessionConfig, SessionError, BATCH_OPT_LEVEL,
     DEFAULT_OPT_LEVEL,
@@ -72,6 +73,7 @@ pub use timing::{
 /// has ended (without reaping it).
 pub mod tools {
     pub use crate::backend::{CACHE_BUDGET, CACHE_VARIABLE};
+    pub use crate::bench::slurm::{SLURM_BINARY_VARIABLE, SLURM_DIR_VARIABLE};
     pub use crate::cost::SHORT_RUN_LEVEL;
     pub use crate::gpu::probe as gpu_probe;
     /// NVIDIA's PTX assembler: finding it, its resource report, occupancy (`:ptx`'s last line).

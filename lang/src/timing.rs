@@ -209,6 +209,8 @@ pub struct VariantReport {
     pub result: Result<BenchReport, String>,
     /// Whether it was timed now or its result came from the tuning cache.
     pub source: VariantSource,
+    /// The Slurm node that timed it (`None`: this session).
+    pub node: Option<String>,
 }
 
 /// Where a variant's result comes from.
@@ -247,12 +249,20 @@ pub struct AutotuneReport {
     pub search: String,
     /// The budget, if it ran out before the search ended.
     pub budget_spent: Option<Duration>,
+    /// Where the variants were timed, when not here: `slurm (nodes 1)`.
+    pub on: Option<String>,
 }
 
 impl AutotuneReport {
     /// The first line of its table: the variants tried (of how many points, by which search),
     /// how many passed, how many were timed now and how many came from the tuning cache.
     pub fn summary(&self) -> String {
+        self.summary_naming_nodes(&|node| node.to_string())
+    }
+
+    /// `summary`, each Slurm node named by `name` (a transcript masks them: they are the
+    /// machine's host names).
+    pub fn summary_naming_nodes(&self, name: &dyn Fn(&str) -> String) -> String {
         let tried = self.variants.len();
         let ok = self.variants.iter().filter(|variant| variant.result.is_ok()).count();
         let cached = self.variants.iter().filter(|variant| variant.source == VariantSource::Cached).count();
@@ -265,6 +275,14 @@ impl AutotuneReport {
         text.push_str(&format!(" ({} timed, {cached} cached)", tried - cached));
         if let Some(budget) = self.budget_spent {
             text.push_str(&format!("; the budget of {} s ran out", budget.as_secs_f64()));
+        }
+        if let Some(on) = &self.on {
+            let mut nodes: Vec<String> =
+                self.variants.iter().filter_map(|variant| variant.node.as_deref()).map(name).collect();
+            nodes.sort();
+            nodes.dedup();
+            let nodes = if nodes.is_empty() { "no node answered".to_string() } else { nodes.join(", ") };
+            text.push_str(&format!("; on {on}: {nodes}"));
         }
         text
     }

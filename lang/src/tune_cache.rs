@@ -105,7 +105,7 @@ impl TuneCache {
     /// The result stored under `key`; a damaged one is a miss, with a warning.
     pub(crate) fn lookup(&self, key: &TuneKey) -> Option<TuneResult> {
         let bytes = self.store.lookup(&key.0)?;
-        let parsed = std::str::from_utf8(&bytes).ok().and_then(parse);
+        let parsed = std::str::from_utf8(&bytes).ok().and_then(parse_result);
         if parsed.is_none() {
             self.store.note_corrupt(key.0.file_name());
         }
@@ -114,7 +114,7 @@ impl TuneCache {
 
     /// Stores `result` under `key`.
     pub(crate) fn store(&self, key: &TuneKey, result: &TuneResult) {
-        self.store.store(&key.0, print(result).as_bytes());
+        self.store.store(&key.0, print_result(result).as_bytes());
     }
 }
 
@@ -126,8 +126,9 @@ impl Drop for TuneCache {
     }
 }
 
-/// A result as its entry holds it: a line per statistic (nanoseconds), or `failed` and why.
-fn print(result: &TuneResult) -> String {
+/// A result as its entry holds it (and a Slurm worker sends it): a line per statistic
+/// (nanoseconds), or `failed` and why.
+pub(crate) fn print_result(result: &TuneResult) -> String {
     match &result.result {
         Ok(report) => {
             let samples: Vec<String> = report.samples.iter().map(f64::to_string).collect();
@@ -148,9 +149,9 @@ fn print(result: &TuneResult) -> String {
     }
 }
 
-/// The result `print` wrote, or `None` if the text is not one (or was cut short: it ends with
-/// `end`).
-fn parse(text: &str) -> Option<TuneResult> {
+/// The result `print_result` wrote, or `None` if the text is not one (or was cut short: it ends
+/// with `end`).
+pub(crate) fn parse_result(text: &str) -> Option<TuneResult> {
     let text = text.strip_suffix("\nend\n")?;
     if let Some(reason) = text.strip_prefix("failed\n") {
         return Some(TuneResult { result: Err(reason.to_string()), check: 0 });
@@ -198,11 +199,11 @@ mod tests {
     #[test]
     fn a_result_reads_back_as_written() {
         let timed = TuneResult { result: Ok(report()), check: 0xdead_beef };
-        assert_eq!(parse(&print(&timed)), Some(timed));
+        assert_eq!(parse_result(&print_result(&timed)), Some(timed));
         let failed = TuneResult { result: Err("error[type]: no `x`\nsecond line".into()), check: 0 };
-        assert_eq!(parse(&print(&failed)), Some(failed));
-        assert_eq!(parse("ok\ncheck zz\n"), None);
-        assert_eq!(parse("ok\ncheck 1\nruns 2\n"), None, "a result cut short is none");
+        assert_eq!(parse_result(&print_result(&failed)), Some(failed));
+        assert_eq!(parse_result("ok\ncheck zz\n"), None);
+        assert_eq!(parse_result("ok\ncheck 1\nruns 2\n"), None, "a result cut short is none");
     }
 
     #[test]

@@ -377,12 +377,18 @@ fn render_bench(report: &BenchReport, masking: Masking) -> String {
 /// The autotuning table, fastest first (in parameter order when masked: the order depends on
 /// timings).
 fn render_autotune(report: &AutotuneReport, masking: Masking) -> String {
-    let mut text = format!("{}\n", report.summary());
+    // A Slurm node is the machine's host name: a transcript masks it.
+    let node = |name: &str| if masking == Masking::Addresses { "<node>".to_string() } else { name.to_string() };
+    let mut text = format!("{}\n", report.summary_naming_nodes(&node));
     let mut table = Table::new();
     table.load_style(presets::UTF8_FULL_CONDENSED);
     let mut header = vec!["rank".to_string()];
     header.extend(report.params.iter().cloned());
     header.extend(["median", "min", "vs first", "check", "source"].map(String::from));
+    let on_nodes = report.variants.iter().any(|variant| variant.node.is_some());
+    if on_nodes {
+        header.push("node".to_string());
+    }
     table.set_header(header);
     let mut variants: Vec<_> = report.variants.iter().collect();
     if masking == Masking::Addresses {
@@ -415,6 +421,9 @@ fn render_autotune(report: &AutotuneReport, masking: Masking) -> String {
             Err(reason) => row.extend(["-".to_string(), "-".to_string(), "-".to_string(), reason.clone()]),
         }
         row.push(variant.source.label().to_string());
+        if on_nodes {
+            row.push(variant.node.as_deref().map_or_else(|| "-".to_string(), node));
+        }
         table.add_row(row);
     }
     text.push_str(&format!("{table}\n"));

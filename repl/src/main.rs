@@ -81,9 +81,24 @@ enum Invocation {
 fn main() {
     // Before any thread starts: the server forks.
     let mut arguments = std::env::args_os().skip(1);
-    if arguments.next().is_some_and(|first| first == "server") {
-        let arguments: Vec<String> = arguments.map(|argument| argument.to_string_lossy().into_owned()).collect();
-        std::process::exit(server::main(&arguments));
+    match arguments.next() {
+        Some(first) if first == "server" => {
+            let arguments: Vec<String> = arguments.map(|argument| argument.to_string_lossy().into_owned()).collect();
+            std::process::exit(server::main(&arguments));
+        }
+        // One task of an autotune on Slurm (docs/language.md §8): its lines on standard output.
+        Some(first) if first == "tune-worker" => {
+            let Some(job) = arguments.next() else {
+                eprintln!("quasi: usage: quasi-engine tune-worker JOB");
+                std::process::exit(2);
+            };
+            let worker = std::thread::Builder::new()
+                .name("quasi".into())
+                .stack_size(quasi_lang::SESSION_STACK)
+                .spawn(move || quasi_lang::run_tune_worker(std::path::Path::new(&job), &mut |line| println!("{line}")));
+            std::process::exit(worker.map_or(1, |worker| worker.join().unwrap_or(101)));
+        }
+        _ => {}
     }
     // The session runs on a thread with the stack it needs; the main thread only waits.
     let quasi = std::thread::Builder::new().name("quasi".into()).stack_size(quasi_lang::SESSION_STACK).spawn(quasi);

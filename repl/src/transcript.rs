@@ -62,6 +62,12 @@ impl Transcript {
                     return Some(format!("needs a machine without a CUDA device ({device})"))
                 }
                 ("cuda-device" | "no-cuda-device", _) => {}
+                ("slurm", _) => {
+                    static SLURM: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+                    if let Some(reason) = SLURM.get_or_init(missing_slurm) {
+                        return Some(reason.clone());
+                    }
+                }
                 (other, _) if other.starts_with("library:") => {
                     let library = &other["library:".len()..];
                     if let Some(reason) = missing_library(library) {
@@ -76,12 +82,34 @@ impl Transcript {
                 }
                 (other, _) => {
                     return Some(format!(
-                    "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device, library:NAME, header:NAME)"
+                    "requires `{other}`, which is not a known requirement (cuda-device, no-cuda-device, slurm, library:NAME, header:NAME)"
                 ))
                 }
             }
         }
         None
+    }
+}
+
+/// Why `# requires: slurm` is not met: `sinfo` does not answer, or no node takes jobs (the test
+/// command starts a single-node cluster: scripts/slurm-cluster).
+fn missing_slurm() -> Option<String> {
+    let answer = std::process::Command::new("sinfo")
+        .args(["--noheader", "--format=%t"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
+    match answer {
+        Err(error) => Some(format!("needs a Slurm cluster (cannot run sinfo: {error})")),
+        Ok(output) if !output.status.success() => Some(format!(
+            "needs a Slurm cluster (sinfo: {})",
+            String::from_utf8_lossy(&output.stderr).lines().next().unwrap_or("failed")
+        )),
+        Ok(output) => {
+            let states = String::from_utf8_lossy(&output.stdout);
+            let up = states.lines().any(|state| ["idle", "mix", "alloc"].contains(&state.trim_end_matches('*')));
+            (!up).then(|| format!("needs a Slurm cluster with a node that takes jobs (sinfo: {})", states.trim()))
+        }
     }
 }
 

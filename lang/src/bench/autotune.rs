@@ -6,18 +6,22 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use super::slurm::{self, SlurmOptions};
 use super::{list, map_tree, sym, syntax, BenchOptions, Bencher, Evaluated};
-use crate::check::{Env, FunctionEntry, FunctionKind};
+use crate::check::{FunctionEntry, FunctionKind};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind};
 use crate::timing::{AutotuneReport, BenchReport, VariantReport, VariantSource};
-use crate::tune_cache::{check_digest, TuneKey, TuneResult};
+use crate::tune_cache::{check_digest, TuneResult};
 use crate::types::{Signature, Ty};
 use crate::value;
 use crate::{Item, Outcome};
 
+mod key;
+mod on_slurm;
+
 /// The clauses of `autotune`, each with how many items follow its name (`None`: any number).
-const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 10] = [
+const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 11] = [
     ("gen", None, "(gen F ARG…)"),
     ("impls", None, "(impls F…)"),
     ("params", None, "(params (P V…)…)"),
@@ -28,6 +32,7 @@ const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 10] = [
     ("search", Some(1), "(search exhaustive | (random N) | greedy)"),
     ("budget", Some(1), "(budget SECONDS)"),
     ("fresh", Some(0), "(fresh)"),
+    ("on", None, "(on slurm [(partition P)] [(nodes N)] [(gres G)] [(time T)])"),
 ];
 
 /// The seed of `(search (random N))`: the same cell samples the same points, so running it
@@ -71,6 +76,16 @@ impl Space<'_> {
         }
     }
 
+    /// The table's labels of `point`: each parameter's value.
+    fn labels(&self, point: &[usize]) -> Vec<String> {
+        match self {
+            Space::Generated { values, .. } => {
+                point.iter().zip(values).map(|(&index, choices)| choices[index].to_string()).collect()
+            }
+            Space::Implementations { names, .. } => vec![names[point[0]].clone()],
+        }
+    }
+
     /// How many values each parameter takes.
     fn radices(&self) -> Vec<usize> {
         match self {
@@ -85,11 +100,15 @@ struct Tuning<'a> {
     name: &'a str,
     run: &'a Sexp,
     check: Option<&'a Sexp>,
-    check_buffer: Option<&'a (Sexp, Sexp)>,
+    check_buffer: Option<(Sexp, Sexp)>,
     tolerance: f64,
     search: Search,
     budget: Option<Duration>,
     fresh: bool,
+    /// Where the variants are timed: here (`None`), or on a Slurm cluster.
+    slurm: Option<SlurmOptions>,
+    /// The form, as the Slurm workers read it.
+    form_text: String,
 }
 
 /// One point of the space, made concrete: its labels, its definition of the tuned function (or
@@ -97,6 +116,9 @@ struct Tuning<'a> {
 #[derive(Clone)]
 struct Candidate {
     labels: Vec<String>,
+    /// What a replay of the session writes for the autotune this point won: the generator's
+    /// call (`,(gen_sum 4)`), or the implementation's definition renamed.
+    replay: String,
     definition: Result<Vec<Sexp>, String>,
     run: Sexp,
     check: Option<Sexp>,
@@ -124,10 +146,13 @@ struct Reference {
     initial: Option<Vec<u8>>,
 }
 
-/// A variant visited: its row, its definition if it passed.
+/// A variant visited: its point and row, its definition if it passed (a variant timed on a
+/// Slurm node has none until it wins), and the key of the machine that timed it there.
 struct Visited {
+    point: Vec<usize>,
     report: VariantReport,
     definition: Option<Vec<Sexp>>,
+    machine: Option<String>,
 }
 
 /// An autotune in progress: the variants visited so far, the reference values they are checked
@@ -163,16 +188,52 @@ impl Tuner {
 
     /// Adds a visited variant; returns its median if it passed.
     fn record(&mut self, point: &[usize], report: VariantReport, definition: Option<Vec<Sexp>>) -> Option<Duration> {
+        self.record_from(point, report, definition, None)
+    }
+
+    /// `record`, for a variant timed on a machine of key `machine`.
+    fn record_from(
+        &mut self,
+        point: &[usize],
+        report: VariantReport,
+        definition: Option<Vec<Sexp>>,
+        machine: Option<String>,
+    ) -> Option<Duration> {
         let index = self.visited.len();
         self.by_point.insert(point.to_vec(), index);
-        self.visited.push(Visited { report, definition });
+        self.visited.push(Visited { point: point.to_vec(), report, definition, machine });
         self.median(index)
+    }
+
+    /// The median of the variant at `point`, if it was visited and passed.
+    fn median_at(&self, point: &[usize]) -> Option<Duration> {
+        self.by_point.get(point).and_then(|&index| self.median(index))
     }
 }
 
 impl Bencher<'_> {
     pub(super) fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
-        let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)] [(search S)] [(budget SECONDS)] [(fresh)])`, or `(autotune NAME (impls F…) (run EXPR) …)`";
+        let (space, tuning) = self.tuning_of(form)?;
+        let name = tuning.name;
+        // What NAME was: put back if the autotune ends without a winner (each variant redefined it).
+        let original = crate::check::defined(self.pipeline.env(), name).map(|def| def.source.form());
+        let result = self.search(&space, &tuning).and_then(|tuner| self.choose(form, &space, &tuning, tuner, outcome));
+        match &result {
+            Ok(replay) => self.pipeline.replay_as(form.span, replay.clone()),
+            Err(_) => {
+                if let Some(original) = original {
+                    let _ = self.pipeline.compile_quietly(&[original], false);
+                }
+                // A replay of the session leaves NAME as it was too.
+                self.pipeline.replay_as(form.span, String::new());
+            }
+        }
+        result.map(|_| ())
+    }
+
+    /// What an `autotune` form asks for: its space and how each variant is run and checked.
+    fn tuning_of<'f>(&self, form: &'f Sexp) -> Result<(Space<'f>, Tuning<'f>), Vec<Diagnostic>> {
+        let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)] [(search S)] [(budget SECONDS)] [(fresh)] [(on slurm …)])`, or `(autotune NAME (impls F…) (run EXPR) …)`";
         let items = form.list().unwrap_or(&[]);
         let Some(name) = items.get(1).and_then(Sexp::symbol) else { return Err(syntax(form.span, shape)) };
         check_clauses(&items[2..])?;
@@ -197,7 +258,12 @@ impl Bencher<'_> {
                     .ok_or_else(|| syntax(value.span, "`budget` is a number of seconds > 0"))?,
             ),
         };
-        let check = clause("check").and_then(|items| items.get(1)).cloned();
+        // `(on …)` in the form, else where the session tunes (`:tune on …`).
+        let slurm = match items[2..].iter().find(|item| item.head() == Some("on")) {
+            Some(on) => slurm::parse_on(on, &on.list().expect("a clause")[1..])?,
+            None => self.pipeline.tune_executor(),
+        };
+        let check = clause("check").and_then(|items| items.get(1));
         let check_buffer =
             clause("check-buffer").and_then(|items| (items.len() == 3).then(|| (items[1].clone(), items[2].clone())));
         let space = match (clause("impls"), clause("gen"), clause("params")) {
@@ -241,25 +307,9 @@ impl Bencher<'_> {
             }
             _ => return Err(syntax(form.span, shape)),
         };
-        let tuning = Tuning {
-            name,
-            run,
-            check: check.as_ref(),
-            check_buffer: check_buffer.as_ref(),
-            tolerance,
-            search,
-            budget,
-            fresh: clause("fresh").is_some(),
-        };
-        // What NAME was: put back if the autotune ends without a winner (each variant redefined it).
-        let original = crate::check::defined(self.pipeline.env(), name).map(|def| def.source.form());
-        let result = self.search(&space, &tuning).and_then(|tuner| self.choose(form, &space, &tuning, tuner, outcome));
-        if result.is_err() {
-            if let Some(original) = original {
-                let _ = self.pipeline.compile_quietly(&[original], false);
-            }
-        }
-        result
+        let fresh = clause("fresh").is_some();
+        let form_text = form.to_string();
+        Ok((space, Tuning { name, run, check, check_buffer, tolerance, search, budget, fresh, slurm, form_text }))
     }
 
     /// Visits the points `tuning.search` chooses, until it ends or the budget runs out. Only an
@@ -270,39 +320,48 @@ impl Bencher<'_> {
         let first = vec![0; radices.len()];
         match tuning.search {
             Search::Exhaustive => {
+                let mut points = vec![first.clone()];
                 let mut point = first;
-                loop {
-                    self.visit(space, tuning, &mut tuner, &point)?;
-                    if tuner.out_of_budget || !next_point(&mut point, &radices) {
-                        break;
-                    }
+                while next_point(&mut point, &radices) {
+                    points.push(point.clone());
                 }
+                self.visit_all(space, tuning, &mut tuner, &points)?;
             }
             Search::Random(count) => {
-                let wanted = count.min(space_size(&radices));
+                let wanted = usize::try_from(count.min(space_size(&radices))).unwrap_or(usize::MAX);
                 let mut random = fastrand::Rng::with_seed(RANDOM_SEED);
-                self.visit(space, tuning, &mut tuner, &first)?;
-                while (tuner.visited.len() as u64) < wanted && !tuner.out_of_budget {
+                let mut points = vec![first];
+                let mut drawn: HashSet<Vec<usize>> = points.iter().cloned().collect();
+                while points.len() < wanted {
                     let point: Vec<usize> = radices.iter().map(|&radix| random.usize(..radix)).collect();
-                    if !tuner.by_point.contains_key(&point) {
-                        self.visit(space, tuning, &mut tuner, &point)?;
+                    if drawn.insert(point.clone()) {
+                        points.push(point);
                     }
                 }
+                self.visit_all(space, tuning, &mut tuner, &points)?;
             }
             Search::Greedy => {
-                let mut best = self.visit(space, tuning, &mut tuner, &first)?;
+                self.visit_all(space, tuning, &mut tuner, std::slice::from_ref(&first))?;
+                let mut best = tuner.median_at(&first);
                 let mut current = first;
                 'rounds: loop {
                     let mut moved = false;
                     for param in 0..radices.len() {
+                        // One parameter's values, the others where they are: one batch.
+                        let sweep: Vec<Vec<usize>> = (0..radices[param])
+                            .map(|value| {
+                                let mut point = current.clone();
+                                point[param] = value;
+                                point
+                            })
+                            .collect();
+                        self.visit_all(space, tuning, &mut tuner, &sweep)?;
+                        if tuner.out_of_budget {
+                            break 'rounds;
+                        }
                         let mut best_point = current.clone();
-                        for value in 0..radices[param] {
-                            let mut point = current.clone();
-                            point[param] = value;
-                            let median = self.visit(space, tuning, &mut tuner, &point)?;
-                            if tuner.out_of_budget {
-                                break 'rounds;
-                            }
+                        for point in sweep {
+                            let median = tuner.median_at(&point);
                             if median.is_some_and(|median| best.is_none_or(|best| median < best)) {
                                 (best, best_point) = (median, point);
                             }
@@ -318,6 +377,29 @@ impl Bencher<'_> {
             }
         }
         Ok(tuner)
+    }
+
+    /// Visits `points` in order (those not visited yet): here, one at a time until the budget
+    /// runs out, or as one job on Slurm.
+    fn visit_all(
+        &mut self,
+        space: &Space<'_>,
+        tuning: &Tuning<'_>,
+        tuner: &mut Tuner,
+        points: &[Vec<usize>],
+    ) -> Result<(), Vec<Diagnostic>> {
+        if let Some(options) = &tuning.slurm {
+            let todo: Vec<Vec<usize>> =
+                points.iter().filter(|point| !tuner.by_point.contains_key(*point)).cloned().collect();
+            return self.visit_on_slurm(space, tuning, options, tuner, todo);
+        }
+        for point in points {
+            self.visit(space, tuning, tuner, point)?;
+            if tuner.out_of_budget {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Visits one point: its result from the tuning cache, or compiled, checked and timed now
@@ -340,6 +422,7 @@ impl Bencher<'_> {
                     values: candidate.labels,
                     result: Err(reason.clone()),
                     source: VariantSource::Timed,
+                    node: None,
                 };
                 return Ok(tuner.record(point, report, None));
             }
@@ -354,7 +437,7 @@ impl Bencher<'_> {
             if passed && tuner.reference.values.is_none() && tuner.cached_reference.is_none() {
                 tuner.cached_reference = Some(candidate.clone());
             }
-            let report = VariantReport { values: candidate.labels, result, source: VariantSource::Cached };
+            let report = VariantReport { values: candidate.labels, result, source: VariantSource::Cached, node: None };
             return Ok(tuner.record(point, report, passed.then_some(definition)));
         }
         let any_passed = tuner.visited.iter().any(|visited| visited.report.result.is_ok());
@@ -382,7 +465,7 @@ impl Bencher<'_> {
             cache.store(key, &TuneResult { result: result.clone(), check });
         }
         let passed = result.is_ok();
-        let report = VariantReport { values: candidate.labels, result, source: VariantSource::Timed };
+        let report = VariantReport { values: candidate.labels, result, source: VariantSource::Timed, node: None };
         Ok(tuner.record(point, report, passed.then_some(definition)))
     }
 
@@ -399,12 +482,18 @@ impl Bencher<'_> {
         match space {
             Space::Implementations { names, wanted } => {
                 let implementation = &names[point[0]];
+                let definition = self.renamed(implementation, tuning.name, wanted.as_ref());
+                let replay = definition.as_ref().map_or_else(
+                    |_| String::new(),
+                    |forms| forms.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
+                );
                 Ok(Candidate {
                     labels: vec![implementation.clone()],
-                    definition: self.renamed(implementation, tuning.name, wanted.as_ref()),
+                    replay,
+                    definition,
                     run: tuning.run.clone(),
                     check: tuning.check.cloned(),
-                    check_buffer: tuning.check_buffer.cloned(),
+                    check_buffer: tuning.check_buffer.clone(),
                 })
             }
             Space::Generated { generator, names, values } => {
@@ -438,49 +527,20 @@ impl Bencher<'_> {
                 };
                 Ok(Candidate {
                     labels: chosen.iter().map(ToString::to_string).collect(),
+                    replay: call.to_string(),
                     definition,
                     run: bind(tuning.run),
                     check: tuning.check.map(bind),
-                    check_buffer: tuning.check_buffer.map(|(pointer, count)| (bind(pointer), bind(count))),
+                    check_buffer: tuning.check_buffer.as_ref().map(|(pointer, count)| (bind(pointer), bind(count))),
                 })
             }
         }
     }
 
-    /// The tuning cache's key of a variant: its definition, its run and check, the source of
-    /// everything they reach in the session, the opt level and the machine.
-    fn tune_key(&self, tuning: &Tuning<'_>, candidate: &Candidate, definition: &[Sexp]) -> TuneKey {
-        // A generator's gensyms are new names on every call: the key names them in order of
-        // first use, so the same code generated again has the same key.
-        let mut gensyms = HashMap::new();
-        let mut canonical = |form: &Sexp| rename_gensyms(form, &mut gensyms).to_string();
-        let variant: Vec<String> = definition.iter().map(&mut canonical).collect();
-        let mut text =
-            format!("autotune {}\ntolerance {}\nrun {}\n", tuning.name, tuning.tolerance, canonical(&candidate.run));
-        let mut roots: Vec<&Sexp> = definition.iter().chain([&candidate.run]).collect();
-        match (&candidate.check, &candidate.check_buffer) {
-            (Some(check), _) => {
-                text.push_str(&format!("check {}\n", canonical(check)));
-                roots.push(check);
-            }
-            (None, Some((pointer, count))) => {
-                text.push_str(&format!("check-buffer {} {}\n", canonical(pointer), canonical(count)));
-                roots.extend([pointer, count]);
-            }
-            (None, None) => text.push_str("check run\n"),
-        }
-        text.push_str("variant\n");
-        for form in variant {
-            text.push_str(&format!("{form}\n"));
-        }
-        let defined: HashSet<&str> = definition.iter().filter_map(defined_name).chain([tuning.name]).collect();
-        let (reached, gpu) = reached_source(self.pipeline.env(), &roots, &defined);
-        text.push_str(&reached);
-        text.push_str(&self.pipeline.tuning_machine(gpu));
-        TuneKey::new(&text)
-    }
-
-    /// Reports the variants, fastest first, and makes `name` the fastest's definition.
+    /// Reports the variants, fastest first, and makes `name` the fastest's definition. Returns
+    /// what a replay of the session writes for the autotune: the winner's generator call or
+    /// definition. Variants timed on Slurm nodes are ranked only against those of the first
+    /// point's machine (or the first that passed): the others are listed, not compared.
     fn choose(
         &mut self,
         form: &Sexp,
@@ -488,12 +548,31 @@ impl Bencher<'_> {
         tuning: &Tuning<'_>,
         tuner: Tuner,
         outcome: &mut Outcome,
-    ) -> Result<(), Vec<Diagnostic>> {
+    ) -> Result<String, Vec<Diagnostic>> {
         let name = tuning.name;
         let params = space.params();
         let first = vec![0; params.len()];
         let baseline = tuner.by_point.get(&first).and_then(|&index| tuner.median(index));
+        let out_of_budget = tuner.out_of_budget;
         let mut visited = tuner.visited;
+        let reference = visited
+            .iter()
+            .find(|visited| visited.point == first && visited.report.result.is_ok())
+            .or_else(|| visited.iter().find(|visited| visited.report.result.is_ok()))
+            .and_then(|visited| visited.machine.clone());
+        for visited in &mut visited {
+            let (Some(reference), Some(machine), Ok(report)) = (&reference, &visited.machine, &visited.report.result)
+            else {
+                continue;
+            };
+            if machine != reference {
+                let node = visited.report.node.clone().unwrap_or_default();
+                visited.report.result = Err(format!(
+                    "not ranked: {node} is another machine than the first variant's (median {:?})",
+                    report.median
+                ));
+            }
+        }
         visited.sort_by_key(|visited| {
             (
                 visited.report.result.is_err(),
@@ -508,8 +587,9 @@ impl Bencher<'_> {
                 .map(|(name, value)| format!("{name}={value}"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            (label, winner.definition.clone().unwrap_or_default())
+            (label, winner.point.clone(), winner.definition.clone())
         });
+        let on = tuning.slurm.as_ref().map(SlurmOptions::describe);
         outcome.items.push(Item::Autotune(AutotuneReport {
             name: name.to_string(),
             params,
@@ -517,7 +597,8 @@ impl Bencher<'_> {
             baseline,
             space: space_size(&space.radices()),
             search: tuning.search.describe(),
-            budget_spent: tuner.out_of_budget.then_some(tuning.budget).flatten(),
+            budget_spent: out_of_budget.then_some(tuning.budget).flatten(),
+            on,
         }));
         if let Some(cache) = self.pipeline.tune_cache() {
             outcome.diagnostics.extend(
@@ -527,12 +608,25 @@ impl Bencher<'_> {
                     .map(|problem| Diagnostic::warning(Kind::Io, problem).with_label(form.span, "")),
             );
         }
-        let Some((label, definition)) = chosen else {
+        let Some((label, point, definition)) = chosen else {
             return Err(vec![Diagnostic::error(
                 Kind::Type,
                 format!("no variant of `{name}` compiled, ran and passed its check"),
             )
             .with_label(form.span, "")]);
+        };
+        // The winner made again here: its generator's call (a variant timed on a node has no
+        // definition in this session yet), and what a replay writes for it.
+        let candidate = self.candidate(space, tuning, &point)?;
+        let definition = match (definition, candidate.definition) {
+            (Some(definition), _) | (None, Ok(definition)) => definition,
+            (None, Err(reason)) => {
+                return Err(vec![Diagnostic::error(
+                    Kind::Type,
+                    format!("the fastest variant of `{name}` ({label}) does not compile here: {reason}"),
+                )
+                .with_label(form.span, "")])
+            }
         };
         self.pipeline.compile_quietly(&definition, false)?;
         if let Some(entry) = self.pipeline.env().functions.get(name) {
@@ -541,7 +635,7 @@ impl Bencher<'_> {
                 description: format!("{}  (redefined, autotuned: {label})", entry.signature),
             });
         }
-        Ok(())
+        Ok(candidate.replay)
     }
 
     /// The definition of the session function `implementation`, as the definition of `name`.
@@ -834,97 +928,4 @@ fn first_line(diagnostics: Vec<Diagnostic>) -> String {
         || "failed".to_string(),
         |diagnostic| format!("error[{}]: {}", diagnostic.kind.code(), diagnostic.message),
     )
-}
-
-/// The name a definition form defines: `(define ((F …) …) …)`, `(define-global (G …))`,
-/// `(define-struct S …)` and their kin.
-fn defined_name(form: &Sexp) -> Option<&str> {
-    if !form.head()?.starts_with("define") {
-        return None;
-    }
-    let subject = form.list()?.get(1)?;
-    match subject.list() {
-        Some(prototype) => match prototype.first()?.list() {
-            Some(head) => head.first()?.symbol(),
-            None => prototype.first()?.symbol(),
-        },
-        None => subject.symbol(),
-    }
-}
-
-/// The forms that use the GPU: code that reaches one is timed on the session's GPU (or the
-/// simulator), which is then part of the tuning cache's key.
-const GPU_FORMS: [&str; 4] = ["launch", "submit", "await", "define-kernel"];
-
-/// The source of every session function, global and struct `roots` reach (except those
-/// `defined` by the variant itself), one per line in name order, and whether any code reached
-/// uses the GPU. A function's source is its definition's form, so editing a helper that a
-/// variant calls changes the variant's key.
-fn reached_source(env: &Env, roots: &[&Sexp], defined: &HashSet<&str>) -> (String, bool) {
-    let mut lines = std::collections::BTreeMap::new();
-    let mut gpu = false;
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut pending: Vec<Sexp> = roots.iter().map(|root| (*root).clone()).collect();
-    while let Some(form) = pending.pop() {
-        let mut names = Vec::new();
-        symbols(&form, &mut names);
-        for name in names {
-            gpu |= name.starts_with("gpu-") || GPU_FORMS.contains(&name.as_str());
-            if defined.contains(name.as_str()) || !seen.insert(name.clone()) {
-                continue;
-            }
-            if let Some(entry) = env.functions.get(&name) {
-                let text = match &entry.kind {
-                    FunctionKind::Defined(def) => {
-                        let form = def.source.form();
-                        let text = form.to_string();
-                        pending.push(form);
-                        text
-                    }
-                    FunctionKind::External(symbol) => format!("{} external {symbol}", entry.signature),
-                    FunctionKind::Library { library, .. } => format!("{} in {library}", entry.signature),
-                    FunctionKind::Unresolved => format!("{} unresolved", entry.signature),
-                };
-                lines.insert(format!("function {name}"), text);
-            }
-            if let Some(global) = env.globals.get(&name) {
-                let text = format!("{} space {} init {:?}", global.ty, global.space, global.init);
-                lines.insert(format!("global {name}"), text);
-            }
-            if let Some(definition) = env.structs.get(&name) {
-                lines.insert(format!("struct {name}"), format!("{:?}", definition.fields));
-            }
-        }
-    }
-    let text = lines.into_iter().map(|(what, source)| format!("{what}: {source}\n")).collect();
-    (text, gpu)
-}
-
-/// `form` with each gensym (`prefix#N`: only staging makes names with `#`) renamed `prefix#gK`,
-/// K counting the gensyms of `renamed` in order of first use.
-fn rename_gensyms(form: &Sexp, renamed: &mut HashMap<String, String>) -> Sexp {
-    match &form.kind {
-        SexpKind::Symbol(name) => match name.rsplit_once('#') {
-            Some((prefix, number)) if !number.is_empty() && number.bytes().all(|byte| byte.is_ascii_digit()) => {
-                let count = renamed.len();
-                let canonical = renamed.entry(name.to_string()).or_insert_with(|| format!("{prefix}#g{count}"));
-                sym(canonical, form.span)
-            }
-            _ => form.clone(),
-        },
-        SexpKind::List(items) => list(items.iter().map(|item| rename_gensyms(item, renamed)).collect(), form.span),
-        _ => form.clone(),
-    }
-}
-
-/// Every symbol in `form`, in order.
-fn symbols(form: &Sexp, names: &mut Vec<String>) {
-    match &form.kind {
-        SexpKind::Symbol(name) => names.push(name.to_string()),
-        SexpKind::List(items) => items.iter().for_each(|item| symbols(item, names)),
-        SexpKind::Quasiquote(inner) | SexpKind::Unquote(inner) | SexpKind::UnquoteSplicing(inner) => {
-            symbols(inner, names)
-        }
-        _ => {}
-    }
 }

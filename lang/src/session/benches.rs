@@ -70,6 +70,22 @@ impl Pipeline for Session {
         self.tune_cache.as_ref()
     }
 
+    fn interrupt_flag(&self) -> &std::sync::atomic::AtomicBool {
+        Session::interrupt_flag(self)
+    }
+
+    fn tune_executor(&self) -> Option<crate::bench::SlurmOptions> {
+        self.tune_executor.clone()
+    }
+
+    fn replay_job(&self) -> (Vec<String>, Vec<crate::bench::slurm::JobCell>) {
+        Session::replay_job(self)
+    }
+
+    fn replay_as(&mut self, span: Span, text: String) {
+        self.replace_in_replay(span, text);
+    }
+
     fn tuning_machine(&self, gpu: bool) -> String {
         let (cpu, features) = self.backend.host();
         let gpu = match (gpu, self.gpu.runtime.mode()) {

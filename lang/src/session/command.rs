@@ -154,6 +154,10 @@ impl Session {
                 Ok(line) => outcome.items.push(message(line)),
                 Err(diagnostic) => outcome.diagnostics.push(diagnostic),
             },
+            Command::TuneOn(text) => match self.tune_on(text) {
+                Ok(line) => outcome.items.push(message(line)),
+                Err(diagnostics) => outcome.diagnostics.extend(diagnostics),
+            },
         }
         outcome
     }
@@ -162,24 +166,7 @@ impl Session {
     fn load_file(&mut self, path: &str) -> Outcome {
         self.refresh_view_if_stale();
         match crate::files::read_source(path) {
-            Ok(text) if path.ends_with(".rhai") => {
-                let source = self.history.add_source(path.to_string(), text.clone());
-                let mut outcome = Outcome::default();
-                let start = Instant::now();
-                let script = expand::ScriptText { source, base: 0, text: &text };
-                let result = self.staging.stage.run_script(&text, script, Span::new(source, 0, 0));
-                outcome.timing.add(Phase::Expand, start.elapsed());
-                let printed = self.staging.stage.take_printed();
-                if !printed.is_empty() {
-                    outcome.items.push(Item::Output { stream: Stream::Stdout, text: printed });
-                }
-                match result {
-                    Ok(()) => outcome.items.push(Item::Message(format!("loaded {path}"))),
-                    Err(diagnostic) => outcome.diagnostics.push(*diagnostic),
-                }
-                self.history.attach_sources(&mut outcome);
-                outcome
-            }
+            Ok(text) if path.ends_with(".rhai") => self.run_rhai(path, text),
             Ok(text) => {
                 // A file is compiled at full speed, as `quasi run` compiles it, unless `:opt`
                 // pinned a level: nobody waits for a prompt between its definitions.
@@ -193,6 +180,31 @@ impl Session {
                 outcome
             }
         }
+    }
+
+    /// A Rhai script, `:load`ed from `path` (or replayed under that name): its functions and
+    /// variables join the session's scope. Kept in the journal when it ran.
+    pub(super) fn run_rhai(&mut self, path: &str, text: String) -> Outcome {
+        let source = self.history.add_source(path.to_string(), text);
+        let text = self.history.text(source).to_string();
+        let mut outcome = Outcome::default();
+        let start = Instant::now();
+        let script = expand::ScriptText { source, base: 0, text: &text };
+        let result = self.staging.stage.run_script(&text, script, Span::new(source, 0, 0));
+        outcome.timing.add(Phase::Expand, start.elapsed());
+        let printed = self.staging.stage.take_printed();
+        if !printed.is_empty() {
+            outcome.items.push(Item::Output { stream: Stream::Stdout, text: printed });
+        }
+        match result {
+            Ok(()) => {
+                outcome.items.push(Item::Message(format!("loaded {path}")));
+                self.journal_rhai(source);
+            }
+            Err(diagnostic) => outcome.diagnostics.push(*diagnostic),
+        }
+        self.history.attach_sources(&mut outcome);
+        outcome
     }
 
     /// `:expand [N] [TEXT]`: the expansion of TEXT (default: the last cell), pretty-printed.
@@ -440,10 +452,40 @@ impl Session {
         let mut fresh = Session::new(SessionConfig { opt_level: self.opt_level, gpu, ..self.config.clone() })?;
         fresh.history.cell_count = count;
         fresh.opt_pinned = self.opt_pinned;
-        // What autotuning measured outlives the session's definitions.
+        // What autotuning measured, and where it tunes, outlive the session's definitions.
         fresh.tune_cache = self.tune_cache.take();
+        fresh.tune_executor = self.tune_executor.take();
         *self = fresh;
         Ok(())
+    }
+
+    /// `:tune on slurm …` / `:tune on local` (or `:tune on`, which says where): where autotunes
+    /// without an `(on …)` clause time their variants.
+    fn tune_on(&mut self, text: &str) -> Result<String, Vec<Diagnostic>> {
+        if !text.trim().is_empty() {
+            let source = self.history.add_source(format!("cell {}", self.history.cell_count), format!("(on {text})"));
+            let forms = crate::reader::read(source, self.history.text(source))?;
+            let mut outcome = Outcome::default();
+            let clause = match forms.as_slice() {
+                [clause] => clause,
+                _ => {
+                    outcome
+                        .diagnostics
+                        .push(Diagnostic::error(Kind::Syntax, "`:tune on` takes one place: `slurm …` or `local`"));
+                    return Err(outcome.diagnostics);
+                }
+            };
+            let items = clause.list().expect("read as a list");
+            self.tune_executor = crate::bench::slurm::parse_on(clause, &items[1..]).map_err(|mut diagnostics| {
+                let mut outcome = Outcome { diagnostics: std::mem::take(&mut diagnostics), ..Outcome::default() };
+                self.history.attach_sources(&mut outcome);
+                outcome.diagnostics
+            })?;
+        }
+        Ok(match &self.tune_executor {
+            Some(options) => format!("autotunes time their variants on {}", options.describe()),
+            None => "autotunes time their variants here, in this session".to_string(),
+        })
     }
 
     /// `:tune cache [clear]`: where the tuning cache is, how many results and bytes it holds;

@@ -40,6 +40,8 @@ impl Session {
         options: CellOptions,
         progress: &mut dyn FnMut(&Outcome),
     ) -> Outcome {
+        // The cell's text becomes this source when it is read (the pass list's first step).
+        let source = crate::source::SourceId(self.history.sources.len() as u32);
         let compiled = match self.compile(CellInput::Text { name, text }, options) {
             Ok(compiled) => compiled,
             // The pass list's transaction has put the staging state back.
@@ -61,6 +63,9 @@ impl Session {
         outcome.timing.add(Phase::Run, run_start.elapsed());
         // The cell has run: code of it (and of its benches) that no slot points to is unreachable.
         self.program.release_finished();
+        if options.mode == EvalMode::Cell {
+            self.journal_cell(source, &outcome);
+        }
         self.finish(outcome)
     }
 

@@ -39,6 +39,19 @@ pub(super) struct History {
     /// When each name was first defined.
     definitions: BTreeMap<DefinitionKey, u32>,
     definition_counter: u32,
+    /// The cells that made the session, for a Slurm worker's replay (`journal`).
+    pub(super) journal: Vec<JournalEntry>,
+    /// What the running cell's autotunes asked a replay to write instead of them.
+    pub(super) replacements: Vec<(Span, String)>,
+}
+
+/// A cell of the journal.
+#[derive(Clone, Debug)]
+pub(super) enum JournalEntry {
+    /// A cell's source, with the byte ranges a replay writes differently (an autotune's).
+    Cell { source: SourceId, replaced: Vec<(usize, usize, String)> },
+    /// A Rhai script `:load`ed.
+    Rhai { source: SourceId },
 }
 
 impl History {
@@ -46,6 +59,11 @@ impl History {
     pub(super) fn add_source(&mut self, name: String, text: String) -> SourceId {
         self.sources.push(SourceFile { name, text });
         SourceId(self.sources.len() as u32 - 1)
+    }
+
+    /// The name of a source this history holds (`cell 3`, a file's path).
+    pub(super) fn source_name(&self, source: SourceId) -> &str {
+        self.sources.get(source.0 as usize).map_or("", |file| file.name.as_str())
     }
 
     /// The text of a source this history holds.

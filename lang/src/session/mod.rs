@@ -7,7 +7,8 @@
 //! `benches` (bench and autotune as further cells), `faults` and `report` (how outcomes are
 //! worded), `script` (`quasi run`'s policy), `completion`, `command` (`:commands`), `tiering`
 //! and `tier_state` (background promotion), `call_cell` (trampolines), `view` (the Rhai view of
-//! the session), `history`, `top_level` (showing items as they finish). Only these files hold
+//! the session), `history`, `top_level` (showing items as they finish), `journal` (the cells a Slurm worker
+//! replays, and the worker). Only these files hold
 //! `impl Session`; the ones this file imports from (`api`, `call_cell`, `history`, `tier_state`)
 //! import nothing of it, so the folder has no import cycle.
 //!
@@ -27,6 +28,7 @@ mod eval;
 mod execute;
 mod faults;
 mod history;
+pub(crate) mod journal;
 mod pipeline;
 mod report;
 mod script;
@@ -109,6 +111,8 @@ pub struct Session {
     script_argv: Option<ScriptArgv>,
     /// Where `autotune` keeps what it measured across sessions (none: it times every variant).
     tune_cache: Option<TuneCache>,
+    /// Where autotunes without an `(on …)` clause time their variants (`:tune on …`).
+    tune_executor: Option<crate::bench::SlurmOptions>,
     /// The GPU runtime, the target and the PTX built.
     gpu: SessionGpu,
 }
@@ -156,6 +160,7 @@ impl Session {
             script_exit: None,
             script_argv: None,
             tune_cache: None,
+            tune_executor: None,
             gpu,
             config,
         };
