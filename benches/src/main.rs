@@ -2,7 +2,7 @@
 //!
 //! Harness-less on purpose: a run prints measurements side by side and never asserts a time
 //! (machines differ; ratios taken in one run are what compares). Sections:
-//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [--iterations N] [--runs N] [--reps N] [--placements N] [--quick]`.
+//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [tune] [--iterations N] [--runs N] [--reps N] [--placements N] [--quick]`.
 
 mod asynchronous;
 mod ffi;
@@ -13,6 +13,7 @@ mod sim;
 mod staging;
 mod startup;
 mod stats;
+mod tune;
 mod wrap;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ pub struct Options {
     pub sim: bool,
     pub asynchronous: bool,
     pub ffi: bool,
+    pub tune: bool,
     /// Timed iterations per latency row (after warm-up).
     pub iterations: usize,
     /// Untimed iterations before each latency row.
@@ -49,7 +51,7 @@ pub struct Options {
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [--iterations N] [--warmup N] [--runs N] [--reps N] [--placements N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [tune] [--iterations N] [--warmup N] [--runs N] [--reps N] [--placements N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
@@ -65,7 +67,9 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [st
   async     asynchronous device work in the simulator: encode-call + submit + await against launch,
             two submissions and a host loop beside a submission against each alone, interrupts
   ffi       (include …) of C headers, first and cached, against clang -fsyntax-only; load-library
-Without a section name, all nine run (start-up first, so its first Session::new is cold).
+  tune      autotune through `quasi`: 64 variants, first run and from the tuning cache, and on Slurm
+            when sinfo finds a cluster (job start + replay apart from the cost per variant)
+Without a section name, all ten run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5), repetitions (3) and placements (2), for a first look.
 --placements N  kernels: times everything is loaded anew at new addresses (3); ratios are judged on the median.";
 
@@ -85,6 +89,7 @@ fn parse_options() -> Result<Options> {
         sim: false,
         asynchronous: false,
         ffi: false,
+        tune: false,
         iterations: 200,
         warmup: 20,
         runs: 25,
@@ -113,6 +118,7 @@ fn parse_options() -> Result<Options> {
             "sim" => options.sim = true,
             "async" => options.asynchronous = true,
             "ffi" => options.ffi = true,
+            "tune" => options.tune = true,
             "--iterations" => options.iterations = number("--iterations")?,
             "--warmup" => options.warmup = number("--warmup")?,
             "--runs" => options.runs = number("--runs")?,
@@ -142,7 +148,8 @@ fn parse_options() -> Result<Options> {
         || options.session
         || options.sim
         || options.asynchronous
-        || options.ffi)
+        || options.ffi
+        || options.tune)
     {
         (
             options.latency,
@@ -154,7 +161,8 @@ fn parse_options() -> Result<Options> {
             options.sim,
             options.asynchronous,
             options.ffi,
-        ) = (true, true, true, true, true, true, true, true, true);
+            options.tune,
+        ) = (true, true, true, true, true, true, true, true, true, true);
     }
     Ok(options)
 }
@@ -189,6 +197,9 @@ fn main() -> Result<()> {
     }
     if options.ffi {
         ffi::run(&options)?;
+    }
+    if options.tune {
+        tune::run(&options)?;
     }
     println!("load average at the end: {}", load_average());
     Ok(())
