@@ -61,7 +61,7 @@ pub fn run(options: &Options) -> Result<()> {
         ms(again),
         format!("{:.1}% of the first (goal ≤ 5%)", 100.0 * again.as_secs_f64() / first.as_secs_f64()),
     ]);
-    match no_cluster() {
+    match quasi_lang::tools::missing_slurm() {
         Some(reason) => {
             table.add_row(vec!["on Slurm".into(), "-".into(), format!("skipped: {reason}")]);
         }
@@ -104,15 +104,6 @@ pub fn run(options: &Options) -> Result<()> {
     println!("Each row: one `quasi` process fed the session, then the autotune cell, timed from writing it");
     println!("until its `autotuned:` line is read back. Every variant is benched for 0.2 s.\n");
     Ok(())
-}
-
-/// Why there is no Slurm cluster, if there is none.
-fn no_cluster() -> Option<String> {
-    match Command::new("sinfo").args(["--noheader", "--format=%t"]).stderr(Stdio::null()).output() {
-        Ok(output) if output.status.success() && String::from_utf8_lossy(&output.stdout).contains("idle") => None,
-        Ok(_) => Some("sinfo finds no idle node (set SLURM_CONF, or start scripts/slurm-cluster)".into()),
-        Err(error) => Some(format!("cannot run sinfo: {error}")),
-    }
 }
 
 /// The time of the autotune cell `cell`, after the session, in a `quasi` whose tuning cache is

@@ -26,7 +26,7 @@ use inkwell::OptimizationLevel;
 
 mod cache;
 
-pub(crate) use cache::{Format, ObjectKey};
+pub(crate) use cache::{quasi_cache_folder, Format, ObjectKey};
 pub use cache::{ObjectCache, BUDGET as CACHE_BUDGET, CACHE_VARIABLE};
 
 use crate::guard;

@@ -73,7 +73,7 @@ pub use timing::{
 /// has ended (without reaping it).
 pub mod tools {
     pub use crate::backend::{CACHE_BUDGET, CACHE_VARIABLE};
-    pub use crate::bench::slurm::{SLURM_BINARY_VARIABLE, SLURM_DIR_VARIABLE};
+    pub use crate::bench::slurm::{missing_slurm, SLURM_BINARY_VARIABLE, SLURM_DIR_VARIABLE};
     pub use crate::cost::SHORT_RUN_LEVEL;
     pub use crate::gpu::probe as gpu_probe;
     /// NVIDIA's PTX assembler: finding it, its resource report, occupancy (`:ptx`'s last line).

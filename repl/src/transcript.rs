@@ -64,7 +64,7 @@ impl Transcript {
                 ("cuda-device" | "no-cuda-device", _) => {}
                 ("slurm", _) => {
                     static SLURM: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-                    if let Some(reason) = SLURM.get_or_init(missing_slurm) {
+                    if let Some(reason) = SLURM.get_or_init(quasi_lang::tools::missing_slurm) {
                         return Some(reason.clone());
                     }
                 }
@@ -88,28 +88,6 @@ impl Transcript {
             }
         }
         None
-    }
-}
-
-/// Why `# requires: slurm` is not met: `sinfo` does not answer, or no node takes jobs (the test
-/// command starts a single-node cluster: scripts/slurm-cluster).
-fn missing_slurm() -> Option<String> {
-    let answer = std::process::Command::new("sinfo")
-        .args(["--noheader", "--format=%t"])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .output();
-    match answer {
-        Err(error) => Some(format!("needs a Slurm cluster (cannot run sinfo: {error})")),
-        Ok(output) if !output.status.success() => Some(format!(
-            "needs a Slurm cluster (sinfo: {})",
-            String::from_utf8_lossy(&output.stderr).lines().next().unwrap_or("failed")
-        )),
-        Ok(output) => {
-            let states = String::from_utf8_lossy(&output.stdout);
-            let up = states.lines().any(|state| ["idle", "mix", "alloc"].contains(&state.trim_end_matches('*')));
-            (!up).then(|| format!("needs a Slurm cluster with a node that takes jobs (sinfo: {})", states.trim()))
-        }
     }
 }
 

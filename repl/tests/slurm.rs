@@ -16,15 +16,6 @@ const SESSION: &str = r#"(rhai "fn gen_nap(f) { quote(`(define ((nap int) (n int
 (define ((usleep int) (us int)))
 "#;
 
-/// Why there is no cluster to test against, if there is none.
-fn no_cluster() -> Option<String> {
-    match Command::new("sinfo").args(["--noheader", "--format=%t"]).stderr(Stdio::null()).output() {
-        Ok(output) if output.status.success() && String::from_utf8_lossy(&output.stdout).contains("idle") => None,
-        Ok(output) => Some(format!("sinfo found no idle node: {}", String::from_utf8_lossy(&output.stdout).trim())),
-        Err(error) => Some(format!("cannot run sinfo: {error}")),
-    }
-}
-
 /// `quasi` reading cells from a pipe, with `environment` set.
 fn quasi(environment: &[(&str, &str)]) -> (std::process::Child, std::process::ChildStdin) {
     let tune_cache = tempfile::tempdir().expect("a temporary directory").keep();
@@ -69,8 +60,8 @@ fn a_failed_task_leaves_its_variants_failed() {
         "{output}"
     );
     assert!(output.ends_with("1 : int\n"), "{output}");
-    if let Some(reason) = no_cluster() {
-        eprintln!("skipped the rest: needs a Slurm cluster ({reason})");
+    if let Some(reason) = quasi_lang::tools::missing_slurm() {
+        eprintln!("skipped the rest: {reason}");
         return;
     }
     let output = run(&[("QUASI_SLURM_BINARY", "/bin/false")], &cells);
@@ -86,8 +77,8 @@ fn a_failed_task_leaves_its_variants_failed() {
 #[test]
 fn an_interrupt_cancels_the_slurm_step() {
     let _cluster = CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(reason) = no_cluster() {
-        eprintln!("skipped: needs a Slurm cluster ({reason})");
+    if let Some(reason) = quasi_lang::tools::missing_slurm() {
+        eprintln!("skipped: {reason}");
         return;
     }
     let (mut child, mut stdin) = quasi(&[]);

@@ -56,6 +56,17 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// The environment variable that turns the cache off (`off` or `0`) or names its folder.
 pub const CACHE_VARIABLE: &str = "QUASI_CACHE";
 
+/// The folder `name` of Quasi's in the user's cache: `$XDG_CACHE_HOME/quasi/NAME`, else
+/// `~/.cache/quasi/NAME`; `None` when there is no home to put it in.
+pub(crate) fn quasi_cache_folder(name: &str) -> Option<PathBuf> {
+    let setting = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+    let base = setting("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|path| path.is_absolute())
+        .or_else(|| setting("HOME").map(|home| Path::new(&home).join(".cache")))?;
+    Some(base.join("quasi").join(name))
+}
+
 /// A folder of compiled objects (or, with another `Format`, of other entries).
 #[derive(Debug)]
 pub struct ObjectCache {
@@ -166,11 +177,7 @@ impl ObjectCache {
             Some(folder) => return Some(ObjectCache::with_format(folder, format)),
             None => {}
         }
-        let base = setting("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .filter(|path| path.is_absolute())
-            .or_else(|| setting("HOME").map(|home| Path::new(&home).join(".cache")))?;
-        Some(ObjectCache::with_format(base.join("quasi").join(name), format))
+        Some(ObjectCache::with_format(quasi_cache_folder(name)?, format))
     }
 
     /// The cache's folder.

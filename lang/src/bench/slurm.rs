@@ -202,16 +202,30 @@ fn job_name() -> String {
 
 /// The folder job files go in.
 fn job_folder() -> Result<PathBuf, String> {
-    let setting = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
-    if let Some(folder) = setting(SLURM_DIR_VARIABLE) {
+    if let Some(folder) = std::env::var_os(SLURM_DIR_VARIABLE).filter(|value| !value.is_empty()) {
         return Ok(PathBuf::from(folder));
     }
-    let base = setting("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|path| path.is_absolute())
-        .or_else(|| setting("HOME").map(|home| Path::new(&home).join(".cache")))
-        .ok_or_else(|| format!("no folder for Slurm job files: set {SLURM_DIR_VARIABLE} (or HOME)"))?;
-    Ok(base.join("quasi").join("slurm"))
+    crate::backend::quasi_cache_folder("slurm")
+        .ok_or_else(|| format!("no folder for Slurm job files: set {SLURM_DIR_VARIABLE} (or HOME)"))
+}
+
+/// Why no Slurm cluster can take an autotune's step now, if none can: `sinfo` does not answer,
+/// or no node takes jobs. (The test command starts a single-node cluster: scripts/slurm-cluster.)
+pub fn missing_slurm() -> Option<String> {
+    let answer =
+        Command::new("sinfo").args(["--noheader", "--format=%t"]).stdin(Stdio::null()).stderr(Stdio::piped()).output();
+    match answer {
+        Err(error) => Some(format!("needs a Slurm cluster (cannot run sinfo: {error})")),
+        Ok(output) if !output.status.success() => Some(format!(
+            "needs a Slurm cluster (sinfo: {})",
+            String::from_utf8_lossy(&output.stderr).lines().next().unwrap_or("failed")
+        )),
+        Ok(output) => {
+            let states = String::from_utf8_lossy(&output.stdout);
+            let up = states.lines().any(|state| ["idle", "mix", "alloc"].contains(&state.trim_end_matches('*')));
+            (!up).then(|| format!("needs a Slurm cluster with a node that takes jobs (sinfo: {})", states.trim()))
+        }
+    }
 }
 
 /// The binary the nodes run: `QUASI_SLURM_BINARY`, else `quasi-engine` beside this process's
