@@ -2,11 +2,13 @@
 //! (`bench::slurm`), and the worker's side of an autotune on Slurm (`run_tune_worker`).
 //!
 //! Each cell that committed is kept by its source (no copy of its text), with its autotune forms
-//! replaced by what they left: the winner's generator call (`,(gen_sum 4)`) or renamed
+//! replaced by what they left — the winner's generator call (`,(gen_sum 4)`) or renamed
 //! definition, or nothing when the autotune ended without a winner — so a replay defines what
-//! the session defined without tuning again — and its benches by nothing. A cell interrupted while it ran is not kept (its
-//! replay could run as long); nor are commands, except what sets the session up (`:opt`, `:gpu`,
-//! written when a job starts) and `:load`ed Rhai scripts.
+//! the session defined without tuning again; its benches are replaced by nothing. Only forms
+//! written in the cell are replaced: an autotune a macro made runs again in the replay. A cell
+//! interrupted while it ran is not kept (its replay could run as long); nor are commands, except
+//! what sets the session up (`:opt`, `:gpu`, written when a job starts) and `:load`ed Rhai
+//! scripts.
 
 use std::sync::atomic::AtomicBool;
 
