@@ -303,26 +303,13 @@ fn run_of_a_missing_file_says_so() {
     assert!(finished.stderr.contains("cannot read `/nonexistent/quasi-test.cl`"), "{}", finished.stderr);
 }
 
-/// `quasi` reading cells from a pipe that the test writes as it goes; stdout piped, stderr dropped.
-fn quasi_reading_cells() -> (std::process::Child, std::process::ChildStdin) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the quasi binary starts");
-    let stdin = child.stdin.take().expect("stdin is piped");
-    (child, stdin)
-}
-
 /// Program output streams while the cell runs: each `tick` reaches the pipe when it is printed
 /// (C's stdout is flushed every few tens of milliseconds while compiled code runs), not when the
 /// cell ends. The cell prints three ticks 700 ms apart, then its value.
 #[test]
 fn output_streams_while_the_cell_runs() {
     use std::io::BufRead;
-    let (mut child, mut stdin) = quasi_reading_cells();
+    let (mut child, mut stdin) = common::quasi_reading_cells(&[]);
     let cells = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((usleep int) (us int)))\n\
                  (declare i int)\n(for ((set i 1) (le i 3) (set i (add i 1))) (call printf \"tick %d\\n\" i) (call usleep 700000))\n\
                  (add 40 2)\n";
@@ -409,7 +396,7 @@ fn sigint_interrupts_run_with_status_130() {
 #[test]
 fn an_interrupt_inside_libc_leaves_the_heap_and_stdio_working() {
     use std::io::BufRead;
-    let (mut child, mut stdin) = quasi_reading_cells();
+    let (mut child, mut stdin) = common::quasi_reading_cells(&[]);
     let cells = "(define ((printf int) (fmt (ptr int8)) ...))\n(define ((malloc (ptr int8)) (n int64)))\n\
                  (define ((free void) (p (ptr int8))))\n\
                  (define ((churn void)) (call printf \"churning\\n\") (while #t (call free (call malloc (int64 100))) (call printf \"\")))\n\
@@ -459,7 +446,7 @@ fn an_interrupt_stops_a_library_that_never_loads() {
         assert!(built.success());
         libraries.push(library.to_string_lossy().into_owned());
     }
-    let (mut child, mut stdin) = quasi_reading_cells();
+    let (mut child, mut stdin) = common::quasi_reading_cells(&[]);
     for library in &libraries {
         stdin.write_all(format!("(load-library \"{library}\")\n").as_bytes()).expect("a cell written");
         std::thread::sleep(Duration::from_millis(500));
@@ -506,7 +493,7 @@ fn an_interrupt_stops_an_include() {
     let exponential = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/ffi/headers/exponential.h");
     let declarations: String = (0..50_000).map(|index| format!("int quasi_many_{index}(int a, double b);\n")).collect();
     let many = write_file(directory.path(), "many.h", &declarations);
-    let (mut child, mut stdin) = quasi_reading_cells();
+    let (mut child, mut stdin) = common::quasi_reading_cells(&[]);
     for header in [exponential.to_string_lossy().into_owned(), many.clone()] {
         stdin.write_all(format!("(include \"{header}\")\n").as_bytes()).expect("a cell written");
         std::thread::sleep(Duration::from_millis(1500));

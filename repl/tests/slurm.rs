@@ -4,8 +4,10 @@
 //! the autotune is an error — the session going on after each. The tests that need a cluster
 //! skip, saying why, when `sinfo` finds none.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// One test at a time: each looks at the whole queue.
@@ -19,18 +21,10 @@ const SESSION: &str = r#"(rhai "fn gen_nap(f) { quote(`(define ((nap int) (n int
 /// `quasi` reading cells from a pipe, with `environment` set.
 fn quasi(environment: &[(&str, &str)]) -> (std::process::Child, std::process::ChildStdin) {
     let tune_cache = tempfile::tempdir().expect("a temporary directory").keep();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quasi"))
-        .env("NO_COLOR", "1")
-        .env("QUASI_SERVER", "0")
-        .env("QUASI_TUNE_CACHE", &tune_cache)
-        .envs(environment.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the quasi binary starts");
-    let stdin = child.stdin.take().expect("stdin is piped");
-    (child, stdin)
+    let mut all: Vec<(&str, &std::ffi::OsStr)> =
+        vec![("QUASI_SERVER", "0".as_ref()), ("QUASI_TUNE_CACHE", tune_cache.as_os_str())];
+    all.extend(environment.iter().map(|(name, value)| (*name, value.as_ref())));
+    common::quasi_reading_cells(&all)
 }
 
 /// Everything `quasi` printed for `cells` (stdin closed after them).
