@@ -427,7 +427,6 @@ fn an_interrupt_inside_libc_leaves_the_heap_and_stdio_working() {
 /// hung, Ctrl-C ignored); the session goes on.
 #[test]
 fn an_interrupt_stops_a_library_that_never_loads() {
-    use std::io::Read;
     let directory = tempfile::tempdir().expect("a temporary directory");
     let mut libraries = Vec::new();
     for (name, body) in [("spin", "for (;;) {}"), ("nap", "sleep(1000);")] {
@@ -446,7 +445,7 @@ fn an_interrupt_stops_a_library_that_never_loads() {
         assert!(built.success());
         libraries.push(library.to_string_lossy().into_owned());
     }
-    let (mut child, mut stdin) = common::quasi_reading_cells(&[]);
+    let (child, mut stdin) = common::quasi_reading_cells(&[]);
     for library in &libraries {
         stdin.write_all(format!("(load-library \"{library}\")\n").as_bytes()).expect("a cell written");
         std::thread::sleep(Duration::from_millis(500));
@@ -454,10 +453,7 @@ fn an_interrupt_stops_a_library_that_never_loads() {
         assert!(killed.success());
     }
     stdin.write_all(b"(add 1 2)\n").expect("a cell written");
-    drop(stdin);
-    let mut output = String::new();
-    child.stdout.take().expect("stdout is piped").read_to_string(&mut output).expect("the output");
-    assert!(child.wait().expect("quasi ends").success());
+    let output = common::output_at_end(child, stdin);
     for library in &libraries {
         assert!(
             output.contains(&format!("error[interrupted]: interrupted while loading library `{library}`")),

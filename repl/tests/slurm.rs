@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -29,13 +29,9 @@ fn quasi(environment: &[(&str, &str)]) -> (std::process::Child, std::process::Ch
 
 /// Everything `quasi` printed for `cells` (stdin closed after them).
 fn run(environment: &[(&str, &str)], cells: &str) -> String {
-    let (mut child, mut stdin) = quasi(environment);
+    let (child, mut stdin) = quasi(environment);
     stdin.write_all(cells.as_bytes()).expect("cells written");
-    drop(stdin);
-    let mut output = String::new();
-    child.stdout.take().expect("stdout is piped").read_to_string(&mut output).expect("the output");
-    assert!(child.wait().expect("quasi ends").success(), "{output}");
-    output
+    common::output_at_end(child, stdin)
 }
 
 /// A task whose binary fails: each of its variants is failed with what `srun` said, NAME stays
@@ -75,7 +71,7 @@ fn an_interrupt_cancels_the_slurm_step() {
         eprintln!("skipped: {reason}");
         return;
     }
-    let (mut child, mut stdin) = quasi(&[]);
+    let (child, mut stdin) = quasi(&[]);
     let cells = format!(
         "{SESSION},(gen_nap 1)\n(autotune nap (gen gen_nap f) (params (f 1 2)) (run (call nap 30000000)) (on slurm))\n"
     );
@@ -91,10 +87,7 @@ fn an_interrupt_cancels_the_slurm_step() {
     let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
     assert!(killed.success());
     stdin.write_all(b"(add 1 2)\n").expect("a cell written");
-    drop(stdin);
-    let mut output = String::new();
-    child.stdout.take().expect("stdout is piped").read_to_string(&mut output).expect("the output");
-    assert!(child.wait().expect("quasi ends").success(), "{output}");
+    let output = common::output_at_end(child, stdin);
     assert!(interrupted.elapsed() < Duration::from_secs(20), "the interrupt waited for the variant: {output}");
     assert!(output.contains("error[interrupted]: interrupted while Slurm timed the variants"), "{output}");
     assert!(output.ends_with("3 : int\n"), "{output}");

@@ -24,6 +24,16 @@ pub fn quasi_reading_cells(environment: &[(&str, &std::ffi::OsStr)]) -> (Child, 
     (child, stdin)
 }
 
+/// Closes `quasi`'s standard input and returns everything it printed, once it has ended
+/// successfully (the assertion shows the output when it did not).
+pub fn output_at_end(mut child: Child, stdin: ChildStdin) -> String {
+    drop(stdin);
+    let mut output = String::new();
+    child.stdout.take().expect("stdout is piped").read_to_string(&mut output).expect("the output");
+    assert!(child.wait().expect("quasi ends").success(), "{output}");
+    output
+}
+
 /// Starts `command` (a `quasi run` of `SPIN`) with its output piped, and returns once its code runs.
 pub fn spinning(command: &mut Command) -> Child {
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the quasi binary starts");
