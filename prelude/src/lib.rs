@@ -7,4 +7,5 @@ pub const FILES: &[(&str, &str)] = &[
     ("loops.rhai", include_str!("../loops.rhai")),
     ("metaocaml.rhai", include_str!("../metaocaml.rhai")),
     ("gpu.rhai", include_str!("../gpu.rhai")),
+    ("blas.rhai", include_str!("../blas.rhai")),
 ];

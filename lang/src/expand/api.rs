@@ -1,6 +1,7 @@
 //! The code-building API registered into Rhai (docs/language.md §6.4): `sym`, `gensym`,
 //! `parse`, `quote` and `quote_each` (over `template`), `fill`, `show`, `balanced`, what macros
-//! may ask of the session (`signature`, `struct_fields`, `global_value`), and `include`.
+//! may ask of the session (`signature`, `struct_fields`, `global_value`), of the machine
+//! (`host_cpu`), and `include`.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -148,6 +149,7 @@ fn register_api(
         Ok(crate::reader::pretty::pretty(&sexp, 0))
     });
     engine.register_fn("balanced", balanced);
+    engine.register_fn("host_cpu", super::host::host_cpu);
     let session = view.clone();
     engine.register_fn("signature", move |name: &str| {
         session.borrow().signatures.get(name).map_or(Dynamic::UNIT, to_dynamic)

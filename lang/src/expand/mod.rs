@@ -14,6 +14,7 @@
 mod api;
 mod convert;
 mod engine;
+mod host;
 mod template;
 #[cfg(test)]
 mod tests;
@@ -83,8 +84,11 @@ impl Stage {
             self.rhai_diagnostic(format!("Rhai: {}", error.err_type()), Some(&key), position, span, Vec::new())
         })?;
         ast.set_source(key.clone());
+        // The script sees the functions of earlier scripts (its own replace theirs).
+        let mut runnable = self.state.functions.merge(&ast);
+        runnable.set_source(key.clone());
         self.engine
-            .run_ast_with_scope(&mut self.state.scope, &ast)
+            .run_ast_with_scope(&mut self.state.scope, &runnable)
             .map_err(|error| self.runtime_diagnostic(&error, Some(&key), span))?;
         ast.clear_statements();
         for function in ast.iter_functions() {
