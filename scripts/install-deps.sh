@@ -4,9 +4,10 @@
 # run time), Chromium and its WebDriver for the notebooks' browser test
 # (tests/jupyter/test_browser.py; on a bare Debian 12 about 200 MB to download, 650 MiB on
 # disk), Slurm and munge for the single-node cluster that `(autotune … (on slurm))` is tested
-# against (scripts/slurm-cluster), and Rust if it is missing.
+# against (scripts/slurm-cluster), OpenBLAS and BLIS for `quasi-bench gemm`, and Rust if it is
+# missing.
 set -euo pipefail
-packages=(g++ llvm-19-dev libpolly-19-dev zlib1g-dev libzstd-dev libxml2-dev libffi-dev clang-19 libclang1-19 python3-venv chromium chromium-driver slurm-wlm munge)
+packages=(g++ llvm-19-dev libpolly-19-dev zlib1g-dev libzstd-dev libxml2-dev libffi-dev clang-19 libclang1-19 python3-venv chromium chromium-driver slurm-wlm munge libopenblas0-serial libopenblas-dev libblis-dev)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -40,7 +40,7 @@ impl Kernel {
     }
 }
 
-const COMMON_CLISP: &str = include_str!("../kernels/common.cl");
+pub(crate) const COMMON_CLISP: &str = include_str!("../kernels/common.cl");
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.h");
 
 pub const KERNELS: [Kernel; 8] = [
@@ -211,7 +211,7 @@ impl CLibrary {
         Ok(CLibrary { handle })
     }
 
-    fn symbol(&self, name: &str) -> Result<*mut c_void> {
+    pub(crate) fn symbol(&self, name: &str) -> Result<*mut c_void> {
         let symbol_name = CString::new(name).context("symbol name with a NUL byte")?;
         // SAFETY: dlsym on a live handle with a NUL-terminated name only reads.
         let address = unsafe { libc::dlsym(self.handle, symbol_name.as_ptr()) };

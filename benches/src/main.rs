@@ -2,10 +2,11 @@
 //!
 //! Harness-less on purpose: a run prints measurements side by side and never asserts a time
 //! (machines differ; ratios taken in one run are what compares). Sections:
-//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [tune] [--iterations N] [--runs N] [--reps N] [--placements N] [--quick]`.
+//! `quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [tune] [gemm] [--iterations N] [--runs N] [--reps N] [--placements N] [--quick]`.
 
 mod asynchronous;
 mod ffi;
+mod gemm;
 mod kernels;
 mod latency;
 mod session;
@@ -35,6 +36,9 @@ pub struct Options {
     pub asynchronous: bool,
     pub ffi: bool,
     pub tune: bool,
+    pub gemm: bool,
+    /// `--quick`: also smaller sizes where a section has them (gemm: n ≤ 1000).
+    pub quick: bool,
     /// Timed iterations per latency row (after warm-up).
     pub iterations: usize,
     /// Untimed iterations before each latency row.
@@ -51,7 +55,7 @@ pub struct Options {
     pub clang: String,
 }
 
-const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [tune] [--iterations N] [--warmup N] [--runs N] [--reps N] [--placements N] [--quick] [--quasi PATH] [--clang PATH]
+const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [staging] [session] [sim] [async] [ffi] [tune] [gemm] [--iterations N] [--warmup N] [--runs N] [--reps N] [--placements N] [--quick] [--quasi PATH] [--clang PATH]
 
   latency   read->run wall time of Session::eval for small cells at :opt 0..3, with phases
   startup   spawning the release `quasi` until the first value is read back; Session::new
@@ -69,7 +73,9 @@ const USAGE: &str = "usage: quasi-bench [latency] [startup] [kernels] [wrap] [st
   ffi       (include …) of C headers, first and cached, against clang -fsyntax-only; load-library
   tune      autotune through `quasi`: 64 variants, first run and from the tuning cache, and on Slurm
             when sinfo finds a cluster (job start + replay apart from the cost per variant)
-Without a section name, all ten run (start-up first, so its first Session::new is cold).
+  gemm      the prelude's staged GEMM, autotuned, against OpenBLAS (its fastest core type here),
+            BLIS, clang -O3 of the same structure and llama.lisp's MMult kernels, n = 256…2048
+Without a section name, all eleven run (start-up first, so its first Session::new is cold).
 --quick  fewer iterations (50), runs (5), repetitions (3) and placements (2), for a first look.
 --placements N  kernels: times everything is loaded anew at new addresses (3); ratios are judged on the median.";
 
@@ -90,6 +96,8 @@ fn parse_options() -> Result<Options> {
         asynchronous: false,
         ffi: false,
         tune: false,
+        gemm: false,
+        quick: false,
         iterations: 200,
         warmup: 20,
         runs: 25,
@@ -119,12 +127,14 @@ fn parse_options() -> Result<Options> {
             "async" => options.asynchronous = true,
             "ffi" => options.ffi = true,
             "tune" => options.tune = true,
+            "gemm" => options.gemm = true,
             "--iterations" => options.iterations = number("--iterations")?,
             "--warmup" => options.warmup = number("--warmup")?,
             "--runs" => options.runs = number("--runs")?,
             "--reps" => options.reps = number("--reps")?,
             "--placements" => options.placements = number("--placements")?,
             "--quick" => {
+                options.quick = true;
                 options.iterations = 50;
                 options.warmup = 5;
                 options.runs = 5;
@@ -149,7 +159,8 @@ fn parse_options() -> Result<Options> {
         || options.sim
         || options.asynchronous
         || options.ffi
-        || options.tune)
+        || options.tune
+        || options.gemm)
     {
         (
             options.latency,
@@ -162,12 +173,17 @@ fn parse_options() -> Result<Options> {
             options.asynchronous,
             options.ffi,
             options.tune,
-        ) = (true, true, true, true, true, true, true, true, true, true);
+            options.gemm,
+        ) = (true, true, true, true, true, true, true, true, true, true, true);
     }
     Ok(options)
 }
 
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() == 3 && args[1] == "gemm-probe" {
+        return gemm::probe(&args[2]);
+    }
     let options = parse_options()?;
     print_machine(&options);
     // Start-up goes first: its "first Session::new in this process" is only cold then.
@@ -200,6 +216,9 @@ fn main() -> Result<()> {
     }
     if options.tune {
         tune::run(&options)?;
+    }
+    if options.gemm {
+        gemm::run(&options)?;
     }
     println!("load average at the end: {}", load_average());
     Ok(())
