@@ -30,8 +30,10 @@ const MMULT_MAX: i32 = 1024;
 
 const ROW_MAJOR: i32 = 101;
 const NO_TRANS: i32 = 111;
-type Sgemm = extern "C" fn(i32, i32, i32, i32, i32, i32, f32, *const f32, i32, *const f32, i32, f32, *mut f32, i32);
-type Dgemm = extern "C" fn(i32, i32, i32, i32, i32, i32, f64, *const f64, i32, *const f64, i32, f64, *mut f64, i32);
+/// CBLAS's `cblas_sgemm` (T = f32) and `cblas_dgemm` (T = f64).
+type Cblas<T> = extern "C" fn(i32, i32, i32, i32, i32, i32, T, *const T, i32, *const T, i32, T, *mut T, i32);
+type Sgemm = Cblas<f32>;
+type Dgemm = Cblas<f64>;
 type Generated<T> = extern "C" fn(i32, i32, i32, *const T, *const T, *mut T);
 
 /// `quasi-bench gemm-probe LIBRARY`: one process per OpenBLAS core type (it is read when the
@@ -274,6 +276,37 @@ impl Quasi {
     }
 }
 
+/// One run of an implementation per row on `data` at size n, each row's C first set to `unset`
+/// (so that an element left unwritten fails the check); `time_of` runs row `index` (`None`:
+/// it does not run at this size). On `check`, each result is compared with the reference.
+fn measure<T: Copy + Into<f64>>(
+    rows: &mut [Row],
+    data: &mut Precision<T>,
+    n: i32,
+    check: bool,
+    tolerance: f64,
+    unset: T,
+    mut time_of: impl FnMut(usize, &mut Precision<T>) -> Result<Option<Duration>>,
+) -> Result<()> {
+    let count = (n * n) as usize;
+    for (index, row) in rows.iter_mut().enumerate() {
+        data.c[..count].fill(unset);
+        if let Some(time) = time_of(index, data)? {
+            row.record(n, time);
+            if check && error(&data.c[..count], &data.reference) > tolerance {
+                row.failed.push(format!("n={n}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The wall time of C = A·B through a CBLAS (row-major, no transposes, alpha 1, beta 0).
+fn cblas<T: From<f32>>(gemm: Cblas<T>, n: i32, data: &mut Precision<T>) -> Duration {
+    let (a, b, c) = (data.a.as_ptr(), data.b.as_ptr(), data.c.as_mut_ptr());
+    timed(|| gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, n, n, n, T::from(1.0), a, n, b, n, T::from(0.0), c, n))
+}
+
 /// The wall time of one call of a native implementation.
 fn timed(run: impl FnOnce()) -> Duration {
     let start = Instant::now();
@@ -459,117 +492,29 @@ pub fn run(options: &Options) -> Result<()> {
                 single.reference = reference(size, &a, &b);
                 double.reference = reference(size, &double.a[..size * size], &double.b[..size * size]);
             }
-            // Float.
-            for (index, row) in s_rows.iter_mut().enumerate() {
-                single.c[..size * size].fill(f32::NAN);
-                let time = match index {
-                    0 => Some(quasi.time("sgemm-q", "float", n, &mut single)?),
-                    1 => Some(timed(|| {
-                        ob_s(
-                            ROW_MAJOR,
-                            NO_TRANS,
-                            NO_TRANS,
-                            n,
-                            n,
-                            n,
-                            1.0,
-                            single.a.as_ptr(),
-                            n,
-                            single.b.as_ptr(),
-                            n,
-                            0.0,
-                            single.c.as_mut_ptr(),
-                            n,
-                        )
-                    })),
-                    2 => blis_fns.map(|(sgemm, _)| {
-                        timed(|| {
-                            sgemm(
-                                ROW_MAJOR,
-                                NO_TRANS,
-                                NO_TRANS,
-                                n,
-                                n,
-                                n,
-                                1.0,
-                                single.a.as_ptr(),
-                                n,
-                                single.b.as_ptr(),
-                                n,
-                                0.0,
-                                single.c.as_mut_ptr(),
-                                n,
-                            )
-                        })
-                    }),
-                    3 => Some(timed(|| c_s(n, n, n, single.a.as_ptr(), single.b.as_ptr(), single.c.as_mut_ptr()))),
+            measure(&mut s_rows, &mut single, n, check, 1e-5, f32::NAN, |index, data| {
+                Ok(match index {
+                    0 => Some(quasi.time("sgemm-q", "float", n, data)?),
+                    1 => Some(cblas(ob_s, n, data)),
+                    2 => blis_fns.map(|(sgemm, _)| cblas(sgemm, n, data)),
+                    3 => Some(timed(|| c_s(n, n, n, data.a.as_ptr(), data.b.as_ptr(), data.c.as_mut_ptr()))),
                     _ => None,
-                };
-                if let Some(time) = time {
-                    row.record(n, time);
-                    if check && error(&single.c[..size * size], &single.reference) > 1e-5 {
-                        row.failed.push(format!("n={n}"));
-                    }
-                }
-            }
-            // Double.
-            for (index, row) in d_rows.iter_mut().enumerate() {
-                double.c[..size * size].fill(f64::NAN);
-                let time = match index {
-                    0 => Some(quasi.time("dgemm-q", "double", n, &mut double)?),
-                    1 => Some(timed(|| {
-                        ob_d(
-                            ROW_MAJOR,
-                            NO_TRANS,
-                            NO_TRANS,
-                            n,
-                            n,
-                            n,
-                            1.0,
-                            double.a.as_ptr(),
-                            n,
-                            double.b.as_ptr(),
-                            n,
-                            0.0,
-                            double.c.as_mut_ptr(),
-                            n,
-                        )
-                    })),
-                    2 => blis_fns.map(|(_, dgemm)| {
-                        timed(|| {
-                            dgemm(
-                                ROW_MAJOR,
-                                NO_TRANS,
-                                NO_TRANS,
-                                n,
-                                n,
-                                n,
-                                1.0,
-                                double.a.as_ptr(),
-                                n,
-                                double.b.as_ptr(),
-                                n,
-                                0.0,
-                                double.c.as_mut_ptr(),
-                                n,
-                            )
-                        })
-                    }),
-                    3 => Some(timed(|| c_d(n, n, n, double.a.as_ptr(), double.b.as_ptr(), double.c.as_mut_ptr()))),
+                })
+            })?;
+            measure(&mut d_rows, &mut double, n, check, 1e-13, f64::NAN, |index, data| {
+                Ok(match index {
+                    0 => Some(quasi.time("dgemm-q", "double", n, data)?),
+                    1 => Some(cblas(ob_d, n, data)),
+                    2 => blis_fns.map(|(_, dgemm)| cblas(dgemm, n, data)),
+                    3 => Some(timed(|| c_d(n, n, n, data.a.as_ptr(), data.b.as_ptr(), data.c.as_mut_ptr()))),
                     4..=6 if n <= MMULT_MAX && n % 4 == 0 && rep < 2 => {
                         let name = ["matmul", "matmul-1x4", "matmul-4x4"][index - 4];
-                        double.c[..size * size].fill(0.0);
-                        Some(quasi.time(name, "double", n, &mut double)?)
+                        data.c[..(n * n) as usize].fill(0.0);
+                        Some(quasi.time(name, "double", n, data)?)
                     }
                     _ => None,
-                };
-                if let Some(time) = time {
-                    row.record(n, time);
-                    if check && error(&double.c[..size * size], &double.reference) > 1e-13 {
-                        row.failed.push(format!("n={n}"));
-                    }
-                }
-            }
+                })
+            })?;
         }
     }
 
