@@ -175,6 +175,18 @@ struct Precision<T> {
     reference: Vec<f64>,
 }
 
+/// The same matrices in both precisions (the floats rounded from the doubles), C zeroed.
+fn precisions(a: Vec<f64>, b: Vec<f64>) -> (Precision<f32>, Precision<f64>) {
+    let single = Precision {
+        a: a.iter().map(|&x| x as f32).collect(),
+        b: b.iter().map(|&x| x as f32).collect(),
+        c: vec![0f32; a.len()],
+        reference: Vec::new(),
+    };
+    let count = a.len();
+    (single, Precision { a, b, c: vec![0f64; count], reference: Vec::new() })
+}
+
 /// One implementation's best time per size, and whether each result passed its check.
 #[derive(Default)]
 struct Row {
@@ -209,25 +221,17 @@ impl Quasi {
         Ok(Quasi { session })
     }
 
-    /// Autotunes `name` over `gemm_configs` at TUNE_SIZE on the given buffers (small integers:
+    /// Autotunes `name` over `gemm_configs` at size n on `data` (small integers:
     /// every partial sum is exact, so every variant must give the first one's C bit for bit);
     /// the winner's configuration `(mr nr mc kc nc)` and the autotune's table.
-    fn tune(
-        &mut self,
-        name: &str,
-        ty: &str,
-        a: *const c_void,
-        b: *const c_void,
-        c: *mut c_void,
-        n: i32,
-    ) -> Result<(String, String)> {
+    fn tune<T>(&mut self, name: &str, ty: &str, data: &mut Precision<T>, n: i32) -> Result<(String, String)> {
         let cell = format!(
             "(autotune {name} (gen gemm_config {name} {ty} config) (params (config ,@(gemm_configs {ty})))
                (run (call {name} {n} {n} {n} (inttoptr {a} (ptr {ty})) (inttoptr {b} (ptr {ty})) (inttoptr {c} (ptr {ty}))))
                (check-buffer (inttoptr {c} (ptr {ty})) {count}) (tolerance 0) (fresh))",
-            a = a as usize,
-            b = b as usize,
-            c = c as usize,
+            a = data.a.as_ptr() as usize,
+            b = data.b.as_ptr() as usize,
+            c = data.c.as_mut_ptr() as usize,
             count = n * n
         );
         let outcome = eval(&mut self.session, &cell)?;
@@ -339,14 +343,14 @@ fn build_c(options: &Options, folder: &Path, ty: &str, config: &str) -> Result<(
     Ok((library, defines))
 }
 
-/// The core's peak FMA rate in GFLOP/s: two FMA units × lanes × 2 flops × the nominal clock.
-fn peak(bits: u32) -> Option<(f64, f64, f64)> {
+/// The nominal clock in GHz and the core's peak single-precision FMA rate in GFLOP/s there:
+/// two FMA units × lanes × 2 flops × the clock (double precision: half).
+fn peak(bits: u32) -> Option<(f64, f64)> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     let mhz: f64 =
         cpuinfo.lines().find_map(|line| line.strip_prefix("cpu MHz")?.split(':').nth(1)?.trim().parse().ok())?;
-    let lanes = f64::from(bits / 32);
     let ghz = mhz / 1000.0;
-    Some((ghz, 2.0 * lanes * 2.0 * ghz, 2.0 * lanes / 2.0 * 2.0 * ghz))
+    Some((ghz, 2.0 * f64::from(bits / 32) * 2.0 * ghz))
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -398,15 +402,7 @@ pub fn run(options: &Options) -> Result<()> {
 
     let largest = *sizes.iter().max().unwrap_or(&TUNE_SIZE) as usize;
     let count = largest * largest;
-    let a64: Vec<f64> = random(count, 1);
-    let b64: Vec<f64> = random(count, 2);
-    let mut single = Precision::<f32> {
-        a: a64.iter().map(|&x| x as f32).collect(),
-        b: b64.iter().map(|&x| x as f32).collect(),
-        c: vec![0f32; count],
-        reference: Vec::new(),
-    };
-    let mut double = Precision::<f64> { a: a64.clone(), b: b64.clone(), c: vec![0f64; count], reference: Vec::new() };
+    let (mut single, mut double) = precisions(random(count, 1), random(count, 2));
 
     // Quasi: autotune, then the tuned definition's compile time at the default level.
     let mut quasi = Quasi::new()?;
@@ -414,31 +410,10 @@ pub fn run(options: &Options) -> Result<()> {
     let whole =
         |count: usize, seed: usize| -> Vec<f64> { (0..count).map(|i| ((i * 7 + seed) % 13) as f64 - 6.0).collect() };
     let tune_count = (tune_size * tune_size) as usize;
-    let (tune_a, tune_b) = (whole(tune_count, 1), whole(tune_count, 5));
-    let mut tune_single = Precision::<f32> {
-        a: tune_a.iter().map(|&x| x as f32).collect(),
-        b: tune_b.iter().map(|&x| x as f32).collect(),
-        c: vec![0f32; tune_count],
-        reference: Vec::new(),
-    };
-    let mut tune_double = Precision::<f64> { a: tune_a, b: tune_b, c: vec![0f64; tune_count], reference: Vec::new() };
+    let (mut tune_single, mut tune_double) = precisions(whole(tune_count, 1), whole(tune_count, 5));
     let started = Instant::now();
-    let (s_config, s_table) = quasi.tune(
-        "sgemm-q",
-        "float",
-        tune_single.a.as_ptr().cast(),
-        tune_single.b.as_ptr().cast(),
-        tune_single.c.as_mut_ptr().cast(),
-        tune_size,
-    )?;
-    let (d_config, d_table) = quasi.tune(
-        "dgemm-q",
-        "double",
-        tune_double.a.as_ptr().cast(),
-        tune_double.b.as_ptr().cast(),
-        tune_double.c.as_mut_ptr().cast(),
-        tune_size,
-    )?;
+    let (s_config, s_table) = quasi.tune("sgemm-q", "float", &mut tune_single, tune_size)?;
+    let (d_config, d_table) = quasi.tune("dgemm-q", "double", &mut tune_double, tune_size)?;
     println!("Autotune at n = {tune_size} ({:.1} s for both):\n{s_table}\n{d_table}", started.elapsed().as_secs_f64());
     let mut compile = Vec::new();
     for (ty, config) in [("float", &s_config), ("double", &d_config)] {
@@ -518,8 +493,8 @@ pub fn run(options: &Options) -> Result<()> {
         }
     }
 
-    let (ghz, s_peak, d_peak) =
-        peak(if cfg!(target_arch = "x86_64") && is_avx512() { 512 } else { 256 }).unwrap_or((0.0, 0.0, 0.0));
+    let (ghz, s_peak) = peak(if is_avx512() { 512 } else { 256 }).unwrap_or((0.0, 0.0));
+    let d_peak = s_peak / 2.0;
     for (label, rows, peak) in [("SGEMM (float)", &s_rows, s_peak), ("DGEMM (double)", &d_rows, d_peak)] {
         let mut header = vec!["implementation".to_string()];
         for n in sizes {
