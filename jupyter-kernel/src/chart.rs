@@ -18,7 +18,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use quasi_lang::{AutotuneReport, BenchReport, Lane, SpanKind, Timeline, VariantReport};
+use quasi_lang::{AutotuneReport, BenchReport, Lane, SpanKind, Throughput, Timeline, VariantReport};
 
 /// A chart's size in a notebook cell, in CSS pixels.
 const WIDTH: u32 = 600;
@@ -88,6 +88,64 @@ impl Whisker {
             }
         }
     }
+
+    /// The same runs as work per second, from the report's last throughput (at its median): the
+    /// bar is that throughput, the whisker from the 99th percentile's rate to the fastest run's.
+    fn rate_of(report: &BenchReport) -> Whisker {
+        let median_rate = finite(report.throughput.last().map_or(0.0, |throughput| match throughput {
+            Throughput::Bytes(rate) | Throughput::Flops(rate) => *rate,
+        }));
+        let times = Whisker::of(report);
+        let work = median_rate * nanos(report.median);
+        let rate = |time: f64| if time > 0.0 { finite(work / time) } else { median_rate };
+        Whisker { low: rate(times.high).min(median_rate), median: median_rate, high: rate(times.low).max(median_rate) }
+    }
+}
+
+/// What a row chart's bars measure: time per run in nanoseconds, or work per second (its unit,
+/// `FLOP/s` or `B/s`).
+#[derive(Clone, Copy)]
+enum Measure {
+    Time,
+    Rate(&'static str),
+}
+
+impl Measure {
+    /// The axis' divisor and unit for values up to `top`: `ms`, `GFLOP/s`.
+    fn unit(self, top: f64) -> (f64, String) {
+        match self {
+            Measure::Time => {
+                let unit = Unit::of(top);
+                (unit.nanos, unit.name.to_string())
+            }
+            Measure::Rate(unit) => {
+                let (scale, prefix) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+                    .into_iter()
+                    .find(|(scale, _)| top >= *scale)
+                    .unwrap_or((1.0, ""));
+                (scale, format!("{prefix}{unit}"))
+            }
+        }
+    }
+
+    /// A value to three significant digits in its own unit: `1.20 µs`, `69.1 GFLOP/s`.
+    fn text(self, value: f64) -> String {
+        match self {
+            Measure::Time => time_text(value),
+            Measure::Rate(_) => {
+                let (divisor, unit) = self.unit(value);
+                format!("{} {unit}", three_digits(value / divisor))
+            }
+        }
+    }
+
+    /// The axis' description.
+    fn axis(self, unit: &str) -> String {
+        match self {
+            Measure::Time => format!("time per run ({unit})"),
+            Measure::Rate(_) => format!("{unit} at the median run"),
+        }
+    }
 }
 
 /// A unit of time for an axis: nanoseconds per unit and its name.
@@ -115,7 +173,11 @@ impl Unit {
 /// nanoseconds of a `Duration`, and a median of `1.65 ns` should not read `2 ns` in a chart.
 fn time_text(nanos: f64) -> String {
     let unit = Unit::of(nanos);
-    let value = nanos / unit.nanos;
+    format!("{} {}", three_digits(nanos / unit.nanos), unit.name)
+}
+
+/// A number to three significant digits (for 0.01 to 999): `1.63`, `17.8`, `545`.
+fn three_digits(value: f64) -> String {
     let decimals = if value >= 100.0 {
         0
     } else if value >= 10.0 {
@@ -123,25 +185,45 @@ fn time_text(nanos: f64) -> String {
     } else {
         2
     };
-    format!("{value:.decimals$} {}", unit.name)
+    format!("{value:.decimals$}")
 }
 
-/// The chart of `(autotune …)`: one row per variant, fastest first.
+/// The chart of `(autotune …)`: one row per variant, fastest first — each variant's time per
+/// run, or, when the autotune gives the work per run (`(flops E)`, `(bytes E)`), its throughput
+/// (FLOP/s if both), so that larger is better and steps of a tuning story read as speed.
 pub fn autotune(report: &AutotuneReport) -> Result<String, ChartError> {
     // Variants come sorted fastest first, so the chosen one (the fastest) is the first that ran.
     let chosen = report.variants.iter().position(|variant| variant.result.is_ok());
+    let passed = || report.variants.iter().filter_map(|variant| variant.result.as_ref().ok());
+    let rate = passed().next().and_then(|bench| bench.throughput.last()).map(|throughput| match throughput {
+        Throughput::Bytes(_) => "B/s",
+        Throughput::Flops(_) => "FLOP/s",
+    });
+    let rate = rate.filter(|_| passed().all(|bench| !bench.throughput.is_empty()));
     let rows: Vec<Row> = report
         .variants
         .iter()
         .enumerate()
-        .map(|(index, variant)| Row {
-            label: variant_label(&report.params, variant),
-            timing: variant.result.as_ref().map(Whisker::of).map_err(Clone::clone),
-            chosen: Some(index) == chosen,
+        .map(|(index, variant)| {
+            let timing = match (rate, &variant.result) {
+                (Some(_), Ok(bench)) => Ok(Whisker::rate_of(bench)),
+                (None, Ok(bench)) => Ok(Whisker::of(bench)),
+                (_, Err(reason)) => Err(reason.clone()),
+            };
+            Row { label: variant_label(&report.params, variant), timing, chosen: Some(index) == chosen }
         })
         .collect();
-    let caption = format!("autotune {}: median per run, whiskers fastest to 99th percentile", report.name);
-    row_chart(&caption, &rows)
+    match rate {
+        Some(unit) => {
+            let caption =
+                format!("autotune {}: {unit} at the median run, whiskers 99th percentile to fastest", report.name);
+            row_chart(&caption, &rows, Measure::Rate(unit))
+        }
+        None => {
+            let caption = format!("autotune {}: median per run, whiskers fastest to 99th percentile", report.name);
+            row_chart(&caption, &rows, Measure::Time)
+        }
+    }
 }
 
 /// The chart of `(bench …)`: a histogram of its samples, or its median and fastest run when it
@@ -150,7 +232,7 @@ pub fn bench(report: &BenchReport) -> Result<String, ChartError> {
     let sorted = sorted_samples(report);
     if sorted.is_empty() {
         let row = Row { label: "median".into(), timing: Ok(Whisker::of(report)), chosen: false };
-        return row_chart("bench: median per run, whisker from the fastest", &[row]);
+        return row_chart("bench: median per run, whisker from the fastest", &[row], Measure::Time);
     }
     histogram(&sorted)
 }
@@ -236,7 +318,8 @@ fn row_centre(count: usize, index: usize) -> f64 {
     (count - 1 - index) as f64
 }
 
-fn row_chart(caption: &str, rows: &[Row]) -> Result<String, ChartError> {
+/// Rows of bars and whiskers in `measure`'s unit, from zero.
+fn row_chart(caption: &str, rows: &[Row], measure: Measure) -> Result<String, ChartError> {
     let count = rows.len().max(1);
     let rows_height = |pitch: u32| FRAME_HEIGHT + pitch * count as u32;
     let height = rows_height(ROW_PITCH).clamp(MIN_ROWS_HEIGHT, HEIGHT).max(rows_height(ROW_HEIGHT));
@@ -245,24 +328,28 @@ fn row_chart(caption: &str, rows: &[Row]) -> Result<String, ChartError> {
     // Why a variant failed is cut to stay inside the chart.
     let reason_chars = ((WIDTH - label_width - 40) / 8) as usize;
     let top = rows.iter().filter_map(|row| row.timing.as_ref().ok()).map(|whisker| whisker.high).fold(0.0, f64::max);
-    let unit = Unit::of(top);
-    // Room right of the slowest whisker for its annotation.
-    let axis_end = if top > 0.0 { top * 1.3 / unit.nanos } else { 1.0 };
+    let (divisor, unit) = measure.unit(top);
+    // Room right of the longest whisker for its annotation (a rate's is the chosen variant's,
+    // the longer note).
+    let room = match measure {
+        Measure::Time => 1.3,
+        Measure::Rate(_) => 1.55,
+    };
+    let axis_end = if top > 0.0 { top * room / divisor } else { 1.0 };
     let labels: Vec<String> = rows.iter().map(|row| row.label.clone()).collect();
     let position = |index: usize| row_centre(count, index);
 
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        let x_desc = format!("time per run ({})", unit.name);
-        let axes = RowAxes { caption, labels: &labels, label_width, x_end: axis_end, x_desc };
+        let axes = RowAxes { caption, labels: &labels, label_width, x_end: axis_end, x_desc: measure.axis(&unit) };
         let mut chart = axes.draw(&root)?;
         for (index, row) in rows.iter().enumerate() {
             let centre = position(index);
             match &row.timing {
                 Ok(whisker) => {
                     let colour = if row.chosen { ORANGE } else { BLUE };
-                    let scaled = |value: f64| value / unit.nanos;
+                    let scaled = |value: f64| value / divisor;
                     let bar = Rectangle::new(
                         [(0.0, centre - BAR_HALF_HEIGHT), (scaled(whisker.median), centre + BAR_HALF_HEIGHT)],
                         colour.mix(0.35).filled(),
@@ -277,7 +364,7 @@ fn row_chart(caption: &str, rows: &[Row]) -> Result<String, ChartError> {
                         8,
                     );
                     chart.draw_series([range]).map_err(drawing_error)?;
-                    let mut note = time_text(whisker.median);
+                    let mut note = measure.text(whisker.median);
                     if row.chosen {
                         note.push_str(" (chosen)");
                     }
@@ -584,6 +671,46 @@ mod tests {
         assert!(svg.contains("#F28E2B"), "{svg}");
         // The fastest row is on top.
         assert!(text_y(&svg, "f=4") < text_y(&svg, "f=2") && text_y(&svg, "f=2") < text_y(&svg, "f=1"), "{svg}");
+    }
+
+    #[test]
+    fn autotune_with_work_per_run_charts_throughput() {
+        // 1e6 FLOPs a run: 1 µs is 1 TFLOP/s... at a median of 2 µs, 500 GFLOP/s.
+        let with_flops = |median_ns: u64, samples: Vec<f64>| {
+            let mut bench = report(median_ns, samples);
+            bench.throughput = vec![quasi_lang::Throughput::Flops(1e6 / (median_ns as f64 * 1e-9))];
+            bench
+        };
+        let svg = super::autotune(&tuning(vec![
+            variant("4", Ok(with_flops(2_000, vec![1_000.0, 2_000.0, 4_000.0]))),
+            variant("1", Ok(with_flops(8_000, vec![8_000.0, 8_000.0, 16_000.0]))),
+            variant("2", Err("check failed")),
+        ]))
+        .expect("drawn");
+        assert_drawable(&svg);
+        for label in ["FLOP/s at the median run", "GFLOP/s at the median run", "500 GFLOP/s (chosen)", "125 GFLOP/s"] {
+            assert!(svg.contains(label), "no `{label}` in {svg}");
+        }
+        assert!(!svg.contains("time per run"), "{svg}");
+        // The faster variant's bar is the longer one: bars start at the axis' zero.
+        let widths: Vec<f64> = svg
+            .split("<rect ")
+            .skip(1)
+            .filter_map(|rect| rect.split(" width=\"").nth(1)?.split('"').next()?.parse().ok())
+            .collect();
+        assert_eq!(widths.len(), 2, "{svg}");
+        assert!(widths[0] > 3.5 * widths[1] && widths[0] < 4.5 * widths[1], "{widths:?}");
+    }
+
+    #[test]
+    fn rates_span_the_runs() {
+        let mut bench = report(2_000, vec![1_000.0, 2_000.0, 4_000.0]);
+        bench.throughput = vec![quasi_lang::Throughput::Bytes(1e9)];
+        let whisker = super::Whisker::rate_of(&bench);
+        // The fastest run did the median's work in half the time; the slowest in twice.
+        assert_eq!((whisker.low, whisker.median, whisker.high), (0.5e9, 1e9, 2e9));
+        assert_eq!(super::Measure::Rate("B/s").text(2.5e10), "25.0 GB/s");
+        assert_eq!(super::Measure::Rate("FLOP/s").text(12.0), "12.0 FLOP/s");
     }
 
     #[test]

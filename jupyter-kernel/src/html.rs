@@ -238,49 +238,9 @@ pub fn bench(summary: &str, report: &quasi_lang::BenchReport) -> String {
     format!("<div style=\"{FLUSH}\">{}</div>{}", escape(first), table(&header, &[row]))
 }
 
-/// The autotuning table, fastest first.
+/// The autotuning table, fastest first, as the terminal shows it.
 pub fn autotune(report: &quasi_lang::AutotuneReport) -> String {
-    let mut header = vec!["rank".to_string()];
-    header.extend(report.params.iter().cloned());
-    header.extend(["median", "min", "vs first", "check", "source"].map(String::from));
-    let on_nodes = report.variants.iter().any(|variant| variant.node.is_some());
-    if on_nodes {
-        header.push("node".to_string());
-    }
-    let mut rank = 0;
-    let rows: Vec<Vec<String>> = report
-        .variants
-        .iter()
-        .map(|variant| {
-            let mut row = Vec::new();
-            match &variant.result {
-                Ok(bench) => {
-                    rank += 1;
-                    row.push(rank.to_string());
-                    row.extend(variant.values.iter().cloned());
-                    let speedup = report.baseline.map_or("-".to_string(), |baseline| {
-                        format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12))
-                    });
-                    row.extend([
-                        quasi_repl::format_duration(bench.median),
-                        quasi_repl::format_duration(bench.min),
-                        speedup,
-                        "ok".into(),
-                    ]);
-                }
-                Err(reason) => {
-                    row.push("-".into());
-                    row.extend(variant.values.iter().cloned());
-                    row.extend(["-".to_string(), "-".into(), "-".into(), reason.clone()]);
-                }
-            }
-            row.push(variant.source.label().into());
-            if on_nodes {
-                row.push(variant.node.clone().unwrap_or_else(|| "-".into()));
-            }
-            row
-        })
-        .collect();
+    let (header, rows) = quasi_repl::autotune_table(report, quasi_repl::Masking::None);
     format!("<div style=\"{FLUSH}\">{}</div>{}", escape(&report.summary()), table(&header, &rows))
 }
 

@@ -380,52 +380,90 @@ fn render_autotune(report: &AutotuneReport, masking: Masking) -> String {
     // A Slurm node is the machine's host name: a transcript masks it.
     let node = |name: &str| if masking == Masking::Addresses { "<node>".to_string() } else { name.to_string() };
     let mut text = format!("{}\n", report.summary_naming_nodes(&node));
+    let (header, rows) = autotune_table(report, masking);
     let mut table = Table::new();
     table.load_style(presets::UTF8_FULL_CONDENSED);
-    let mut header = vec!["rank".to_string()];
-    header.extend(report.params.iter().cloned());
-    header.extend(["median", "min", "vs first", "check", "source"].map(String::from));
-    let on_nodes = report.variants.iter().any(|variant| variant.node.is_some());
-    if on_nodes {
-        header.push("node".to_string());
-    }
     table.set_header(header);
-    let mut variants: Vec<_> = report.variants.iter().collect();
-    if masking == Masking::Addresses {
-        variants.sort_by(|a, b| a.values.cmp(&b.values));
-    }
-    for (rank, variant) in variants.iter().enumerate() {
-        let rank_text = match (&variant.result, masking) {
-            (Err(_), _) => "-".to_string(),
-            (Ok(_), Masking::Addresses) => "<rank>".to_string(),
-            (Ok(_), Masking::None) => (rank + 1).to_string(),
-        };
-        let mut row = vec![rank_text];
-        row.extend(variant.values.iter().cloned());
-        match &variant.result {
-            Ok(bench) => {
-                let speedup = match (report.baseline, masking) {
-                    (_, Masking::Addresses) => "<ratio>".to_string(),
-                    (Some(baseline), Masking::None) => {
-                        format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12))
-                    }
-                    (None, Masking::None) => "-".to_string(),
-                };
-                row.extend([
-                    masked_duration(bench.median, masking),
-                    masked_duration(bench.min, masking),
-                    speedup,
-                    "ok".to_string(),
-                ]);
-            }
-            Err(reason) => row.extend(["-".to_string(), "-".to_string(), "-".to_string(), reason.clone()]),
-        }
-        row.push(variant.source.label().to_string());
-        if on_nodes {
-            row.push(variant.node.as_deref().map_or_else(|| "-".to_string(), node));
-        }
+    for row in rows {
         table.add_row(row);
     }
     text.push_str(&format!("{table}\n"));
     text
+}
+
+/// The autotuning table's head and rows, as the terminal and the notebook show them: rank, the
+/// parameters, median, min, the throughput of each `(bytes E)` and `(flops E)`, vs first, check,
+/// source and (when timed on Slurm) node. Fastest first, or in parameter order when masked.
+pub fn autotune_table(report: &AutotuneReport, masking: Masking) -> (Vec<String>, Vec<Vec<String>>) {
+    let masked = masking == Masking::Addresses;
+    let mut header = vec!["rank".to_string()];
+    header.extend(report.params.iter().cloned());
+    header.extend(["median", "min"].map(String::from));
+    // As many throughputs as the variants that passed have (they all have the same kinds).
+    let throughputs = report
+        .variants
+        .iter()
+        .find_map(|variant| variant.result.as_ref().ok())
+        .map_or(0, |bench| bench.throughput.len());
+    header.extend((0..throughputs).map(|_| "throughput".to_string()));
+    header.extend(["vs first", "check", "source"].map(String::from));
+    let on_nodes = report.variants.iter().any(|variant| variant.node.is_some());
+    if on_nodes {
+        header.push("node".to_string());
+    }
+    let mut variants: Vec<_> = report.variants.iter().collect();
+    if masked {
+        variants.sort_by(|a, b| a.values.cmp(&b.values));
+    }
+    let rows = variants
+        .iter()
+        .enumerate()
+        .map(|(rank, variant)| {
+            let rank_text = match (&variant.result, masked) {
+                (Err(_), _) => "-".to_string(),
+                (Ok(_), true) => "<rank>".to_string(),
+                (Ok(_), false) => (rank + 1).to_string(),
+            };
+            let mut row = vec![rank_text];
+            row.extend(variant.values.iter().cloned());
+            match &variant.result {
+                Ok(bench) => {
+                    let speedup = match (report.baseline, masked) {
+                        (_, true) => "<ratio>".to_string(),
+                        (Some(baseline), false) => {
+                            format!("{:.2}×", baseline.as_secs_f64() / bench.median.as_secs_f64().max(1e-12))
+                        }
+                        (None, false) => "-".to_string(),
+                    };
+                    row.extend([masked_duration(bench.median, masking), masked_duration(bench.min, masking)]);
+                    row.extend((0..throughputs).map(|index| match bench.throughput.get(index) {
+                        Some(_) if masked => "<throughput>".to_string(),
+                        Some(throughput) => throughput_text(*throughput),
+                        None => "-".to_string(),
+                    }));
+                    row.extend([speedup, "ok".to_string()]);
+                }
+                Err(reason) => {
+                    row.extend(std::iter::repeat_n("-".to_string(), 3 + throughputs));
+                    row.push(reason.clone());
+                }
+            }
+            row.push(variant.source.label().to_string());
+            if on_nodes {
+                let node = variant.node.as_deref().map_or_else(
+                    || "-".to_string(),
+                    |name| {
+                        if masked {
+                            "<node>".to_string()
+                        } else {
+                            name.to_string()
+                        }
+                    },
+                );
+                row.push(node);
+            }
+            row
+        })
+        .collect();
+    (header, rows)
 }

@@ -11,7 +11,7 @@ use super::{list, map_tree, sym, syntax, BenchOptions, Bencher, Evaluated};
 use crate::check::{FunctionEntry, FunctionKind};
 use crate::diagnostics::{Diagnostic, Kind};
 use crate::reader::{Sexp, SexpKind};
-use crate::timing::{AutotuneReport, BenchReport, VariantReport, VariantSource};
+use crate::timing::{AutotuneReport, BenchReport, Throughput, VariantReport, VariantSource};
 use crate::tune_cache::{check_digest, TuneResult};
 use crate::types::{Signature, Ty};
 use crate::value;
@@ -21,7 +21,7 @@ mod key;
 mod on_slurm;
 
 /// The clauses of `autotune`, each with how many items follow its name (`None`: any number).
-const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 11] = [
+const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 13] = [
     ("gen", None, "(gen F ARG…)"),
     ("impls", None, "(impls F…)"),
     ("params", None, "(params (P V…)…)"),
@@ -32,6 +32,8 @@ const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 11] = [
     ("search", Some(1), "(search exhaustive | (random N) | greedy)"),
     ("budget", Some(1), "(budget SECONDS)"),
     ("fresh", Some(0), "(fresh)"),
+    ("bytes", Some(1), "(bytes E)"),
+    ("flops", Some(1), "(flops E)"),
     ("on", None, "(on slurm [(partition P)] [(nodes N)] [(gres G)] [(time T)])"),
 ];
 
@@ -93,6 +95,21 @@ impl Space<'_> {
             Space::Implementations { names, .. } => vec![names.len()],
         }
     }
+
+    /// `form` with each parameter replaced by its value at `point` (as is, for implementations).
+    fn bind(&self, point: &[usize], form: &Sexp) -> Sexp {
+        let Space::Generated { names, values, .. } = self else { return form.clone() };
+        let bindings: HashMap<&str, &Sexp> = names
+            .iter()
+            .map(String::as_str)
+            .zip(point.iter().zip(values).map(|(&index, choices)| &choices[index]))
+            .collect();
+        map_tree(
+            form,
+            &|form: &Sexp| form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone())),
+            form.span,
+        )
+    }
 }
 
 /// What every variant of an `autotune` shares: the tuned function, how it is run and checked.
@@ -105,10 +122,20 @@ struct Tuning<'a> {
     search: Search,
     budget: Option<Duration>,
     fresh: bool,
+    /// The work per run that `(bytes E)` and `(flops E)` give, in that order: each variant's
+    /// row shows its throughput at the median.
+    work: Vec<(Work, &'a Sexp)>,
     /// Where the variants are timed: here (`None`), or on a Slurm cluster.
     slurm: Option<SlurmOptions>,
     /// The form, as the Slurm workers read it.
     form_text: String,
+}
+
+/// A kind of work per run, for a throughput.
+#[derive(Clone, Copy)]
+enum Work {
+    Bytes,
+    Flops,
 }
 
 /// One point of the space, made concrete: its labels, its definition of the tuned function (or
@@ -214,6 +241,8 @@ impl Tuner {
 impl Bencher<'_> {
     pub(super) fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
         let (space, tuning) = self.tuning_of(form)?;
+        // A work expression that does not evaluate is said before any variant is timed.
+        self.work_at(&space, &tuning, &vec![0; space.radices().len()], &mut HashMap::new())?;
         let name = tuning.name;
         // What NAME was: put back if the autotune ends without a winner (each variant redefined it).
         let original = crate::check::defined(self.pipeline.env(), name).map(|def| def.source.form());
@@ -233,7 +262,7 @@ impl Bencher<'_> {
 
     /// What an `autotune` form asks for: its space and how each variant is run and checked.
     fn tuning_of<'f>(&self, form: &'f Sexp) -> Result<(Space<'f>, Tuning<'f>), Vec<Diagnostic>> {
-        let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)] [(search S)] [(budget SECONDS)] [(fresh)] [(on slurm …)])`, or `(autotune NAME (impls F…) (run EXPR) …)`";
+        let shape = "`autotune` is `(autotune NAME (gen F ARG…) (params (P V…)…) (run EXPR) [(check EXPR) | (check-buffer PTR N)] [(tolerance R)] [(search S)] [(budget SECONDS)] [(fresh)] [(bytes E)] [(flops E)] [(on slurm …)])`, or `(autotune NAME (impls F…) (run EXPR) …)`";
         let items = form.list().unwrap_or(&[]);
         let Some(name) = items.get(1).and_then(Sexp::symbol) else { return Err(syntax(form.span, shape)) };
         check_clauses(&items[2..])?;
@@ -308,8 +337,14 @@ impl Bencher<'_> {
             _ => return Err(syntax(form.span, shape)),
         };
         let fresh = clause("fresh").is_some();
+        let work = [("bytes", Work::Bytes), ("flops", Work::Flops)]
+            .into_iter()
+            .filter_map(|(head, work)| clause(head).map(|items| (work, &items[1])))
+            .collect();
         let form_text = form.to_string();
-        Ok((space, Tuning { name, run, check, check_buffer, tolerance, search, budget, fresh, slurm, form_text }))
+        let tuning =
+            Tuning { name, run, check, check_buffer, tolerance, search, budget, fresh, work, slurm, form_text };
+        Ok((space, tuning))
     }
 
     /// Visits the points `tuning.search` chooses, until it ends or the budget runs out. Only an
@@ -496,21 +531,11 @@ impl Bencher<'_> {
                     check_buffer: tuning.check_buffer.clone(),
                 })
             }
-            Space::Generated { generator, names, values } => {
+            Space::Generated { generator, values, .. } => {
                 let chosen: Vec<&Sexp> = point.iter().zip(values).map(|(&index, choices)| &choices[index]).collect();
-                let bindings: HashMap<&str, &Sexp> =
-                    names.iter().map(String::as_str).zip(chosen.iter().copied()).collect();
                 // Each parameter stands for the point's value: in the generator's arguments, and in
                 // the run and check expressions too (a kernel's launch depends on its tiles).
-                let bind = |form: &Sexp| {
-                    map_tree(
-                        form,
-                        &|form: &Sexp| {
-                            form.symbol().and_then(|symbol| bindings.get(symbol).map(|value| (*value).clone()))
-                        },
-                        form.span,
-                    )
-                };
+                let bind = |form: &Sexp| space.bind(point, form);
                 let arguments: Vec<Sexp> = generator[2..].iter().map(bind).collect();
                 let call = Sexp {
                     kind: SexpKind::Unquote(Box::new(list(
@@ -571,6 +596,20 @@ impl Bencher<'_> {
                     "not ranked: {node} is another machine than the first variant's (median {:?})",
                     report.median
                 ));
+            }
+        }
+        let mut work = HashMap::new();
+        for visited in &mut visited {
+            if let Ok(report) = &mut visited.report.result {
+                let median_seconds = report.median.as_secs_f64().max(1e-12);
+                report.throughput = self
+                    .work_at(space, tuning, &visited.point, &mut work)?
+                    .into_iter()
+                    .map(|(kind, amount)| match kind {
+                        Work::Bytes => Throughput::Bytes(amount / median_seconds),
+                        Work::Flops => Throughput::Flops(amount / median_seconds),
+                    })
+                    .collect();
             }
         }
         visited.sort_by_key(|visited| {
@@ -636,6 +675,32 @@ impl Bencher<'_> {
             });
         }
         Ok(candidate.replay)
+    }
+
+    /// The work per run at `point` that `(bytes E)` and `(flops E)` give: each expression with
+    /// the point's values, evaluated once for each distinct text (`known`).
+    fn work_at(
+        &mut self,
+        space: &Space<'_>,
+        tuning: &Tuning<'_>,
+        point: &[usize],
+        known: &mut HashMap<String, f64>,
+    ) -> Result<Vec<(Work, f64)>, Vec<Diagnostic>> {
+        let mut work = Vec::new();
+        for &(kind, expression) in &tuning.work {
+            let bound = space.bind(point, expression);
+            let text = bound.to_string();
+            let amount = match known.get(&text) {
+                Some(&amount) => amount,
+                None => {
+                    let amount = self.evaluate_number(&bound)?;
+                    known.insert(text, amount);
+                    amount
+                }
+            };
+            work.push((kind, amount));
+        }
+        Ok(work)
     }
 
     /// The definition of the session function `implementation`, as the definition of `name`.

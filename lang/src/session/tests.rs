@@ -449,3 +449,43 @@ fn completion_knows_call_operands_and_include_strings() {
     let (_, closed) = names(&session, "(include \"stdio.h\") (add st");
     assert!(!closed.iter().any(|name| name.ends_with(".h")), "a closed string completes names: {closed:?}");
 }
+
+/// `(flops E)` and `(bytes E)` in an autotune: each variant's throughput is E, with the point's
+/// values in it, over that variant's median (the table's column, the chart's bars).
+#[test]
+fn an_autotune_gives_each_variant_its_throughput() {
+    let mut session = session();
+    value(
+        &mut session,
+        r#"(rhai "fn gen_work(f) { quote(\"(define ((work int) (n int)) (declare i int) (declare s int) (for ((set i 0) (lt i (mul n ,f)) (set i (add i 1))) (set s (add s i))) (ret s))\", #{ f: f }) }")"#,
+    );
+    let outcome = session.eval(
+        "(autotune work (gen gen_work f) (params (f 1 3)) (run (call work 100)) (check 0) (bytes (mul f 8)) (flops (sitofp (mul f 100) double)))",
+    );
+    assert!(!outcome.failed(), "{:?}", outcome.diagnostics);
+    let Some(Item::Autotune(report)) = outcome.items.iter().find(|item| matches!(item, Item::Autotune(_))) else {
+        panic!("no autotune report in {:?}", outcome.items)
+    };
+    assert_eq!(report.variants.len(), 2);
+    for variant in &report.variants {
+        let bench = variant.result.as_ref().expect("the variant passed");
+        let f: f64 = variant.values[0].parse().expect("f is a number");
+        let seconds = bench.median.as_secs_f64();
+        let want = [crate::Throughput::Bytes(f * 8.0 / seconds), crate::Throughput::Flops(f * 100.0 / seconds)];
+        assert_eq!(bench.throughput.len(), 2, "{:?}", bench.throughput);
+        for (got, want) in bench.throughput.iter().zip(want) {
+            let (
+                crate::Throughput::Bytes(got) | crate::Throughput::Flops(got),
+                crate::Throughput::Bytes(want) | crate::Throughput::Flops(want),
+            ) = (got, want);
+            assert!((got / want - 1.0).abs() < 1e-9, "f = {f}: {got} against {want}");
+        }
+        assert!(matches!(bench.throughput[0], crate::Throughput::Bytes(_)));
+        assert!(matches!(bench.throughput[1], crate::Throughput::Flops(_)));
+    }
+    // A work expression that does not evaluate is said before anything is timed, at the expression.
+    let outcome =
+        session.eval("(autotune work (gen gen_work f) (params (f 1 3)) (run (call work 100)) (flops (call nosuch f)))");
+    assert!(outcome.failed());
+    assert!(outcome.items.iter().all(|item| !matches!(item, Item::Autotune(_))), "{:?}", outcome.items);
+}
