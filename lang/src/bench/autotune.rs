@@ -194,6 +194,9 @@ struct Tuner {
     started: Instant,
     /// Whether the budget ran out before the search ended.
     out_of_budget: bool,
+    /// The work per run of each `(bytes E)` or `(flops E)` evaluated, by E's text with the
+    /// point's values in it.
+    work: HashMap<String, f64>,
 }
 
 impl Tuner {
@@ -205,6 +208,7 @@ impl Tuner {
             cached_reference: None,
             started: Instant::now(),
             out_of_budget: false,
+            work: HashMap::new(),
         }
     }
 
@@ -241,8 +245,6 @@ impl Tuner {
 impl Bencher<'_> {
     pub(super) fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
         let (space, tuning) = self.tuning_of(form)?;
-        // A work expression that does not evaluate is said before any variant is timed.
-        self.work_at(&space, &tuning, &vec![0; space.radices().len()], &mut HashMap::new())?;
         let name = tuning.name;
         // What NAME was: put back if the autotune ends without a winner (each variant redefined it).
         let original = crate::check::defined(self.pipeline.env(), name).map(|def| def.source.form());
@@ -353,6 +355,8 @@ impl Bencher<'_> {
         let radices = space.radices();
         let mut tuner = Tuner::new();
         let first = vec![0; radices.len()];
+        // A work expression that does not evaluate is said before any variant is timed.
+        self.work_at(space, tuning, &first, &mut tuner.work)?;
         match tuning.search {
             Search::Exhaustive => {
                 let mut points = vec![first.clone()];
@@ -598,7 +602,7 @@ impl Bencher<'_> {
                 ));
             }
         }
-        let mut work = HashMap::new();
+        let mut work = tuner.work;
         for visited in &mut visited {
             if let Ok(report) = &mut visited.report.result {
                 let median_seconds = report.median.as_secs_f64().max(1e-12);
