@@ -16,6 +16,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (":save FILE", "write the session so far as a transcript that `quasi test` checks"),
     (":opt [N|tiered]", "show or pin the optimisation level of later cells (0-3), or go back to tiered"),
     (":defs", "list the session's definitions"),
+    (":skipped", "what the last cell's includes left out (no C-Lisp equivalent), and why"),
     (":tier [wait]", "each function's optimisation level; wait: until background promotions are done"),
     (":expand [1] [TEXT]", "show the expansion of TEXT (default: the last cell); 1: one level"),
     (":limits [NAME N]", "show or set the staging limits"),
@@ -115,6 +116,8 @@ pub(crate) enum Command<'a> {
     /// `:opt` shows the level; `:opt N` pins it; `:opt tiered` goes back to tiered compilation.
     Opt(OptSetting),
     Defs,
+    /// `:skipped`: what the last cell's includes left out.
+    Skipped,
     /// `:tier`: each function's optimisation level; `:tier wait` first waits for the background
     /// compiler.
     Tier {
@@ -175,6 +178,8 @@ pub(crate) fn parse(line: &str) -> Result<Command<'_>, Diagnostic> {
             _ => return Err(syntax(format!("`:opt` takes a level from 0 to 3 or `tiered`, found `{argument}`"))),
         },
         ":defs" => Command::Defs,
+        ":skipped" if argument.is_empty() => Command::Skipped,
+        ":skipped" => return Err(syntax(format!("`:skipped` takes nothing, found `{argument}`"))),
         ":tier" if argument.is_empty() => Command::Tier { wait: false },
         ":tier" if argument == "wait" => Command::Tier { wait: true },
         ":tier" => return Err(syntax(format!("`:tier` takes nothing or `wait`, found `{argument}`"))),

@@ -8,9 +8,9 @@ use std::rc::Rc;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Position, INT};
+use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Position, FLOAT, INT};
 
-use super::convert::{parse_text, rhai_error, to_dynamic, to_sexp, Sym, NO_SPAN};
+use super::convert::{parse_text, rhai_error, to_dynamic, to_sexp, CDouble, Sym, NO_SPAN};
 use super::engine::{Limits, SessionView};
 use super::template::{fill, fill_template, quote_each, Templates};
 use crate::header::{self, Included};
@@ -105,6 +105,7 @@ fn register_api(
     engine.register_fn("==", |a: Sym, b: Sym| a == b);
     engine.register_fn("!=", |a: Sym, b: Sym| a != b);
     engine.register_fn("is_sym", |value: Dynamic| value.is::<Sym>());
+    register_double(engine);
     let counter = gensym.clone();
     engine.register_fn("gensym", move |prefix: &str| {
         counter.set(counter.get() + 1);
@@ -188,4 +189,70 @@ fn balanced(op: Dynamic, forms: Array) -> Dynamic {
         level = next;
     }
     level.pop().unwrap_or(Dynamic::UNIT)
+}
+
+/// The Rhai `double` type (`CDouble`): made by `double(x)` and by headers' `double` constants;
+/// `+ - * / % **` with a double, a float or an integer give a double, comparisons a bool, and
+/// Rhai's float functions (`sin`, `sqrt`, `floor`, …) keep it a double; `to_float()` is a Rhai
+/// float again.
+fn register_double(engine: &mut Engine) {
+    engine.register_type_with_name::<CDouble>("double");
+    engine.register_fn("double", |value: FLOAT| CDouble(value));
+    engine.register_fn("double", |value: INT| CDouble(value as FLOAT));
+    engine.register_fn("double", |value: CDouble| value);
+    engine.register_fn("is_double", |value: Dynamic| value.is::<CDouble>());
+    engine.register_fn("to_float", |value: CDouble| value.0);
+    engine.register_fn("to_int", |value: CDouble| value.0 as INT);
+    engine.register_fn("to_string", |value: &mut CDouble| format!("{:?}", value.0));
+    engine.register_fn("to_debug", |value: &mut CDouble| format!("double({:?})", value.0));
+    engine.register_fn("-", |value: CDouble| CDouble(-value.0));
+    macro_rules! arithmetic {
+        ($($op:literal => $apply:expr),*) => {$(
+            let apply: fn(FLOAT, FLOAT) -> FLOAT = $apply;
+            engine.register_fn($op, move |a: CDouble, b: CDouble| CDouble(apply(a.0, b.0)));
+            engine.register_fn($op, move |a: CDouble, b: FLOAT| CDouble(apply(a.0, b)));
+            engine.register_fn($op, move |a: FLOAT, b: CDouble| CDouble(apply(a, b.0)));
+            engine.register_fn($op, move |a: CDouble, b: INT| CDouble(apply(a.0, b as FLOAT)));
+            engine.register_fn($op, move |a: INT, b: CDouble| CDouble(apply(a as FLOAT, b.0)));
+        )*};
+    }
+    arithmetic!("+" => |a, b| a + b, "-" => |a, b| a - b, "*" => |a, b| a * b, "/" => |a, b| a / b,
+        "%" => |a, b| a % b, "**" => FLOAT::powf);
+    macro_rules! comparison {
+        ($($op:literal => $apply:expr),*) => {$(
+            let apply: fn(&FLOAT, &FLOAT) -> bool = $apply;
+            engine.register_fn($op, move |a: CDouble, b: CDouble| apply(&a.0, &b.0));
+            engine.register_fn($op, move |a: CDouble, b: FLOAT| apply(&a.0, &b));
+            engine.register_fn($op, move |a: FLOAT, b: CDouble| apply(&a, &b.0));
+            engine.register_fn($op, move |a: CDouble, b: INT| apply(&a.0, &(b as FLOAT)));
+            engine.register_fn($op, move |a: INT, b: CDouble| apply(&(a as FLOAT), &b.0));
+        )*};
+    }
+    comparison!("==" => FLOAT::eq, "!=" => FLOAT::ne, "<" => FLOAT::lt, "<=" => FLOAT::le, ">" => FLOAT::gt,
+        ">=" => FLOAT::ge);
+    type Function = fn(FLOAT) -> FLOAT;
+    let functions: [(&str, Function); 19] = [
+        ("abs", FLOAT::abs),
+        ("sqrt", FLOAT::sqrt),
+        ("exp", FLOAT::exp),
+        ("ln", FLOAT::ln),
+        ("log", FLOAT::log10),
+        ("sin", FLOAT::sin),
+        ("cos", FLOAT::cos),
+        ("tan", FLOAT::tan),
+        ("asin", FLOAT::asin),
+        ("acos", FLOAT::acos),
+        ("atan", FLOAT::atan),
+        ("sinh", FLOAT::sinh),
+        ("cosh", FLOAT::cosh),
+        ("tanh", FLOAT::tanh),
+        ("floor", FLOAT::floor),
+        ("ceiling", FLOAT::ceil),
+        ("round", FLOAT::round),
+        ("int", FLOAT::trunc),
+        ("fraction", FLOAT::fract),
+    ];
+    for (name, apply) in functions {
+        engine.register_fn(name, move |value: CDouble| CDouble(apply(value.0)));
+    }
 }

@@ -21,6 +21,12 @@ impl fmt::Display for Sym {
     }
 }
 
+/// A C `double` as a Rhai value (a header's `M_PI`, or `double(x)`): arithmetic on it stays a
+/// `double`, as in C, and it unquotes as `(double X)` where a Rhai float unquotes as a `float`
+/// literal (§3.6).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub(crate) struct CDouble(pub f64);
+
 pub(super) fn rhai_error(message: impl Into<String>) -> Box<EvalAltResult> {
     Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(message.into()), Position::NONE))
 }
@@ -90,6 +96,10 @@ pub(crate) fn to_sexp(value: &Dynamic, span: Span) -> Result<Sexp, String> {
     }
     if let Some(symbol) = value.read_lock::<Sym>() {
         return make(SexpKind::Symbol(symbol.0.clone()));
+    }
+    if let Some(double) = value.read_lock::<CDouble>() {
+        let head = Sexp { kind: SexpKind::Symbol("double".into()), span };
+        return make(SexpKind::List(vec![head, Sexp { kind: SexpKind::Float(double.0), span }]));
     }
     if let Ok(value) = value.as_int() {
         return make(SexpKind::Int(value as i128));

@@ -120,11 +120,13 @@ impl Stage {
             nodes: 0,
             warnings: Vec::new(),
             includes: Vec::new(),
+            skipped: Vec::new(),
         };
         let result = expander.top_level(forms);
         let sites = std::mem::take(&mut expander.sites);
         let warnings = std::mem::take(&mut expander.warnings);
         let includes = std::mem::take(&mut expander.includes);
+        let skipped = std::mem::take(&mut expander.skipped);
         match result {
             Ok(forms) => Ok(ExpandedCell {
                 forms,
@@ -132,6 +134,7 @@ impl Stage {
                 printed: std::mem::take(&mut *self.printed.borrow_mut()),
                 warnings,
                 includes,
+                skipped,
             }),
             Err(failure) => {
                 self.restore(saved);

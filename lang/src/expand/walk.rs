@@ -8,10 +8,10 @@ use std::fmt;
 
 use rhai::{Dynamic, EvalAltResult, Map, Position, INT};
 
-use super::convert::{rhai_type_name, to_dynamic, to_sexp, NO_SPAN};
+use super::convert::{rhai_type_name, to_dynamic, to_sexp, CDouble, NO_SPAN};
 use super::engine::ScriptText;
 use super::engine::{macro_error, Failure, Stage};
-use crate::diagnostics::Diagnostic;
+use crate::diagnostics::{Diagnostic, Kind};
 use crate::header::{self, ConstantForm, Included};
 use crate::reader::{Sexp, SexpKind, SourceFile, SourceId, Span};
 
@@ -57,6 +57,8 @@ pub(crate) struct ExpandedCell {
     pub warnings: Vec<Diagnostic>,
     /// Each `include`'s one-line summary and the names it declared, whose own lines it replaces.
     pub includes: Vec<(String, HashSet<String>)>,
+    /// What each include left out (its headers, a line per item), for `:skipped`.
+    pub skipped: Vec<(String, Vec<String>)>,
 }
 
 pub(super) struct Expander<'s> {
@@ -67,6 +69,7 @@ pub(super) struct Expander<'s> {
     pub(super) nodes: usize,
     pub(super) warnings: Vec<Diagnostic>,
     pub(super) includes: Vec<(String, HashSet<String>)>,
+    pub(super) skipped: Vec<(String, Vec<String>)>,
 }
 
 impl Expander<'_> {
@@ -127,25 +130,45 @@ impl Expander<'_> {
         }
     }
 
-    /// Makes an include's constants Rhai variables of the session and keeps its report.
+    /// Makes an include's constants Rhai variables of the session and keeps its report. A
+    /// header's constant replaces a Rhai `const` of the same name (the prelude's `EOF`, a C-Lisp
+    /// form) from this cell on, and the report says so: who includes `stdio.h` means C's `EOF`.
     pub(super) fn take_include(&mut self, included: Included, declared: bool) {
-        let Included { constants, warnings, names, summary, .. } = included;
+        let Included { constants, warnings, names, mut summary, skipped, .. } = included;
         let scope = &mut self.stage.state.scope;
+        let mut replaced = Vec::new();
         for (name, value) in constants {
             let value = match value {
                 ConstantForm::Type(form) => to_dynamic(&form),
                 ConstantForm::Int(value) => Dynamic::from(value as INT),
                 ConstantForm::Float(value) => Dynamic::from(value),
+                ConstantForm::Double(value) => Dynamic::from(CDouble(value)),
             };
-            // Variables, not constants: calls re-declare every constant (see `call`).
-            if !scope.is_constant(&name).unwrap_or(false) {
+            // Variables, not constants: calls re-declare every constant (see `call`). A later
+            // variable of the same name shadows a constant wherever Rhai looks the name up.
+            if scope.is_constant(&name).unwrap_or(false) {
+                scope.push_dynamic(name.clone(), value);
+                replaced.push(format!("`{name}`"));
+            } else {
                 scope.set_or_push(name, value);
             }
         }
         self.stage.call_programs.clear();
         self.warnings.extend(warnings);
+        if let Some(skipped) = skipped {
+            self.skipped.push(skipped);
+        }
+        let replaced = (!replaced.is_empty()).then(|| match replaced.as_slice() {
+            [one] => format!("{one} is the header's constant from here on, not the prelude's"),
+            many => format!("{} are the header's constants from here on, not the prelude's", many.join(", ")),
+        });
         if declared {
+            if let Some(replaced) = replaced {
+                summary.push_str(&format!("\nnote: {replaced}"));
+            }
             self.includes.push((summary, names));
+        } else if let Some(replaced) = replaced {
+            self.warnings.push(Diagnostic::warning(Kind::Ffi, replaced));
         }
     }
 

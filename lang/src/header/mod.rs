@@ -46,6 +46,8 @@ pub(crate) enum ConstantForm {
     Type(Sexp),
     Int(i64),
     Float(f64),
+    /// A C `double`: a Rhai `double` value, which unquotes as `(double X)`.
+    Double(f64),
 }
 
 /// What an include adds to the cell.
@@ -57,6 +59,9 @@ pub(crate) struct Included {
     /// The functions and structs it declares, whose one-line reports fold into `summary`.
     pub names: HashSet<String>,
     pub summary: String,
+    /// What an unrestricted include left out (its headers' names, then a line per item), for
+    /// `:skipped`; its warning is one line.
+    pub skipped: Option<(String, Vec<String>)>,
 }
 
 type Failure = Box<Diagnostic>;
@@ -174,8 +179,9 @@ pub(crate) fn include(
     let mut translator = Translator::new(&header, request);
     translator.run(defined)?;
     let summary = translator.summary();
+    let skipped = (!translator.skipped.is_empty()).then(|| (request.header_names(), translator.skipped.clone()));
     let Translator { forms, constants, warnings, names, .. } = translator;
-    Ok(Included { forms, constants, warnings, names, summary })
+    Ok(Included { forms, constants, warnings, names, summary, skipped })
 }
 
 /// The folders QUASI_INCLUDE_PATH names (colon-separated), searched after an include's own
@@ -423,28 +429,31 @@ impl<'h> Translator<'h> {
         Ok(())
     }
 
-    /// One warning for everything left out of an unrestricted include.
+    /// One warning, one line, for everything left out of an unrestricted include: standard
+    /// headers leave out a hundred or more of glibc's internals, which no one wants listed every
+    /// time. `:skipped` lists them.
     fn warn_skipped(&mut self) {
-        if !self.skipped.is_empty() {
-            let count = self.skipped.len();
-            let mut warning = Diagnostic::warning(
-                Kind::Ffi,
-                format!(
-                    "{count} declaration{} of {} {} no C-Lisp equivalent: left out (struct fields: declared as bytes)",
-                    if count == 1 { "" } else { "s" },
-                    self.request.header_names(),
-                    if count == 1 { "has" } else { "have" },
-                ),
-            )
-            .with_label(self.request.span, "");
-            for line in self.skipped.iter().take(4) {
-                warning = warning.with_note(line.clone());
-            }
-            if count > 4 {
-                warning = warning.with_note(format!("… and {} more (name one in (functions …) to see why)", count - 4));
-            }
-            self.warnings.push(warning);
+        let count = self.skipped.len();
+        if count == 0 {
+            return;
         }
+        let internal =
+            self.skipped.iter().filter(|line| line.starts_with("`_") || line.starts_with("`struct _")).count();
+        let internal = match internal {
+            0 => String::new(),
+            all if all == count => " (all internal, named `_…`)".to_string(),
+            some => format!(" ({some} of them internal, named `_…`)"),
+        };
+        self.warnings.push(Diagnostic::warning(
+            Kind::Ffi,
+            format!(
+                "{count} declaration{} of {} {} no C-Lisp equivalent{internal}: left out, or as bytes in a struct; `:skipped` lists {}",
+                if count == 1 { "" } else { "s" },
+                self.request.header_names(),
+                if count == 1 { "has" } else { "have" },
+                if count == 1 { "it" } else { "them" },
+            ),
+        ));
     }
 
     fn summary(&self) -> String {
@@ -774,5 +783,6 @@ fn constant_form(value: &ConstantValue) -> ConstantForm {
     match value {
         ConstantValue::Int(value) => ConstantForm::Int(*value),
         ConstantValue::Float(value) => ConstantForm::Float(*value),
+        ConstantValue::Double(value) => ConstantForm::Double(*value),
     }
 }

@@ -104,6 +104,8 @@ pub(crate) enum ConstantValue {
     Int(i64),
     /// Sent as its bits: JSON has no NaN or infinity (math.h's `NAN`, `INFINITY`).
     Float(#[serde(with = "float_bits")] f64),
+    /// A C `double` (`M_PI`): a `double` in C-Lisp too, not a `float` literal.
+    Double(#[serde(with = "float_bits")] f64),
 }
 
 /// An `f64` as its IEEE-754 bits, through serde.
@@ -392,6 +394,7 @@ impl Worker<'_> {
             let value = match entity.evaluate() {
                 Some(EvaluationResult::SignedInteger(value)) => ConstantValue::Int(value),
                 Some(EvaluationResult::UnsignedInteger(value)) => ConstantValue::Int(value as i64),
+                Some(EvaluationResult::Float(value)) if matches!(ty, CType::Double) => ConstantValue::Double(value),
                 Some(EvaluationResult::Float(value)) => ConstantValue::Float(value),
                 _ => continue,
             };

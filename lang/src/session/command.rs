@@ -26,6 +26,22 @@ use crate::tree::{CellId, CellKind, TypedCell};
 use crate::{Item, Language, Outcome, Stream};
 
 impl Session {
+    /// `:skipped`: each include of the last cell that included headers, and what it left out.
+    fn skipped_lines(&self) -> String {
+        if self.history.skipped.is_empty() {
+            return "no include left anything out".into();
+        }
+        let mut text = String::new();
+        for (headers, lines) in &self.history.skipped {
+            text.push_str(&format!("left out of {headers} ({}):\n", lines.len()));
+            for line in lines {
+                text.push_str(&format!("  {line}\n"));
+            }
+        }
+        text.pop();
+        text
+    }
+
     /// Runs one `:command` line.
     pub(super) fn run_command(&mut self, line: &str) -> Outcome {
         let mut outcome = Outcome::default();
@@ -77,6 +93,7 @@ impl Session {
                     lines.join("\n")
                 }));
             }
+            Command::Skipped => outcome.items.push(message(self.skipped_lines())),
             Command::Load(path) => return self.load_file(path),
             // Only the front end has what the session printed; it writes the file.
             Command::Save(path) => outcome.save = Some(path.to_string()),

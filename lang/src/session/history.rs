@@ -41,6 +41,9 @@ pub(super) struct History {
     definition_counter: u32,
     /// The cells that made the session, for a Slurm worker's replay (`journal`).
     pub(super) journal: Vec<JournalEntry>,
+    /// What the includes of the last cell that included headers left out: their headers' names
+    /// and a line per item (why, where), for `:skipped`.
+    pub(super) skipped: Vec<(String, Vec<String>)>,
     /// What the running cell's autotunes asked a replay to write instead of them.
     pub(super) replacements: Vec<(Span, String)>,
 }

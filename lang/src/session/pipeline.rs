@@ -131,6 +131,8 @@ pub(super) struct Parts {
     pub(super) session_level: Option<u8>,
     /// What each `include` of the cell declared, for its one summary line.
     pub(super) includes: Vec<(String, HashSet<String>)>,
+    /// What the cell's includes left out, for `:skipped`.
+    pub(super) skipped: Vec<(String, Vec<String>)>,
     /// `(bench …)` and `(autotune …)`: run after the cell's code, as further cells.
     pub(super) session_forms: Vec<Sexp>,
 }
@@ -162,7 +164,10 @@ impl Compiled<'_> {
         let Compiled { mut transaction, mut outcome, parts, mode } = self;
         // From here on nothing is put back.
         transaction.saved = None;
-        let Parts { cell, delta, code, device, level, session_level, includes, session_forms } = parts;
+        let Parts { cell, delta, code, device, level, session_level, includes, skipped, session_forms } = parts;
+        if !includes.is_empty() || !skipped.is_empty() {
+            transaction.history.skipped = skipped;
+        }
         let entries = match &code {
             Code::Trampoline(entry) => vec![*entry],
             Code::Linked { linked, .. } => linked.entries().to_vec(),
@@ -208,7 +213,7 @@ impl Transaction<'_> {
         options: CellOptions,
         outcome: &mut Outcome,
     ) -> Result<Parts, Vec<Diagnostic>> {
-        let (forms, sites, includes) = match input {
+        let (forms, sites, includes, skipped) = match input {
             CellInput::Text { name, text } => {
                 let forms = self.read(name, text, &mut outcome.timing)?;
                 self.span = forms.first().zip(forms.last()).map(|(first, last)| Span {
@@ -218,7 +223,7 @@ impl Transaction<'_> {
                 });
                 self.expand(forms, options.mode, outcome)?
             }
-            CellInput::Forms(forms) => (forms, Vec::new(), Vec::new()),
+            CellInput::Forms(forms) => (forms, Vec::new(), Vec::new(), Vec::new()),
         };
         self.stop_if_interrupted()?;
         let forms = self.load_libraries(forms, outcome)?;
@@ -234,7 +239,7 @@ impl Transaction<'_> {
         let call_only = session_forms.is_empty() && includes.is_empty() && options.mode != EvalMode::Quiet;
         self.stop_if_interrupted()?;
         let code = self.lower_and_link(&cell, cell_id, level, call_only, options.mode, &mut outcome.timing)?;
-        Ok(Parts { cell, delta, code, device, level, session_level, includes, session_forms })
+        Ok(Parts { cell, delta, code, device, level, session_level, includes, skipped, session_forms })
     }
 
     /// Compiling a large cell (an include of thousands of declarations) takes seconds: an
@@ -258,7 +263,10 @@ impl Transaction<'_> {
         forms: Vec<Sexp>,
         mode: EvalMode,
         outcome: &mut Outcome,
-    ) -> Result<(Vec<Sexp>, Vec<ExpansionSite>, Vec<(String, HashSet<String>)>), Vec<Diagnostic>> {
+    ) -> Result<
+        (Vec<Sexp>, Vec<ExpansionSite>, Vec<(String, HashSet<String>)>, Vec<(String, Vec<String>)>),
+        Vec<Diagnostic>,
+    > {
         if forms.iter().any(view::uses_staging) {
             self.refresh_view_if_stale();
         }
@@ -273,7 +281,7 @@ impl Transaction<'_> {
         if mode == EvalMode::Cell {
             self.history.last_expansion = Some(expanded.forms.clone());
         }
-        Ok((expanded.forms, expanded.sites, expanded.includes))
+        Ok((expanded.forms, expanded.sites, expanded.includes, expanded.skipped))
     }
 
     /// Load-library: the cell's `(load-library "NAME")` forms are loaded, in order, for the

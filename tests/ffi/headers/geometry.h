@@ -6,6 +6,7 @@
 
 #define GEOMETRY_VERSION 3
 #define GEOMETRY_SCALE 0.5
+#define GEOMETRY_RATIO 0.25f
 #define GEOMETRY_FLAGS (1u << 4 | 1u)
 #define GEOMETRY_LIMIT (-GEOMETRY_VERSION * 100LL)
 #define GEOMETRY_NAME "geometry"
