@@ -235,7 +235,11 @@ pub fn bench(summary: &str, report: &quasi_lang::BenchReport) -> String {
         row.push(quasi_repl::throughput_text(*throughput));
     }
     // Flush with the text outputs beside it (definitions, values), as `FLUSH` makes a `<pre>`.
-    format!("<div style=\"{FLUSH}\">{}</div>{}", escape(first), table(&header, &[row]))
+    let mut html = format!("<div style=\"{FLUSH}\">{}</div>{}", escape(first), table(&header, &[row]));
+    if let Some(noise) = report.noise() {
+        html.push_str(&format!("<div style=\"{FLUSH}\">warning: {}</div>", escape(&noise)));
+    }
+    html
 }
 
 /// The autotuning table, fastest first, as the terminal shows it.
@@ -271,6 +275,11 @@ mod tests {
         assert_eq!(cells.len(), 7, "{html}");
         assert!(cells[5].contains("40.0 MB/s") && cells[6].contains("10.0 MFLOP/s"), "{html}");
         assert_eq!(html.matches(">throughput<").count(), 2, "{html}");
+        assert!(!html.contains("noisy"), "{html}");
+        // A mean far above the median is flagged under the table, as the terminal does.
+        let noisy = quasi_lang::BenchReport { mean: Duration::from_micros(300), ..report };
+        let html = super::bench("bench: 50 runs", &noisy);
+        assert!(html.ends_with("\">warning: noisy: the mean is 3.0× the median and the slowest run 0.0×: a few runs took much longer (other work on the machine, a first run&#39;s cold caches or page faults, or state that changes from run to run); the median is the typical run</div>"), "{html}");
     }
 
     #[test]

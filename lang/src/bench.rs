@@ -258,6 +258,9 @@ impl Bencher<'_> {
         Ok(harness.samples[..count.min(MAX_SAMPLES)].iter().map(|&nanos| nanos as f64 / evals as f64).collect())
     }
 
+    /// Times the harness: `(iters N)` runs N runs, each timed on its own; otherwise a sample
+    /// times a batch of runs long enough for the clock (calibrated until two estimates of a
+    /// run's time agree), and samples are taken in chunks until the wall-clock budget is spent.
     fn measure(
         &mut self,
         harness: &mut Harness,
@@ -267,28 +270,70 @@ impl Bencher<'_> {
         if options.warmup > 0 {
             self.run_harness(harness, options.warmup as usize, 1, span)?;
         }
-        let single = self.run_harness(harness, 1, 1, span)?.first().copied().unwrap_or(1.0).max(1.0);
-        // `(iters N)` times each run on its own; otherwise each sample batches `evals` runs.
-        let (count, evals) = match options.iterations {
-            Some(runs) => (runs as usize, 1),
-            None => {
-                // A single run's sample is mostly the clock's own cost; time a batch of `evals`
-                // runs to know how many samples fill the budget.
-                let evals = (SAMPLE_TARGET_NS / single).ceil().max(1.0);
-                let per_run =
-                    self.run_harness(harness, 1, evals as i64, span)?.first().copied().unwrap_or(single).max(0.01);
-                let runs = (options.seconds * 1e9 / per_run).max(1.0);
-                // Past the sample buffer, fill the budget with larger batches.
-                let evals = evals.max((runs / MAX_SAMPLES as f64).ceil());
-                ((runs / evals).clamp(1.0, MAX_SAMPLES as f64) as usize, evals as i64)
-            }
-        };
+        if let Some(runs) = options.iterations {
+            let start = Instant::now();
+            let samples = self.run_harness(harness, runs as usize, 1, span)?;
+            return Ok(BenchReport::from_samples(samples, options.warmup, start.elapsed()));
+        }
+        let budget_ns = options.seconds * 1e9;
+        let (per_run, evals) = self.calibrate(harness, budget_ns, span)?;
+        // Past the sample buffer, fill the budget with larger batches: half the buffer is the
+        // estimate's, half is room for runs faster than it.
+        let evals = evals.max((2.0 * budget_ns / per_run / MAX_SAMPLES as f64).ceil() as i64);
+        let planned = (budget_ns / (per_run * evals as f64)).clamp(1.0, MAX_SAMPLES as f64);
+        // A few chunks: each ends with a look at the clock, so the budget holds whatever the
+        // estimate was, and an overrun is at most one chunk's tail of one sample.
+        let chunk_limit = (planned / 8.0).ceil().max(1.0) as usize;
         let start = Instant::now();
-        let samples = self.run_harness(harness, count, evals, span)?;
+        let mut samples: Vec<f64> = Vec::new();
+        while samples.len() < MAX_SAMPLES {
+            let elapsed = start.elapsed().as_nanos() as f64;
+            let remaining = budget_ns - elapsed;
+            if !samples.is_empty() && remaining <= 0.0 {
+                break;
+            }
+            let per_sample = if samples.is_empty() { per_run * evals as f64 } else { elapsed / samples.len() as f64 };
+            let chunk = ((remaining / per_sample.max(1.0)).ceil().max(1.0) as usize)
+                .min(chunk_limit)
+                .min(MAX_SAMPLES - samples.len());
+            samples.extend(self.run_harness(harness, chunk, evals, span)?);
+        }
         let mut report = BenchReport::from_samples(samples, options.warmup, start.elapsed());
         // Report runs, not samples.
         report.runs *= evals as u64;
         Ok(report)
+    }
+
+    /// How long a run takes (ns) and how many runs a sample batches so that it lasts at least
+    /// `SAMPLE_TARGET_NS`: the batch grows until it does, then is timed again until two
+    /// estimates agree within 10% (at most 8 tries, and at most a tenth of the budget), and
+    /// the median estimate stands. One sample is mostly clock for a short run, and one
+    /// estimate can be a preempted one: a single sample made a budget of 1 s run 0.1 s or 2.5 s.
+    fn calibrate(&mut self, harness: &mut Harness, budget_ns: f64, span: Span) -> Result<(f64, i64), Vec<Diagnostic>> {
+        let start = Instant::now();
+        let mut evals: i64 = 1;
+        let mut per_run = loop {
+            let per_run = self.run_harness(harness, 1, evals, span)?.first().copied().unwrap_or(1.0).max(0.01);
+            let batch = per_run * evals as f64;
+            if batch >= SAMPLE_TARGET_NS || evals >= 1 << 40 {
+                break per_run;
+            }
+            // Grow towards the target, by at most 100× at a time (a first run can be slow).
+            evals =
+                (evals * 2).max(((evals as f64) * SAMPLE_TARGET_NS / batch.max(1.0)).ceil() as i64).min(evals * 100);
+        };
+        let mut estimates = vec![per_run];
+        while estimates.len() < 8 && (start.elapsed().as_nanos() as f64) < budget_ns / 10.0 {
+            let estimate = self.run_harness(harness, 1, evals, span)?.first().copied().unwrap_or(per_run).max(0.01);
+            let last = estimates[estimates.len() - 1];
+            estimates.push(estimate);
+            if (estimate - last).abs() <= 0.1 * estimate.min(last) {
+                break;
+            }
+        }
+        estimates.sort_by(f64::total_cmp);
+        per_run = estimates[estimates.len() / 2];
+        Ok((per_run, evals))
     }
 
     /// The value of a constant expression, as a number (for `(bytes E)`, `(flops E)`).

@@ -191,6 +191,31 @@ impl BenchReport {
     }
 }
 
+/// How far the mean may drift above the median before a benchmark says its runs are noisy.
+const NOISY_MEAN: f64 = 1.5;
+
+impl BenchReport {
+    /// A warning when a few slow runs took much of the time, as IPython's `%timeit` warns when
+    /// its slowest run is far from the others: the mean at least 1.5× the median. (One slow
+    /// sample among many batched ones, a preemption, moves the mean little and is no warning.)
+    pub fn noise(&self) -> Option<String> {
+        let median = self.median.as_secs_f64();
+        let mean = self.mean.as_secs_f64();
+        if median <= 0.0 || mean < NOISY_MEAN * median {
+            return None;
+        }
+        let slowest = self.samples.last().copied().unwrap_or(0.0) / 1e9;
+        let times = |ratio: f64| if ratio < 10.0 { format!("{ratio:.1}×") } else { format!("{ratio:.0}×") };
+        Some(format!(
+            "noisy: the mean is {} the median and the slowest run {}: a few runs took much longer \
+             (other work on the machine, a first run's cold caches or page faults, or state that changes \
+             from run to run); the median is the typical run",
+            times(mean / median),
+            times(slowest / median)
+        ))
+    }
+}
+
 /// At most `count` of the sorted `samples`, at evenly spaced ranks from the first to the last.
 fn keep_evenly(samples: Vec<f64>, count: usize) -> Vec<f64> {
     if samples.len() <= count || count < 2 {
@@ -293,6 +318,23 @@ mod tests {
     use std::time::Duration;
 
     use super::BenchReport;
+
+    #[test]
+    fn a_bench_is_noisy_when_slow_runs_pull_the_mean_above_the_median() {
+        // %timeit's case: one run of twenty far slower than the rest.
+        let mut samples = vec![100.0; 19];
+        samples.push(100_000.0);
+        let noisy = BenchReport::from_samples(samples, 0, Duration::from_millis(1));
+        let warning = noisy.noise().expect("a warning");
+        assert!(warning.starts_with("noisy: the mean is 51× the median and the slowest run 1000×"), "{warning}");
+        // One preempted sample among a thousand moves the mean a little: no warning.
+        let mut samples = vec![100.0; 999];
+        samples.push(40_000.0);
+        assert_eq!(BenchReport::from_samples(samples, 0, Duration::from_millis(1)).noise(), None);
+        // Nor does a spread without a tail.
+        let spread: Vec<f64> = (0..100).map(|index| 100.0 + index as f64).collect();
+        assert_eq!(BenchReport::from_samples(spread, 0, Duration::from_millis(1)).noise(), None);
+    }
 
     #[test]
     fn report_keeps_few_samples_with_both_extremes() {

@@ -371,6 +371,10 @@ fn render_bench(report: &BenchReport, masking: Masking) -> String {
         });
     }
     text.push('\n');
+    // Whether a run is noisy depends on the machine: a transcript does not show it.
+    if let Some(noise) = report.noise().filter(|_| masking != Masking::Addresses) {
+        text.push_str(&format!("  warning: {noise}\n"));
+    }
     text
 }
 

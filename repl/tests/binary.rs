@@ -660,3 +660,47 @@ fn run_keeps_objects_in_its_cache_and_never_runs_a_stale_one() {
     assert!(warned.contains("is not used: others may write to it"), "{warned}");
     assert_eq!(objects(), 0);
 }
+
+/// The seconds of `bench: N runs in T s` lines, in order.
+fn bench_seconds(stdout: &str) -> Vec<f64> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("bench: ")?.split(" runs in ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn bench_fills_its_time_budget() {
+    // A 5 ns call once stopped at the sample buffer (0.8 s of 1 s) and a calibration from one
+    // sample ran a 1 s budget for 0.1 s or 2.5 s: the budget now ends the timing, whatever
+    // the run's length. The bounds are wide: a busy machine stretches the last sample only.
+    let cells = "(define ((work int) (n int)) (declare s int) (declare i int) (set s 0)
+                   (for ((set i 0) (lt i n) (set i (add i 1))) (set s (add s (mul i (xor i s))))) (ret s))
+                 (bench (call work 1) (time 0.4))
+                 (bench (call work 100000) (time 0.4))\n";
+    let finished = quasi(&[], cells);
+    let seconds = bench_seconds(&finished.stdout);
+    assert_eq!(seconds.len(), 2, "{}", finished.stdout);
+    for elapsed in seconds {
+        assert!((0.4..1.2).contains(&elapsed), "a 0.4 s budget ran {elapsed} s:\n{}", finished.stdout);
+    }
+}
+
+#[test]
+fn a_bench_whose_runs_are_noisy_says_so() {
+    // The tenth of twenty runs takes milliseconds, the others nanoseconds: the mean is far above
+    // the median, as %timeit flags. A steady bench says nothing.
+    let cells = "(define-global (count int)) (define-global (sink int))
+                 (define ((sometimes_slow int)) (declare i int) (set count (add count 1))
+                   (if (eq count 10) (for ((set i 0) (lt i 3000000) (set i (add i 1))) (set sink (xor (mul sink 3) i))))
+                   (ret 0))
+                 (bench (call sometimes_slow) (iters 20) (warmup 0))
+                 (bench (add 1 2) (iters 20))\n";
+    let finished = quasi(&[], cells);
+    let warnings: Vec<&str> = finished.stdout.lines().filter(|line| line.starts_with("  warning: noisy: ")).collect();
+    assert_eq!(warnings.len(), 1, "{}", finished.stdout);
+    assert!(warnings[0].contains("the median is the typical run"), "{}", warnings[0]);
+    let noisy = finished.stdout.find("  warning: noisy").expect("a warning");
+    let second = finished.stdout.rfind("bench: 20 runs").expect("the second bench");
+    assert!(noisy < second, "the warning follows the noisy bench:\n{}", finished.stdout);
+}
