@@ -61,24 +61,43 @@ fn command_lines<'a>(commands: impl Iterator<Item = &'a (&'a str, &'a str)> + Cl
     lines.join("\n")
 }
 
-/// `:help TOPIC`: the commands whose name or usage names TOPIC (`ptx`, `:ptx`, `opt`), else
-/// what TOPIC is (a C-Lisp form), else an error with the nearest command or form.
+/// `:help TOPIC`: the commands whose name or usage names TOPIC (`ptx`, `:ptx`, `opt`), and
+/// what TOPIC is when it is a form, opcode or type (docs/language.md's row for it), else an
+/// error with the nearest command or form.
 pub(crate) fn help_on(topic: &str) -> Result<String, Diagnostic> {
     let word = topic.trim_start_matches(':');
     let named = |usage: &str| {
         usage.split(|character: char| !character.is_alphanumeric() && character != '-').any(|part| part == word)
     };
     let commands: Vec<&(&str, &str)> = COMMANDS.iter().filter(|(usage, _)| named(usage)).collect();
-    if !commands.is_empty() {
-        return Ok(command_lines(commands.into_iter()));
-    }
-    if crate::check::FORM_NAMES.contains(&word) {
-        return Ok(format!("`{word}` is a C-Lisp form: docs/language.md describes it (Tab completes forms; Shift-Tab in Jupyter shows a function's type)"));
+    let form = if topic.starts_with(':') { None } else { crate::reference::describe(word) };
+    match (commands.is_empty(), form) {
+        (false, Some(form)) => {
+            return Ok(format!(
+                "{}
+
+{form}",
+                command_lines(commands.into_iter())
+            ))
+        }
+        (false, None) => return Ok(command_lines(commands.into_iter())),
+        (true, Some(form)) => return Ok(form),
+        (true, None) => {}
     }
     let names = COMMANDS.iter().map(|(usage, _)| command_name(usage).trim_start_matches(':'));
     Err(Diagnostic::error(Kind::Syntax, format!("no help on `{topic}`"))
         .with_note("`:help` lists the commands")
         .with_suggestion(word, names.chain(crate::check::FORM_NAMES.iter().copied())))
+}
+
+/// What inspection (Shift-Tab) shows of a built-in name: a command's usage line (`:ptx`), or a
+/// form's reference rows (`ptradd`, `launch`, `bench`).
+pub(crate) fn builtin_help(name: &str) -> Option<String> {
+    if name.starts_with(':') {
+        let commands: Vec<&(&str, &str)> = COMMANDS.iter().filter(|(usage, _)| command_name(usage) == name).collect();
+        return (!commands.is_empty()).then(|| command_lines(commands.into_iter()).trim_start().to_string());
+    }
+    crate::reference::describe(name)
 }
 
 /// What `:opt` does.
@@ -279,6 +298,23 @@ fn inspect<'a>(stages: &'a [Stage], argument: &'a str) -> Result<Command<'a>, Di
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_command_is_in_the_documents_command_tables() {
+        // One table of commands: this one, which :help and inspection show; docs/language.md §8
+        // and the README list each of them too.
+        let language = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/language.md"));
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+        for (usage, _) in super::COMMANDS {
+            let name = super::command_name(usage);
+            for (document, text) in [("docs/language.md", language), ("README.md", readme)] {
+                let listed = text.lines().filter(|line| line.starts_with("| `:")).any(|line| {
+                    line.split('`').skip(1).step_by(2).any(|cell| cell.split_whitespace().next() == Some(name))
+                });
+                assert!(listed, "{document}'s command table lacks `{name}`");
+            }
+        }
+    }
 
     #[test]
     fn reads_every_form_of_a_command() {

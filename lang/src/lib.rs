@@ -28,6 +28,7 @@ mod jit;
 mod link;
 mod outcome;
 mod reader;
+mod reference;
 mod run;
 mod session;
 mod source;

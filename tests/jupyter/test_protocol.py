@@ -206,6 +206,23 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
         types = {item["text"]: item["type"] for item in reply["content"]["metadata"]["_jupyter_types_experimental"]}
         self.assertEqual(types["stdio.h"], "path")
 
+    def test_inspect_a_builtin_shows_its_reference_row(self):
+        # Shift-Tab on a form, an opcode or a command answers from docs/language.md's tables
+        # (lang/src/reference.rs) and the command table, as `:help` does.
+        self.flush_channels()
+        cases = [
+            ("(ptradd p 1)", len("(ptr"), "(ptradd p i)    (§3.5 Expressions)\n  operands → result: (ptr T …) I → p's type\n  C: p + i\n"),
+            ("(fadd x y)", len("(fadd"), "(fadd a b) (fsub …) (fmul …) (fdiv …)    (§3.5 Expressions)\n"),
+            ("(launch k (grid 1) (block 32))", len("(lau"), "(launch K (grid X [Y [Z]]) (block X [Y [Z]]) ARG…)    (§7.3 Host side)\n"),
+            ("(bench (call f))", len("(bench"), "(bench EXPR [(time S)] [(iters N)] [(warmup N)] [(bytes E)] [(flops E)])    (§8 "),
+            (":ptx vadd", len(":pt"), ":ptx [NAME]  PTX of a kernel"),
+        ]
+        for code, cursor, expected in cases:
+            reply = self.shell_reply(self.kc.inspect(code, cursor_pos=cursor))
+            validate_message(reply, "inspect_reply")
+            self.assertTrue(reply["content"]["found"], code)
+            self.assertTrue(reply["content"]["data"]["text/plain"].startswith(expected), (code, reply["content"]["data"]))
+
     def test_inspect_unknown_name(self):
         self.flush_channels()
         reply = self.shell_reply(self.kc.inspect("no-such-name"))

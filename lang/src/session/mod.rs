@@ -318,7 +318,8 @@ impl Session {
         names
     }
 
-    /// What the session knows of a name, as `:defs` prints it (`sq : (int) -> int`), without
+    /// What the session knows of a name, as `:defs` prints it (`sq : (int) -> int`), else what
+    /// a built-in form or command is (docs/language.md's row, the command's usage), without
     /// evaluating anything: for inspection (Shift-Tab) and hovers.
     pub fn describe(&self, name: &str) -> Option<String> {
         [
@@ -328,6 +329,7 @@ impl Session {
         ]
         .iter()
         .find_map(|key| self.definition_line(key))
+        .or_else(|| crate::command::builtin_help(name))
     }
 
     fn fail(&self, mut outcome: Outcome, diagnostics: Vec<Diagnostic>) -> Outcome {
