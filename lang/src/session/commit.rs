@@ -17,6 +17,7 @@ use crate::check::{Env, FunctionEntry, FunctionKind};
 use crate::gpu::DeviceBuilds;
 use crate::intrinsics;
 use crate::link::Linked;
+use crate::source::Span;
 use crate::tree::{GlobalDef, GlobalEntry, Resolution, TypedCell};
 use crate::types::StructEntry;
 
@@ -31,13 +32,14 @@ pub(super) enum Code {
 /// What a cell changes in the environment.
 #[derive(Default)]
 pub(super) struct EnvDelta {
-    structs: Vec<(String, StructEntry)>,
+    /// Each struct, with the span of its definition.
+    structs: Vec<(String, StructEntry, Span)>,
     /// Each global's definition (its initialiser, if it has one) and entry.
     globals: Vec<(GlobalDef, GlobalEntry)>,
-    /// Declarations that do not replace a definition.
-    externs: Vec<(String, FunctionEntry)>,
-    /// Definitions, and the dependents recompiled with them (`true`).
-    definitions: Vec<(String, FunctionEntry, bool)>,
+    /// Declarations that do not replace a definition, with their spans.
+    externs: Vec<(String, FunctionEntry, Span)>,
+    /// Definitions, and the dependents recompiled with them (`true`), with their spans.
+    definitions: Vec<(String, FunctionEntry, bool, Span)>,
     /// Functions a redefinition made ill-typed, and why.
     invalidated: Vec<(String, String)>,
 }
@@ -49,7 +51,7 @@ impl EnvDelta {
         let structs = cell
             .structs
             .iter()
-            .map(|structure| (structure.name.clone(), StructEntry { fields: structure.fields.clone() }))
+            .map(|structure| (structure.name.clone(), StructEntry { fields: structure.fields.clone() }, structure.span))
             .collect();
         let globals = cell
             .globals
@@ -76,7 +78,7 @@ impl EnvDelta {
                     kind,
                     invalidated: None,
                 };
-                (decl.name.clone(), entry)
+                (decl.name.clone(), entry, decl.span)
             })
             .collect();
         let definitions = cell
@@ -99,7 +101,7 @@ impl EnvDelta {
                     kind: FunctionKind::Defined(std::rc::Rc::new(kept)),
                     invalidated: None,
                 };
-                (function.name.clone(), entry, recompiled)
+                (function.name.clone(), entry, recompiled, function.span)
             })
             .collect();
         let invalidated = cell
@@ -121,16 +123,16 @@ impl EnvDelta {
 
     /// `env` as the cell leaves it.
     pub(super) fn apply(&self, env: &mut Env) {
-        for (name, entry) in &self.structs {
+        for (name, entry, _) in &self.structs {
             env.structs.insert(name.clone(), entry.clone());
         }
         for (global, entry) in &self.globals {
             env.globals.insert(global.name.clone(), entry.clone());
         }
-        for (name, entry) in &self.externs {
+        for (name, entry, _) in &self.externs {
             env.functions.insert(name.clone(), entry.clone());
         }
-        for (name, entry, _) in &self.definitions {
+        for (name, entry, _, _) in &self.definitions {
             env.functions.insert(name.clone(), entry.clone());
         }
         for (name, message) in &self.invalidated {
@@ -173,16 +175,18 @@ impl Session {
     }
 
     /// The program takes the cell's code, names and slots; the environment its definitions.
+    /// What they defined comes back in the order the cell wrote them (generated forms share
+    /// their unquote's span and keep the order struct, global, declaration, function).
     fn commit_definitions(&mut self, delta: EnvDelta, linked: crate::link::Linked, level: u8) -> Vec<Defined> {
         // A map: an include declares thousands of functions, each with its trap.
         let traps: std::collections::HashMap<String, usize> = self.program.commit(linked).into_iter().collect();
         let trap = |name: &str| traps.get(name).copied();
         let mut defined = Vec::new();
-        for (name, entry) in delta.structs {
+        for (name, entry, span) in delta.structs {
             let redefined = self.env.structs.contains_key(&name);
             self.env.structs.insert(name.clone(), entry.clone());
             self.history.note_definition(DefinitionKey::Struct(name.clone()));
-            defined.push(Defined::Struct { name, entry, redefined });
+            defined.push((span, Defined::Struct { name, entry, redefined }));
         }
         for (global, entry) in delta.globals {
             let redefined = self.env.globals.contains_key(&global.name) && global.init.is_some();
@@ -192,9 +196,9 @@ impl Session {
             }
             let value = self.program.global_value_text(&global.name, &global.ty, &self.env.structs);
             self.history.note_definition(DefinitionKey::Global(global.name.clone()));
-            defined.push(Defined::Global { name: global.name, ty: global.ty, value, redefined });
+            defined.push((global.span, Defined::Global { name: global.name, ty: global.ty, value, redefined }));
         }
-        for (name, entry) in delta.externs {
+        for (name, entry, span) in delta.externs {
             self.tiering.changed(&name);
             match (&entry.kind, trap(&name)) {
                 (FunctionKind::Unresolved, Some(address)) => self.program.set_slot(&name, address),
@@ -203,9 +207,9 @@ impl Session {
             }
             self.env.functions.insert(name.clone(), entry.clone());
             self.history.note_definition(DefinitionKey::Function(name.clone()));
-            defined.push(Defined::Function { name, entry, redefined: false });
+            defined.push((span, Defined::Function { name, entry, redefined: false }));
         }
-        for (name, entry, recompiled) in delta.definitions {
+        for (name, entry, recompiled, span) in delta.definitions {
             let previous = self.env.functions.get(&name);
             let redefined = matches!(previous, Some(FunctionEntry { kind: FunctionKind::Defined(_), .. }));
             if let FunctionKind::Defined(function) = &entry.kind {
@@ -217,7 +221,7 @@ impl Session {
             self.env.functions.insert(name.clone(), entry.clone());
             self.history.note_definition(DefinitionKey::Function(name.clone()));
             if !recompiled {
-                defined.push(Defined::Function { name, entry, redefined });
+                defined.push((span, Defined::Function { name, entry, redefined }));
             }
         }
         for (name, message) in delta.invalidated {
@@ -230,7 +234,9 @@ impl Session {
                 self.program.set_slot(&name, address);
             }
         }
-        defined
+        // A stable sort: what one unquote generated keeps its order above.
+        defined.sort_by_key(|(span, _)| (span.source, span.start));
+        defined.into_iter().map(|(_, defined)| defined).collect()
     }
 
     /// The cell's libraries become the session's, and every declaration still unresolved that
