@@ -6,6 +6,8 @@
 #[macro_use]
 mod streams;
 
+mod paste;
+
 mod server;
 mod test_command;
 
@@ -559,7 +561,8 @@ fn interactive() -> i32 {
     // Before any cell runs: a cell redirects fds 1 and 2 while its code runs.
     terminal_streams();
     let session = Rc::new(RefCell::new(new_session()));
-    let mut editor = match new_editor(Rc::clone(&session)) {
+    let pending_paste = paste::PendingPastes::default();
+    let mut editor = match new_editor(Rc::clone(&session), &pending_paste) {
         Ok(editor) => editor,
         Err(error) => {
             eprintln!("quasi: cannot set up the line editor: {error}");
@@ -572,8 +575,10 @@ fn interactive() -> i32 {
     let mut recording = Recording::default();
     print_line(&format!("Quasi {} — C-Lisp on LLVM ORC. :help for help, Ctrl-D to quit.", env!("CARGO_PKG_VERSION")));
     loop {
+        *paste::lock(&pending_paste) = paste::Pastes::default();
         let buffer = match editor.readline(PROMPT) {
-            Ok(buffer) => buffer,
+            // Pasted lines get their margins, so that `cell_text` keeps their indentation.
+            Ok(buffer) => paste::lock(&pending_paste).with_margins(&buffer),
             // Ctrl-C drops the cell being typed, not the session.
             Err(ReadlineError::Interrupted) => continue,
             Err(ReadlineError::Eof) => return 0,
@@ -605,7 +610,10 @@ fn interactive() -> i32 {
     }
 }
 
-fn new_editor(session: Rc<RefCell<Session>>) -> rustyline::Result<Editor<CellHelper, DefaultHistory>> {
+fn new_editor(
+    session: Rc<RefCell<Session>>,
+    pending_paste: &paste::PendingPastes,
+) -> rustyline::Result<Editor<CellHelper, DefaultHistory>> {
     let config = Config::builder()
         .max_history_size(10_000)?
         .history_ignore_dups(true)?
@@ -616,10 +624,14 @@ fn new_editor(session: Rc<RefCell<Session>>) -> rustyline::Result<Editor<CellHel
         .color_mode(ColorMode::Forced)
         .build();
     let mut editor = Editor::with_config(config)?;
-    editor.set_helper(Some(CellHelper { session }));
+    editor.set_helper(Some(CellHelper { session, pastes: Arc::clone(pending_paste) }));
     for key in [KeyEvent(KeyCode::Enter, Modifiers::NONE), KeyEvent::ctrl('J')] {
-        editor.bind_sequence(key, EventHandler::Conditional(Box::new(ContinueCell)));
+        editor.bind_sequence(key, EventHandler::Conditional(Box::new(ContinueCell(Arc::clone(pending_paste)))));
     }
+    editor.bind_sequence(
+        KeyEvent(KeyCode::BracketedPasteStart, Modifiers::NONE),
+        EventHandler::Conditional(Box::new(paste::PasteStarts(Arc::clone(pending_paste)))),
+    );
     Ok(editor)
 }
 
@@ -743,6 +755,8 @@ fn cell_continues(buffer: &str) -> bool {
 struct CellHelper {
     // Shared with the read loop, which borrows it mutably only between two `readline`s.
     session: Rc<RefCell<Session>>,
+    /// The cell's pastes: the validator judges the cell with their margins, as it will be run.
+    pastes: paste::PendingPastes,
 }
 
 impl Helper for CellHelper {}
@@ -777,22 +791,27 @@ impl Highlighter for CellHelper {
 
 impl Validator for CellHelper {
     fn validate(&self, context: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
-        Ok(if cell_continues(context.input()) { ValidationResult::Incomplete } else { ValidationResult::Valid(None) })
+        let cell = paste::lock(&self.pastes).with_margins(context.input());
+        Ok(if cell_continues(&cell) { ValidationResult::Incomplete } else { ValidationResult::Valid(None) })
     }
 }
 
 /// Enter on a cell that goes on: where the validator alone would make rustyline insert a bare
 /// newline, insert the newline with the margin for the continuation prompt and an indentation
 /// for the lists still open before the cursor. Otherwise rustyline's own Enter runs, and with
-/// it the validator.
-struct ContinueCell;
+/// it the validator. A paste before it is settled first (`paste`): the newline typed now is
+/// not one it brought.
+struct ContinueCell(paste::PendingPastes);
 
 impl ConditionalEventHandler for ContinueCell {
     fn handle(&self, _: &Event, _: RepeatCount, _: bool, context: &EventContext<'_>) -> Option<Cmd> {
         let buffer = context.line();
-        if !cell_continues(buffer) {
+        let mut pastes = paste::lock(&self.0);
+        if !cell_continues(&pastes.with_margins(buffer)) {
             return None;
         }
+        pastes.settle(buffer);
+        // Spaces do not change how many lists are open: the margins make no difference here.
         let before = buffer.get(..context.pos()).unwrap_or(buffer);
         let depth = match completeness(&cell_text(before)) {
             Completeness::Incomplete { depth } => depth,

@@ -173,6 +173,32 @@ fn pasted_and_typed_ahead_cells_all_run() {
 }
 
 #[test]
+fn a_pasted_cell_keeps_its_indentation() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut terminal = start(&directory.path().join("history"));
+    // The diagnostic quotes the line as the session read it: with the 8 spaces pasted, not 6
+    // (the first 2 taken for the margin under the continuation prompt).
+    let cell = "(define ((f int) (x int))\n    (if (lt x 0)\n        (ret 0)\n        (ret oops)))";
+    send(&mut terminal, &format!("\x1b[200~{cell}\x1b[201~{ENTER}"));
+    terminal.exp_string("4 |         (ret oops)))").expect("the pasted line, as pasted");
+    expect_prompt(&mut terminal);
+    // A paste that leaves a list open: Enter indents the line typed after it for the two lists
+    // open (4 spaces), and the pasted lines keep theirs.
+    send(&mut terminal, &format!("\x1b[200~(define ((g int) (x int))\n(if (lt x 0)\n      (ret 0)\x1b[201~{ENTER}"));
+    terminal.exp_regex(r"\n\.     ").expect("the continuation prompt and Enter's indentation");
+    send(&mut terminal, &format!("(ret oops)))){ENTER}"));
+    terminal.exp_string("4 |     (ret oops))))").expect("the typed line, indented by Enter");
+    expect_prompt(&mut terminal);
+    send(&mut terminal, &format!("(define ((h int))\x1b[200~\n   (ret\n 7))\x1b[201~{ENTER}"));
+    terminal.exp_string("h : () -> int").expect("a paste into a typed line");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+    let history = std::fs::read_to_string(directory.path().join("history")).expect("the history");
+    // History keeps the buffer, a margin under each continuation prompt.
+    assert!(history.contains(r"(define ((h int))\n     (ret\n   7))"), "history:\n{history}");
+}
+
+#[test]
 fn a_pasted_transcript_runs_without_its_prompts_and_outputs() {
     let directory = tempfile::tempdir().expect("a temporary directory");
     let mut terminal = start(&directory.path().join("history"));
