@@ -423,3 +423,63 @@ impl SimLowering {
         SimLowering { prefix: target.prefix.clone(), check: target.check, ..SimLowering::default() }
     }
 }
+
+/// Removes the blocks of `function` that no path from its entry reaches: the block codegen
+/// opens after a `ret`, `break` or `continue` for the statements after it (`dead`), and the
+/// blocks only such blocks jump to. LLVM's passes remove them at every level above 0; removed
+/// here, they are also left out of what `:ir 0` and `:ir 1` list, and the code is the same. A
+/// function where a reachable φ names such a block keeps them (the C API cannot remove an
+/// incoming edge).
+pub(super) fn remove_unreachable_blocks(function: FunctionValue<'_>) {
+    use inkwell::values::{AsValueRef, Operand, PhiValue};
+    let Some(entry) = function.get_first_basic_block() else { return };
+    let mut reachable = HashSet::from([entry]);
+    let mut work = vec![entry];
+    while let Some(block) = work.pop() {
+        let Some(terminator) = block.get_terminator() else { continue };
+        for index in 0..terminator.get_num_operands() {
+            if let Some(Operand::Block(successor)) = terminator.get_operand(index) {
+                if reachable.insert(successor) {
+                    work.push(successor);
+                }
+            }
+        }
+    }
+    let unreachable: Vec<BasicBlock<'_>> =
+        function.get_basic_blocks().into_iter().filter(|block| !reachable.contains(block)).collect();
+    if unreachable.is_empty() {
+        return;
+    }
+    let names_unreachable = |phi: PhiValue<'_>| {
+        (0..phi.count_incoming())
+            .any(|index| phi.get_incoming(index).is_some_and(|(_, from)| !reachable.contains(&from)))
+    };
+    let phis = reachable.iter().flat_map(|block| block.get_instructions());
+    if phis.filter_map(|instruction| PhiValue::try_from(instruction).ok()).any(names_unreachable) {
+        return;
+    }
+    for block in &unreachable {
+        for instruction in block.get_instructions() {
+            // Only other unreachable blocks can use a value made in one (a use must be
+            // dominated by its definition): those uses become poison, so that no block is
+            // deleted while another still uses its values.
+            if instruction.get_first_use().is_some() {
+                let value = instruction.as_value_ref();
+                // SAFETY: `value` is a live instruction with a non-void type (it has uses), and
+                // poison of its own type may replace it anywhere.
+                unsafe {
+                    let poison = llvm_sys::core::LLVMGetPoison(llvm_sys::core::LLVMTypeOf(value));
+                    llvm_sys::core::LLVMReplaceAllUsesWith(value, poison);
+                }
+            }
+        }
+        // Its branches go first: no block is deleted while another still jumps to it.
+        if let Some(terminator) = block.get_terminator() {
+            terminator.erase_from_basic_block();
+        }
+    }
+    for block in unreachable {
+        // SAFETY: nothing uses the block or its values any more (above), and it is in `function`.
+        let _ = unsafe { block.delete() };
+    }
+}

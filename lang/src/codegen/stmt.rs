@@ -7,7 +7,7 @@ use inkwell::basic_block::BasicBlock;
 use inkwell::values::{FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 
-use super::lowering::{is_aggregate, CodegenError, FunctionState, Lowering, Result, Value};
+use super::lowering::{is_aggregate, remove_unreachable_blocks, CodegenError, FunctionState, Lowering, Result, Value};
 use super::versioning::{self, Bound, Check, NestPlan};
 use crate::abi::RT_ITEM_DONE;
 use crate::tree::{address_taken, Expr, FunctionDef, Stmt, TopItem};
@@ -51,6 +51,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         self.builder.position_at_end(state.allocas);
         self.builder.build_unconditional_branch(entry)?;
+        remove_unreachable_blocks(function);
         Ok(())
     }
 
@@ -99,6 +100,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let entry = allocas.get_next_basic_block().ok_or_else(|| CodegenError::Other("a chunk without code".into()))?;
         self.builder.position_at_end(allocas);
         self.builder.build_unconditional_branch(entry)?;
+        remove_unreachable_blocks(function);
         Ok(())
     }
 
