@@ -7,6 +7,9 @@ pub mod highlight;
 pub mod notebook;
 mod timeline;
 pub mod transcript;
+mod width;
+
+pub use width::terminal_width;
 
 use codespan_reporting::diagnostic::{
     Diagnostic as Report, Label as ReportLabel, LabelStyle, Severity as ReportSeverity,
@@ -81,12 +84,28 @@ pub struct Rendering {
     open_line: bool,
     /// The fault was rendered (it comes last: `lang` adds it when the cell stops).
     faulted: bool,
+    /// The terminal's width, which diagnostics' source lines are fitted to (`width`).
+    width: Option<usize>,
 }
 
 impl Rendering {
     /// Nothing rendered yet.
     pub fn new(style: Style, masking: Masking) -> Rendering {
-        Rendering { style, masking, diagnostics: 0, items: 0, open_line: false, faulted: false }
+        Rendering { style, masking, diagnostics: 0, items: 0, open_line: false, faulted: false, width: None }
+    }
+
+    /// Diagnostics' source lines wider than `width` columns are shown as a window around their
+    /// labels, so that a terminal of that width does not wrap them apart from their carets.
+    pub fn with_width(self, width: Option<usize>) -> Rendering {
+        Rendering { width, ..self }
+    }
+
+    fn diagnostic(&self, diagnostic: &Diagnostic, outcome: &Outcome) -> String {
+        let text = render_diagnostic(diagnostic, outcome, self.style);
+        match self.width {
+            Some(width) => width::fit_diagnostic(&text, width),
+            None => text,
+        }
     }
 
     /// What `outcome` adds to the outcomes rendered before, as chunks of one stream each.
@@ -102,7 +121,7 @@ impl Rendering {
         let (faults, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) =
             outcome.diagnostics.iter().partition(|diagnostic| diagnostic.ends_the_run());
         for diagnostic in others.iter().skip(self.diagnostics) {
-            push(Stream::Stdout, render_diagnostic(diagnostic, outcome, self.style));
+            push(Stream::Stdout, self.diagnostic(diagnostic, outcome));
         }
         self.diagnostics = others.len();
         for item in outcome.items.get(self.items..).unwrap_or_default() {
@@ -129,7 +148,7 @@ impl Rendering {
                 push(Stream::Stdout, "\n".to_string());
             }
             for diagnostic in faults {
-                push(Stream::Stdout, render_diagnostic(diagnostic, outcome, self.style));
+                push(Stream::Stdout, self.diagnostic(diagnostic, outcome));
             }
             self.faulted = true;
         }

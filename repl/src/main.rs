@@ -649,7 +649,8 @@ impl Shown {
     /// `terminal`: program output to stderr goes to stderr and the next prompt starts on a fresh
     /// line. Otherwise (the pipe mode) everything goes to stdout, exactly the renderer's text.
     fn new(style: Style, terminal: bool) -> Shown {
-        Shown { terminal, rendering: Rendering::new(style, Masking::None), ends_line: true }
+        let width = if terminal { quasi_repl::terminal_width(&terminal_streams().0) } else { None };
+        Shown { terminal, rendering: Rendering::new(style, Masking::None).with_width(width), ends_line: true }
     }
 
     /// Writes what `outcome` adds to what was written.

@@ -16,8 +16,14 @@ const UP: &str = "\x1b[A";
 /// `quasi` in a fresh pseudo-terminal with its history in `history`. `TERM` is set because
 /// CI may have none, or `dumb`, which makes rustyline give up line editing.
 fn spawn(history: &Path) -> PtySession {
+    spawn_with(history, &[])
+}
+
+/// `spawn` with more of the environment set.
+fn spawn_with(history: &Path, environment: &[(&str, &str)]) -> PtySession {
     let mut command = Command::new(env!("CARGO_BIN_EXE_quasi"));
     command.env("TERM", "xterm").env("NO_COLOR", "1").env("QUASI_HISTORY", history);
+    command.envs(environment.iter().copied());
     let options = Options::new().timeout_ms(Some(TIMEOUT_MS)).strip_ansi_escape_codes(true);
     spawn_with_options(command, options).expect("quasi starts in a pseudo-terminal")
 }
@@ -196,6 +202,27 @@ fn a_pasted_cell_keeps_its_indentation() {
     let history = std::fs::read_to_string(directory.path().join("history")).expect("the history");
     // History keeps the buffer, a margin under each continuation prompt.
     assert!(history.contains(r"(define ((h int))\n     (ret\n   7))"), "history:\n{history}");
+}
+
+#[test]
+fn a_caret_under_a_line_wider_than_the_terminal_stays_under_its_character() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    // The pseudo-terminal reports no width, so `COLUMNS` gives it: 40 columns.
+    let mut terminal = spawn_with(&directory.path().join("history"), &[("COLUMNS", "40")]);
+    expect_banner(&mut terminal);
+    expect_prompt(&mut terminal);
+    send(
+        &mut terminal,
+        &format!("(define ((f int) (x int)) (ret (add x (add x (add x (add x (add x 1.5))))))){ENTER}"),
+    );
+    // The header keeps the real column; the line is cut to 40 columns around the label, the
+    // carets under `(add x 1.5)` as on the whole line. rexpect reads the terminal's bytes as
+    // one character each: `…` (E2 80 A6) comes as three.
+    terminal.exp_string("--> cell 1:1:60").expect("the location");
+    let window = "1 | \u{e2}\u{80}\u{a6}d x (add x (add x (add x 1.5)))))))\r\n  |                    ^^^^^^^^^^^\r\n";
+    terminal.exp_string(window).expect("the window of the line, the carets under the label");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
 }
 
 #[test]
