@@ -20,6 +20,10 @@ pub enum Output {
     Result(Media),
     /// The cell failed (`error`): the first error names it, the traceback holds them all.
     Error { ename: String, evalue: String, traceback: Vec<String> },
+    /// A running cell's progress line (`Outcome::status`, an autotune's): one display per cell,
+    /// made by the first line (`display_data` with a display id) and updated in place by the
+    /// next (`update_display_data`); it keeps the last line when the cell ends.
+    Progress { text: String, update: bool },
 }
 
 /// A finished cell's outputs: `quasi_repl::notebook` decides what a cell shows and in which order
@@ -41,6 +45,8 @@ pub struct Published {
     items: usize,
     /// The error output is published: it comes last, when the cell has ended.
     ended: bool,
+    /// The progress line last published.
+    status: Option<String>,
 }
 
 impl Published {
@@ -61,6 +67,10 @@ impl Published {
             }
             new.push(message(output, outcome));
             self.items = end;
+        }
+        if let Some(status) = outcome.status.as_ref().filter(|status| self.status.as_ref() != Some(*status)) {
+            new.push(Output::Progress { text: status.clone(), update: self.status.is_some() });
+            self.status = Some(status.clone());
         }
         if finished && !std::mem::replace(&mut self.ended, true) {
             new.extend(notebook::errors(outcome).map(|output| message(output, outcome)));
@@ -172,6 +182,7 @@ mod tests {
                 Output::Error { ename, evalue, traceback } => {
                     shown.push_str(&format!("error {ename}: {evalue} ({} in traceback)\n", traceback.len()))
                 }
+                Output::Progress { text, update } => shown.push_str(&format!("progress {text:?} (update {update})\n")),
             }
         }
         shown
@@ -258,7 +269,7 @@ mod tests {
         let shown = |cells: &[&str]| -> String {
             let output = outputs(cells).into_iter().find_map(|output| match output {
                 Output::Display(media) | Output::Result(media) => Some(media),
-                Output::Stream { .. } | Output::Error { .. } => None,
+                Output::Stream { .. } | Output::Error { .. } | Output::Progress { .. } => None,
             });
             let content = output.map(|media| media.content).unwrap_or_default();
             content
@@ -288,6 +299,7 @@ mod tests {
                 Output::Display(_) => "display".to_string(),
                 Output::Result(_) => "result".to_string(),
                 Output::Error { .. } => "error".to_string(),
+                Output::Progress { .. } => "progress".to_string(),
             })
             .collect()
     }
@@ -308,6 +320,32 @@ mod tests {
         outcome.items.push(value("10"));
         assert_eq!(kinds(&published.take(&outcome, true)), ["result"]);
         assert!(published.take(&outcome, true).is_empty());
+    }
+
+    #[test]
+    fn a_progress_line_makes_one_display_and_updates_it() {
+        let mut published = super::Published::default();
+        let mut outcome = Outcome { status: Some("autotune f: 1 of 4 variants".into()), ..Outcome::default() };
+        let progress = |outputs: Vec<Output>| -> Vec<(String, bool)> {
+            outputs
+                .into_iter()
+                .filter_map(|output| match output {
+                    Output::Progress { text, update } => Some((text, update)),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(progress(published.take(&outcome, false)), [("autotune f: 1 of 4 variants".to_string(), false)]);
+        // The same line again is nothing new; the next updates the display.
+        assert!(progress(published.take(&outcome, false)).is_empty());
+        outcome.status = Some("autotune f: 4 of 4 variants in 1.0 s".into());
+        assert_eq!(
+            progress(published.take(&outcome, false)),
+            [("autotune f: 4 of 4 variants in 1.0 s".to_string(), true)]
+        );
+        // The finished outcome has no line: the display keeps its last.
+        outcome.status = None;
+        assert!(progress(published.take(&outcome, true)).is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use jupyter_protocol::{
     CommInfoReply, CompleteReply, CompleteRequest, DisplayData, ErrorOutput, ExecuteInput, ExecuteReply,
     ExecuteRequest, ExecuteResult, ExecutionCount, ExecutionState, HistoryReply, InspectReply, InspectRequest,
     IsCompleteReply, IsCompleteRequest, JupyterMessage, JupyterMessageContent, Media, MediaType, Payload, ReplyError,
-    ReplyStatus, ShutdownReply, StreamContent, Transient, UnknownMessage,
+    ReplyStatus, ShutdownReply, StreamContent, Transient, UnknownMessage, UpdateDisplayData,
 };
 use jupyter_zmq_client::Connection;
 use quasi_lang::{Completeness, CompletionKind};
@@ -280,6 +280,23 @@ impl Shell {
         match output {
             Output::Stream { name, text } if !silent => self.publisher.publish(StreamContent { name, text }, parent),
             Output::Display(data) if !silent => self.publisher.publish(DisplayData::new(data), parent),
+            Output::Progress { text, update } if !silent => {
+                let data = Media::new(vec![MediaType::Plain(text)]);
+                let id = format!("quasi-progress-{}", parent.header.msg_id);
+                // Marked, so that comparing a saved notebook (`quasi test`, the notebook tests)
+                // can leave it out: whether a cell shows progress depends on how long it ran.
+                let mut metadata = serde_json::Map::new();
+                metadata.insert("quasi".into(), serde_json::json!({ "progress": true }));
+                if update {
+                    self.publisher.publish(
+                        UpdateDisplayData { data, metadata, transient: Transient { display_id: Some(id) } },
+                        parent,
+                    );
+                } else {
+                    let transient = Some(Transient { display_id: Some(id) });
+                    self.publisher.publish(DisplayData { data, metadata, transient }, parent);
+                }
+            }
             Output::Result(data) if !silent => {
                 // `transient` is sent as `{}`: clients validate it as an object, never null.
                 self.publisher.publish(

@@ -128,8 +128,14 @@ pub(crate) trait Pipeline {
 }
 
 /// Runs the cell's `(bench …)` and `(autotune …)` forms, in order, after its other code.
-pub(crate) fn run_session_forms(pipeline: &mut dyn Pipeline, forms: &[Sexp], outcome: &mut Outcome) {
-    let mut bencher = Bencher { pipeline };
+/// `status` gets an autotune's progress line as it goes.
+pub(crate) fn run_session_forms(
+    pipeline: &mut dyn Pipeline,
+    forms: &[Sexp],
+    outcome: &mut Outcome,
+    status: &mut dyn FnMut(&str),
+) {
+    let mut bencher = Bencher { pipeline, status };
     for form in forms {
         let result = match form.head() {
             Some("bench") => {
@@ -158,12 +164,14 @@ pub(crate) fn tune_points(
     points: &[Vec<usize>],
     emit: &mut EmitVariant<'_>,
 ) -> Result<(), Vec<Diagnostic>> {
-    Bencher { pipeline }.tune_points(form, points, emit)
+    Bencher { pipeline, status: &mut |_| {} }.tune_points(form, points, emit)
 }
 
 /// `bench` and `autotune` over the session's pipeline.
 struct Bencher<'p> {
     pipeline: &'p mut dyn Pipeline,
+    /// Where an autotune's progress line goes (`Outcome::status`).
+    status: &'p mut dyn FnMut(&str),
 }
 
 impl Bencher<'_> {

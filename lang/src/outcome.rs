@@ -23,6 +23,11 @@ pub struct Outcome {
     /// The cell asked the front end to save the session so far as a transcript (`:save FILE`):
     /// the path. Front ends keep what they showed; the session does not.
     pub save: Option<String>,
+    /// What a long cell is doing now, while it runs — an autotune's progress: `autotune mm: 12
+    /// of 64 variants (3 cached), 4.1 s, about 17 s left`. A front end shows it in place of
+    /// the last one (the terminal on one line it then erases, Jupyter in a display it updates);
+    /// a finished cell's outcome has none.
+    pub status: Option<String>,
 }
 
 impl Outcome {

@@ -7,6 +7,8 @@
 mod streams;
 
 mod paste;
+mod shown;
+use shown::Shown;
 
 mod server;
 mod test_command;
@@ -21,11 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use quasi_lang::{
-    completeness, Completeness, Diagnostic, Kind, ObjectCache, Outcome, Session, SessionConfig, Severity, Stream,
-    TuneCache,
+    completeness, Completeness, Diagnostic, Kind, ObjectCache, Outcome, Session, SessionConfig, Severity, TuneCache,
 };
 use quasi_repl::transcript::{record_or_save, Recording};
-use quasi_repl::{Masking, Rendering, Style};
+use quasi_repl::Style;
 use rustyline::completion::Completer;
 use rustyline::error::ReadlineError;
 use rustyline::highlight::{CmdKind, Highlighter};
@@ -633,47 +634,6 @@ fn new_editor(
         EventHandler::Conditional(Box::new(paste::PasteStarts(Arc::clone(pending_paste)))),
     );
     Ok(editor)
-}
-
-/// Writes a cell to the terminal as it runs: program output to stderr goes to stderr, the rest
-/// to stdout, in cell order. `lang` promises that each outcome it shows while a cell runs renders
-/// as a prefix of the next, so only the new part is rendered and written each time.
-struct Shown {
-    terminal: bool,
-    /// What of the cell is rendered, and so written.
-    rendering: Rendering,
-    ends_line: bool,
-}
-
-impl Shown {
-    /// `terminal`: program output to stderr goes to stderr and the next prompt starts on a fresh
-    /// line. Otherwise (the pipe mode) everything goes to stdout, exactly the renderer's text.
-    fn new(style: Style, terminal: bool) -> Shown {
-        let width = if terminal { quasi_repl::terminal_width(&terminal_streams().0) } else { None };
-        Shown { terminal, rendering: Rendering::new(style, Masking::None).with_width(width), ends_line: true }
-    }
-
-    /// Writes what `outcome` adds to what was written.
-    fn update(&mut self, outcome: &Outcome) {
-        for (stream, text) in self.rendering.next(outcome) {
-            // A closed or broken terminal stream is no reason to stop the session.
-            let (out, err) = terminal_streams();
-            let _ = match stream {
-                Stream::Stderr if self.terminal => write_flushed(&mut &*err, &text),
-                _ => write_flushed(&mut &*out, &text),
-            };
-            if !text.is_empty() {
-                self.ends_line = text.ends_with('\n');
-            }
-        }
-    }
-
-    /// The whole cell is shown; on a terminal the next prompt starts on a fresh line.
-    fn finish(self) {
-        if self.terminal && !self.ends_line {
-            let _ = write_flushed(&mut &terminal_streams().0, "\n");
-        }
-    }
 }
 
 /// Runs a cell, showing it as it runs, and records it for `:save`.

@@ -209,7 +209,12 @@ pub fn read_notebook(text: &str) -> Result<Vec<SavedCell>, String> {
             .is_some_and(|tags| tags.iter().any(|tag| tag.as_str() == Some("raises-exception")));
         let varies = cell.pointer("/metadata/quasi/varies").and_then(|varies| varies.as_bool()).unwrap_or(false);
         let outputs = cell.get("outputs").and_then(|outputs| outputs.as_array()).map_or(&[][..], Vec::as_slice);
-        let pieces: Vec<(bool, String)> = outputs.iter().map(saved_output).collect();
+        // A progress display (an autotune's, `"quasi": {"progress": true}`) is what the cell
+        // showed while it ran, shown or not as timing decides: not compared.
+        let progress = |output: &&serde_json::Value| {
+            output.pointer("/metadata/quasi/progress").and_then(|progress| progress.as_bool()).unwrap_or(false)
+        };
+        let pieces: Vec<(bool, String)> = outputs.iter().filter(|output| !progress(output)).map(saved_output).collect();
         saved.push(SavedCell {
             index,
             source: multiline(cell.get("source")),

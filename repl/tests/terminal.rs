@@ -341,3 +341,25 @@ fn ctrl_c_stops_running_code_and_keeps_the_session() {
     expect_prompt(&mut terminal);
     assert!(exited_successfully(quit_with_ctrl_d(terminal)));
 }
+
+#[test]
+fn a_long_autotune_shows_its_progress_on_one_line_then_its_table() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let mut terminal = start(&directory.path().join("history"));
+    send(&mut terminal, &format!("(rhai \"fn gen_id(k) {{ quote(\\\"(define ((id int) (n int)) (ret (add n ,k)))\\\", #{{ k: k }}) }}\"){ENTER}"));
+    expect_prompt(&mut terminal);
+    // Six variants of 0.2 s each: past the half second, the progress line is drawn on the last
+    // line (carriage return, then erase the line: the test's terminal reader drops that escape
+    // sequence), redrawn in place and erased before the table: no line break between them.
+    send(
+        &mut terminal,
+        &format!("(autotune id (gen gen_id k) (params (k 0 1 2 3 4 5)) (run (call id 1)) (check 0) (fresh)){ENTER}"),
+    );
+    terminal.exp_regex(r"\rautotune id: [1-6] of 6 variants, \d+\.\d s, about \d+ s left\r").expect("a progress line");
+    terminal.exp_regex(r"\rautotune id: 6 of 6 variants in \d+\.\d s\r").expect("the last progress line, in place");
+    terminal
+        .exp_string("autotune id: 6 variants, 6 ok (6 timed, 0 cached)\r\n")
+        .expect("the line erased, the table's summary written over it");
+    expect_prompt(&mut terminal);
+    assert!(exited_successfully(quit_with_ctrl_d(terminal)));
+}

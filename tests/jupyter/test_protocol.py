@@ -223,6 +223,30 @@ class QuasiKernelTests(jupyter_kernel_test.KernelTests):
             self.assertTrue(reply["content"]["found"], code)
             self.assertTrue(reply["content"]["data"]["text/plain"].startswith(expected), (code, reply["content"]["data"]))
 
+    def test_a_long_autotune_updates_a_progress_display_in_place(self):
+        # Six variants of 0.2 s each: past the half second, the cell shows a progress display
+        # (display_data with a display id, marked "quasi": {"progress": true}) and updates it in
+        # place (update_display_data, the same id) up to its last line; the table follows.
+        self.flush_channels()
+        self.run_cell('(rhai "fn gen_id(k) { quote(\\"(define ((id int) (n int)) (ret (add n ,k)))\\", #{ k: k }) }")')
+        reply, messages = self.run_cell("(autotune id (gen gen_id k) (params (k 0 1 2 3 4 5)) (run (call id 1)) (check 0) (fresh))")
+        self.assertEqual(reply["content"]["status"], "ok")
+        shown = [m for m in messages if m["msg_type"] in ("display_data", "update_display_data", "execute_result")]
+        first = shown[0]
+        self.assertEqual(first["msg_type"], "display_data")
+        display_id = first["content"]["transient"]["display_id"]
+        self.assertTrue(display_id.startswith("quasi-progress-"))
+        self.assertEqual(first["content"]["metadata"], {"quasi": {"progress": True}})
+        self.assertRegex(first["content"]["data"]["text/plain"], r"^autotune id: [1-6] of 6 variants, ")
+        updates = [m for m in shown if m["msg_type"] == "update_display_data"]
+        self.assertTrue(updates, shown)
+        for update in updates:
+            self.assertEqual(update["content"]["transient"]["display_id"], display_id)
+        self.assertRegex(updates[-1]["content"]["data"]["text/plain"], r"^autotune id: 6 of 6 variants in \d+\.\d s$")
+        # The table comes after the progress display, not inside it.
+        table = [m for m in shown if "autotune id: 6 variants" in m["content"]["data"].get("text/plain", "")]
+        self.assertTrue(table and shown.index(table[0]) > shown.index(updates[-1]), shown)
+
     def test_inspect_unknown_name(self):
         self.flush_channels()
         reply = self.shell_reply(self.kc.inspect("no-such-name"))

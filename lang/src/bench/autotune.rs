@@ -4,7 +4,7 @@
 //! the tuning cache (`crate::tune_cache`) so a cell run again times only what changed.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::slurm::{self, SlurmOptions};
 use super::{list, map_tree, sym, syntax, BenchOptions, Bencher, Evaluated};
@@ -19,6 +19,9 @@ use crate::{Item, Outcome};
 
 mod key;
 mod on_slurm;
+mod tuner;
+
+use tuner::{Reference, Tuner};
 
 /// The clauses of `autotune`, each with how many items follow its name (`None`: any number).
 const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 13] = [
@@ -165,83 +168,6 @@ impl From<Vec<Diagnostic>> for Failure {
     }
 }
 
-/// What the first variant of an `autotune` left for the others: its check values, and the
-/// checked buffer's contents before it ran.
-#[derive(Default)]
-struct Reference {
-    values: Option<Vec<String>>,
-    initial: Option<Vec<u8>>,
-}
-
-/// A variant visited: its point and row, its definition if it passed (a variant timed on a
-/// Slurm node has none until it wins), and the key of the machine that timed it there.
-struct Visited {
-    point: Vec<usize>,
-    report: VariantReport,
-    definition: Option<Vec<Sexp>>,
-    machine: Option<String>,
-}
-
-/// An autotune in progress: the variants visited so far, the reference values they are checked
-/// against, and the clock of the budget.
-struct Tuner {
-    visited: Vec<Visited>,
-    by_point: HashMap<Vec<usize>, usize>,
-    reference: Reference,
-    /// A variant the cache gave, whose check values are the reference once a variant is timed:
-    /// it runs again (untimed) before that variant.
-    cached_reference: Option<Candidate>,
-    started: Instant,
-    /// Whether the budget ran out before the search ended.
-    out_of_budget: bool,
-    /// The work per run of each `(bytes E)` or `(flops E)` evaluated, by E's text with the
-    /// point's values in it.
-    work: HashMap<String, f64>,
-}
-
-impl Tuner {
-    fn new() -> Tuner {
-        Tuner {
-            visited: Vec::new(),
-            by_point: HashMap::new(),
-            reference: Reference::default(),
-            cached_reference: None,
-            started: Instant::now(),
-            out_of_budget: false,
-            work: HashMap::new(),
-        }
-    }
-
-    /// The median of the variant visited at `index`, if it passed.
-    fn median(&self, index: usize) -> Option<Duration> {
-        self.visited[index].report.result.as_ref().ok().map(|report| report.median)
-    }
-
-    /// Adds a visited variant; returns its median if it passed.
-    fn record(&mut self, point: &[usize], report: VariantReport, definition: Option<Vec<Sexp>>) -> Option<Duration> {
-        self.record_from(point, report, definition, None)
-    }
-
-    /// `record`, for a variant timed on a machine of key `machine`.
-    fn record_from(
-        &mut self,
-        point: &[usize],
-        report: VariantReport,
-        definition: Option<Vec<Sexp>>,
-        machine: Option<String>,
-    ) -> Option<Duration> {
-        let index = self.visited.len();
-        self.by_point.insert(point.to_vec(), index);
-        self.visited.push(Visited { point: point.to_vec(), report, definition, machine });
-        self.median(index)
-    }
-
-    /// The median of the variant at `point`, if it was visited and passed.
-    fn median_at(&self, point: &[usize]) -> Option<Duration> {
-        self.by_point.get(point).and_then(|&index| self.median(index))
-    }
-}
-
 impl Bencher<'_> {
     pub(super) fn autotune_form(&mut self, form: &Sexp, outcome: &mut Outcome) -> Result<(), Vec<Diagnostic>> {
         let (space, tuning) = self.tuning_of(form)?;
@@ -354,6 +280,12 @@ impl Bencher<'_> {
     fn search(&mut self, space: &Space<'_>, tuning: &Tuning<'_>) -> Result<Tuner, Vec<Diagnostic>> {
         let radices = space.radices();
         let mut tuner = Tuner::new();
+        tuner.planned = match tuning.search {
+            Search::Exhaustive => usize::try_from(space_size(&radices)).ok(),
+            Search::Random(count) => usize::try_from(count.min(space_size(&radices))).ok(),
+            Search::Greedy => None,
+        };
+        self.report_status(tuning, &mut tuner, false);
         let first = vec![0; radices.len()];
         // A work expression that does not evaluate is said before any variant is timed.
         self.work_at(space, tuning, &first, &mut tuner.work)?;
@@ -415,7 +347,15 @@ impl Bencher<'_> {
                 }
             }
         }
+        self.report_status(tuning, &mut tuner, true);
         Ok(tuner)
+    }
+
+    /// Sends the progress line (`Tuner::status`) to the front end.
+    fn report_status(&mut self, tuning: &Tuning<'_>, tuner: &mut Tuner, finished: bool) {
+        if let Some(line) = tuner.status(tuning.name, tuning.budget, finished) {
+            (self.status)(&line);
+        }
     }
 
     /// Visits `points` in order (those not visited yet): here, one at a time until the budget
@@ -434,6 +374,7 @@ impl Bencher<'_> {
         }
         for point in points {
             self.visit(space, tuning, tuner, point)?;
+            self.report_status(tuning, tuner, false);
             if tuner.out_of_budget {
                 break;
             }

@@ -17,9 +17,9 @@ impl Session {
     /// Runs the cell's `(bench …)` and `(autotune …)` forms after its code. A benchmark measures
     /// the code that will run from now on: the opt 3 code of tiered compilation, once the
     /// background compiler has it (an interrupt stops the wait).
-    pub(super) fn run_benches(&mut self, forms: &[Sexp], outcome: &mut Outcome) {
+    pub(super) fn run_benches(&mut self, forms: &[Sexp], outcome: &mut Outcome, status: &mut dyn FnMut(&str)) {
         match self.wait_for_promotions() {
-            Ok(()) => bench::run_session_forms(self, forms, outcome),
+            Ok(()) => bench::run_session_forms(self, forms, outcome, status),
             Err(diagnostic) => outcome.diagnostics.push(diagnostic),
         }
     }

@@ -54,11 +54,21 @@ impl Session {
         let Committed { mut outcome, cell, entries, session_forms } = compiled.commit();
         let run_start = Instant::now();
         outcome.timing.started = Some(run_start);
-        // A bench's report is its output: nothing to show before it ends.
-        let progress: &mut dyn FnMut(&Outcome) = if session_forms.is_empty() { progress } else { &mut |_| {} };
-        self.run_top_level(&cell, &entries, options.mode, &mut outcome, progress);
-        if !session_forms.is_empty() && !outcome.failed() {
-            self.run_benches(&session_forms, &mut outcome);
+        // A bench's report is its output: nothing of the cell is shown before it ends but an
+        // autotune's progress line, with what the cell showed before its benches (a prefix of
+        // the final outcome: the benches' reports come after it).
+        if session_forms.is_empty() {
+            self.run_top_level(&cell, &entries, options.mode, &mut outcome, progress);
+        } else {
+            self.run_top_level(&cell, &entries, options.mode, &mut outcome, &mut |_| {});
+            if !outcome.failed() {
+                let mut shown = outcome.clone();
+                let mut status = |line: &str| {
+                    shown.status = Some(line.to_string());
+                    progress(&shown);
+                };
+                self.run_benches(&session_forms, &mut outcome, &mut status);
+            }
         }
         outcome.timing.add(Phase::Run, run_start.elapsed());
         // The cell has run: code of it (and of its benches) that no slot points to is unreachable.

@@ -489,3 +489,38 @@ fn an_autotune_gives_each_variant_its_throughput() {
     assert!(outcome.failed());
     assert!(outcome.items.iter().all(|item| !matches!(item, Item::Autotune(_))), "{:?}", outcome.items);
 }
+
+/// An autotune that runs for a while shows its progress while it runs: status lines counting
+/// the variants up to the space's size with the time left, then the whole count and the time;
+/// the finished outcome has none. Each variant is timed for 0.2 s: six run for over a second,
+/// past the half second before which nothing is shown.
+#[test]
+fn a_long_autotune_streams_its_progress() {
+    let mut session = session();
+    value(
+        &mut session,
+        r#"(rhai "fn gen_id(k) { quote(\"(define ((id int) (n int)) (ret (add n ,k)))\", #{ k: k }) }")"#,
+    );
+    let mut statuses: Vec<String> = Vec::new();
+    let outcome = session.eval_streaming(
+        "(autotune id (gen gen_id k) (params (k 0 1 2 3 4 5)) (run (call id 1)) (check 0) (fresh))",
+        &mut |partial| statuses.extend(partial.status.clone()),
+    );
+    assert!(!outcome.failed(), "{:?}", outcome.diagnostics);
+    assert_eq!(outcome.status, None);
+    assert!(outcome.items.iter().any(|item| matches!(item, Item::Autotune(_))), "{:?}", outcome.items);
+    let (last, running) = statuses.split_last().expect("progress was shown");
+    assert!(last.starts_with("autotune id: 6 of 6 variants in ") && last.ends_with(" s"), "{statuses:?}");
+    assert!(!running.is_empty(), "{statuses:?}");
+    let mut counts = Vec::new();
+    for line in running {
+        let count: usize = line
+            .strip_prefix("autotune id: ")
+            .and_then(|rest| rest.split(" of 6 variants, ").next())
+            .and_then(|count| count.parse().ok())
+            .unwrap_or_else(|| panic!("not a progress line: {line}"));
+        assert!(line.ends_with(" s left"), "{line}");
+        counts.push(count);
+    }
+    assert!(counts.windows(2).all(|pair| pair[0] <= pair[1]) && counts.last() <= Some(&6), "{statuses:?}");
+}

@@ -49,6 +49,9 @@ impl Bencher<'_> {
                 let source = if cached { VariantSource::Cached } else { VariantSource::Timed };
                 let report = VariantReport { values: space.labels(&point), result, source, node: Some(node) };
                 tuner.record_from(&point, report, None, Some(machine));
+                if let Some(line) = tuner.status(tuning.name, tuning.budget, false) {
+                    (self.status)(&line);
+                }
             }
         };
         let ended = slurm::run(&job, options, self.pipeline.interrupt_flag(), deadline, &mut on_line);
