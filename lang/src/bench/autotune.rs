@@ -21,7 +21,7 @@ mod key;
 mod on_slurm;
 mod tuner;
 
-use tuner::{Reference, Tuner};
+use tuner::{Candidate, Reference, Tuner};
 
 /// The clauses of `autotune`, each with how many items follow its name (`None`: any number).
 const AUTOTUNE_CLAUSES: [(&str, Option<usize>, &str); 13] = [
@@ -139,20 +139,6 @@ struct Tuning<'a> {
 enum Work {
     Bytes,
     Flops,
-}
-
-/// One point of the space, made concrete: its labels, its definition of the tuned function (or
-/// why there is none), and the run and check with the point's values in them.
-#[derive(Clone)]
-struct Candidate {
-    labels: Vec<String>,
-    /// What a replay of the session writes for the autotune this point won: the generator's
-    /// call (`,(gen_sum 4)`), or the implementation's definition renamed.
-    replay: String,
-    definition: Result<Vec<Sexp>, String>,
-    run: Sexp,
-    check: Option<Sexp>,
-    check_buffer: Option<(Sexp, Sexp)>,
 }
 
 /// Why a variant failed: diagnostics (compiling, running, a fault), or a reason that is not kept

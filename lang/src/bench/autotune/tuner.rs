@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::Candidate;
 use crate::reader::Sexp;
 use crate::timing::{VariantReport, VariantSource};
 
@@ -13,6 +12,20 @@ use crate::timing::{VariantReport, VariantSource};
 const STATUS_INTERVAL: Duration = Duration::from_millis(100);
 /// How long an autotune runs before it shows its progress, as tqdm's `delay`.
 const STATUS_DELAY: Duration = Duration::from_millis(500);
+
+/// One point of the space, made concrete: its labels, its definition of the tuned function (or
+/// why there is none), and the run and check with the point's values in them.
+#[derive(Clone)]
+pub(super) struct Candidate {
+    pub(super) labels: Vec<String>,
+    /// What a replay of the session writes for the autotune this point won: the generator's
+    /// call (`,(gen_sum 4)`), or the implementation's definition renamed.
+    pub(super) replay: String,
+    pub(super) definition: Result<Vec<Sexp>, String>,
+    pub(super) run: Sexp,
+    pub(super) check: Option<Sexp>,
+    pub(super) check_buffer: Option<(Sexp, Sexp)>,
+}
 
 /// What the first variant of an `autotune` left for the others: its check values, and the
 /// checked buffer's contents before it ran.
