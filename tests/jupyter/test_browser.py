@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
 from conftest import ROOT
-from test_notebooks import NOTEBOOKS, has_saved_outputs, mask, unmet_requirement, varies
+from test_notebooks import NOTEBOOKS, has_saved_outputs, mask, progress, unmet_requirement, varies
 
 SCREENSHOTS = ROOT / ".browser-screenshots"
 # Generous: two shared cores, a debug-built kernel, and Chromium's software rendering.
@@ -348,14 +348,27 @@ def rendered_mimes(saved):
     return set(saved.get("data", {}))
 
 
+# An autotune's progress display, as the page shows it once the cell has ended: its last line.
+PROGRESS_SHOWN = re.compile(r"autotune \S+: \d+ (of \d+ )?variants?( \(\d+ cached\))?( in \d+\.\d s|, .*)")
+PROGRESS_LAST = re.compile(r"autotune \S+: \d+ (of \d+ )?variants?( \(\d+ cached\))? in \d+\.\d s")
+
+
 def check_outputs(cell, saved_cell):
     """The rendered outputs against the saved ones: as many, each rendered as a type from its
     bundle, with the same text, and with a table, a chart or a highlighted listing where the
-    saved output has one."""
+    saved output has one. An autotune's progress display (shown or not as its run time decides)
+    is left out of the comparison; where the page shows one, it must hold its last line, updated
+    in place."""
     problems = []
-    if len(cell.outputs) != len(saved_cell.outputs):
-        return [f"{len(cell.outputs)} outputs shown, {len(saved_cell.outputs)} saved"]
-    for number, (output, saved) in enumerate(zip(cell.outputs, saved_cell.outputs), 1):
+    progress_shown = [output for output in cell.outputs if output.type == "display_data" and PROGRESS_SHOWN.fullmatch(output.text.strip())]
+    for output in progress_shown:
+        if not PROGRESS_LAST.fullmatch(output.text.strip()):
+            problems.append(f"the progress display was left at {output.text.strip()!r}, not its last line")
+    outputs = [output for output in cell.outputs if all(output is not shown for shown in progress_shown)]
+    saved_outputs = [output for output in saved_cell.outputs if not progress(output)]
+    if len(outputs) != len(saved_outputs):
+        return problems + [f"{len(outputs)} outputs shown, {len(saved_outputs)} saved"]
+    for number, (output, saved) in enumerate(zip(outputs, saved_outputs), 1):
         where = f"output {number}"
         if output.type != saved.output_type:
             problems.append(f"{where} is a {output.type}, saved as a {saved.output_type}")
@@ -449,7 +462,17 @@ def editor_colours(words):
 
 CELL_CHECKS = [check_prompts, check_alignment]
 # The tour's first cell: forms, opcodes and types coloured by the extension's C-Lisp mode.
-NOTEBOOK_CHECKS = {"tour.ipynb": {1: [editor_colours(["define", "ret", "call", "int", "add", "sub"])]}}
+def shows_progress(cell, saved_cell):
+    """A cell that runs for seconds (gemm.ipynb's autotune of 16 configurations) shows its
+    progress display, left at its last line (check_outputs checks which line)."""
+    shown = [output for output in cell.outputs if output.type == "display_data" and PROGRESS_SHOWN.fullmatch(output.text.strip())]
+    return [] if len(shown) == 1 else [f"{len(shown)} progress displays shown, expected one"]
+
+
+NOTEBOOK_CHECKS = {
+    "tour.ipynb": {1: [editor_colours(["define", "ret", "call", "int", "add", "sub"])]},
+    "gemm.ipynb": {13: [shows_progress]},
+}
 
 
 def notebook_problems(driver, name, saved):
