@@ -143,56 +143,95 @@ pub fn run(options: &Options) -> Result<()> {
 /// Cells typed into the `quasi` binary over a pipe, as users run it: each cell written, then
 /// its answer line awaited, at the default setting. The same definitions and call cells as
 /// the in-process rows above.
-fn through_the_binary(options: &Options) -> Result<()> {
-    use std::io::{BufRead, BufReader, Write};
-    let Some(quasi) = crate::startup::quasi_binary(options)? else {
-        println!("(no `quasi` binary beside this one, nor --quasi: the rows through the binary are skipped)\n");
-        return Ok(());
-    };
-    println!("== Cells through the `quasi` binary over a pipe, at the default setting (tiered) ==");
-    let mut child = std::process::Command::new(&quasi)
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let mut stdin = child.stdin.take().context("no stdin pipe")?;
-    let mut stdout = BufReader::new(child.stdout.take().context("no stdout pipe")?);
-    // Writes a cell, reads until a line starting with `answer`; the time in between.
-    let mut cell = |text: &str, answer: &str| -> Result<Duration> {
+/// A REPL driven over pipes, as a user's terminal would feed it: a cell written, then its
+/// output read up to the line that answers it.
+struct Piped {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Piped {
+    fn spawn(program: &std::path::Path, arguments: &[&str]) -> Result<Piped> {
+        let mut child = std::process::Command::new(program)
+            .args(arguments)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", program.display()))?;
+        let stdin = child.stdin.take().context("no stdin pipe")?;
+        let stdout = std::io::BufReader::new(child.stdout.take().context("no stdout pipe")?);
+        Ok(Piped { child, stdin, stdout })
+    }
+
+    /// Writes `text` (a line), reads until a line starting with `answer`; the time in between.
+    fn cell(&mut self, text: &str, answer: &str) -> Result<Duration> {
+        use std::io::{BufRead, Write};
         let start = Instant::now();
-        stdin.write_all(format!("{text}\n").as_bytes())?;
-        stdin.flush()?;
+        self.stdin.write_all(format!("{text}\n").as_bytes())?;
+        self.stdin.flush()?;
         let mut line = String::new();
         loop {
             line.clear();
-            if stdout.read_line(&mut line)? == 0 {
-                bail!("quasi ended before answering `{text}`");
+            if self.stdout.read_line(&mut line)? == 0 {
+                bail!("the REPL ended before answering `{text}`");
             }
             if line.starts_with(answer) {
                 return Ok(start.elapsed());
             }
         }
+    }
+
+    /// The mean time per cell of `cells` written at once and followed by `marker`, whose own
+    /// time (`marker_alone`) is taken off: for a REPL that prints nothing for a definition
+    /// (clang-repl), and the same way for Quasi beside it.
+    fn batch(&mut self, cells: &[String], marker: &str, answer: &str, marker_alone: Duration) -> Result<Duration> {
+        let text = cells.join("\n");
+        let took = self.cell(&format!("{text}\n{marker}"), answer)?;
+        Ok(took.saturating_sub(marker_alone) / cells.len().max(1) as u32)
+    }
+
+    fn end(self) {
+        let Piped { mut child, stdin, .. } = self;
+        drop(stdin);
+        let _ = child.wait();
+    }
+}
+
+fn through_the_binary(options: &Options) -> Result<()> {
+    let Some(quasi) = crate::startup::quasi_binary(options)? else {
+        println!("(no `quasi` binary beside this one, nor --quasi: the rows through the binary are skipped)\n");
+        return Ok(());
     };
-    cell("(add 1 2)", "3 : int")?;
+    println!("== Cells through the `quasi` binary over a pipe, at the default setting (tiered) ==");
+    let mut repl = Piped::spawn(&quasi, &[])?;
+    repl.cell("(add 1 2)", "3 : int")?;
     let count = options.iterations + options.warmup;
     let mut definitions = Vec::new();
     for index in 0..count {
-        let took = cell(&format!("(define ((sq{index} int) (x int)) (ret (mul x x)))"), &format!("sq{index} : "))?;
+        let took =
+            repl.cell(&format!("(define ((sq{index} int) (x int)) (ret (mul x x)))"), &format!("sq{index} : "))?;
         if index >= options.warmup {
             definitions.push(took);
         }
     }
     let mut calls = Vec::new();
     for index in 0..count {
-        let took = cell("(call sq0 7)", "49 : int")?;
+        let took = repl.cell("(call sq0 7)", "49 : int")?;
         if index >= options.warmup {
             calls.push(took);
         }
     }
+    // Definitions in a batch, as clang-repl's are measured below.
+    let marker = repl.cell("(add 1 2)", "3 : int")?;
+    let cells: Vec<String> =
+        (0..options.iterations).map(|index| format!("(define ((batch{index} int) (x int)) (ret (mul x x)))")).collect();
+    let quasi_batch = repl.batch(&cells, "(add 1 2)", "3 : int", marker)?;
     // Memory kept per cell: the process's resident size between two marks, each taken after
     // the background compiler has caught up (`:tier wait`).
-    let pid = child.id();
+    let pid = repl.child.id();
     let mut retained = Vec::new();
     for (what, redefine) in [("definition", false), ("redefinition", true)] {
         let mut marks = Vec::new();
@@ -202,18 +241,17 @@ fn through_the_binary(options: &Options) -> Result<()> {
             } else {
                 (format!("(define ((kept{index} int) (x int)) (ret (mul x x)))"), format!("kept{index} : "))
             };
-            cell(&text, &answer)?;
+            repl.cell(&text, &answer)?;
             if RETENTION_MARKS.contains(&(index + 1)) {
                 // Its listing ends with the line on later cells.
-                cell(":tier wait", "later cells:")?;
+                repl.cell(":tier wait", "later cells:")?;
                 marks.push(resident_kb(pid)?);
             }
         }
         let cells = (RETENTION_MARKS[1] - RETENTION_MARKS[0]) as f64;
         retained.push((what, (marks[1] - marks[0]) as f64 / cells));
     }
-    drop(stdin);
-    let _ = child.wait();
+    repl.end();
     let (definitions, calls) = (Samples::new(definitions), Samples::new(calls));
     let mut table = new_table(&["cell, written and answered over the pipe", "p50 ms", "best ms", "n"], &[1, 2, 3]);
     for (what, samples) in
@@ -231,10 +269,61 @@ fn through_the_binary(options: &Options) -> Result<()> {
             RETENTION_MARKS[0], RETENTION_MARKS[1]
         );
     }
-    match which("clang-repl").or_else(|| which("clang-repl-19")) {
-        Some(path) => println!("clang-repl is at {}; side-by-side rows for it are not built yet\n", path.display()),
-        None => println!("clang-repl is not installed here (Debian: clang-tools-19): no side-by-side rows\n"),
+    println!();
+    beside_clang_repl(options, quasi_batch, &definitions, &calls)
+}
+
+/// clang-repl 19 (LLVM's C++ REPL on the same ORC JIT) beside Quasi, when it is installed: the
+/// same definitions, written in one batch (it prints nothing for a definition) and timed up to
+/// a marker line, and the call cell, each answered before the next.
+fn beside_clang_repl(options: &Options, quasi_batch: Duration, definitions: &Samples, calls: &Samples) -> Result<()> {
+    let Some(path) = which("clang-repl").or_else(|| which("clang-repl-19")) else {
+        println!("clang-repl is not installed here (Debian: apt install clang-tools-19): no side-by-side rows\n");
+        return Ok(());
+    };
+    println!("== Beside clang-repl ({}), over a pipe, in the same run ==", path.display());
+    let mut clang = Piped::spawn(&path, &[])?;
+    clang.cell("#include <stdio.h>\nputs(\"ready\"); fflush(stdout);", "ready")?;
+    let marker_text = "puts(\"marked\"); fflush(stdout);";
+    let mut marker = Duration::MAX;
+    for _ in 0..5 {
+        marker = marker.min(clang.cell(marker_text, "marked")?);
     }
+    let cells: Vec<String> =
+        (0..options.iterations).map(|index| format!("int sq{index}(int x) {{ return x * x; }}")).collect();
+    let clang_batch = clang.batch(&cells, marker_text, "marked", marker)?;
+    let count = options.iterations + options.warmup;
+    let mut clang_calls = Vec::new();
+    for index in 0..count {
+        let took = clang.cell("printf(\"%d\\n\", sq0(7)); fflush(stdout);", "49")?;
+        if index >= options.warmup {
+            clang_calls.push(took);
+        }
+    }
+    clang.end();
+    let clang_calls = Samples::new(clang_calls);
+    let mut table =
+        new_table(&["per cell, through the binary", "Quasi ms", "clang-repl ms", "Quasi / clang-repl"], &[1, 2, 3]);
+    let ratio =
+        |quasi: Duration, clang: Duration| format!("{:.2}", quasi.as_secs_f64() / clang.as_secs_f64().max(1e-9));
+    table.add_row(vec![
+        format!("definition, mean of {} in one batch (the marker's time taken off)", options.iterations),
+        ms(quasi_batch),
+        ms(clang_batch),
+        ratio(quasi_batch, clang_batch),
+    ]);
+    table.add_row(vec![
+        "call cell, p50 (`(call sq0 7)` / `printf(\"%d\\n\", sq0(7));`)".to_string(),
+        ms(calls.median()),
+        ms(clang_calls.median()),
+        ratio(calls.median(), clang_calls.median()),
+    ]);
+    println!("{table}");
+    println!(
+        "(Quasi compiles each definition at once, errors and :asm immediate; clang-repl defers code generation to\n\
+         first use. Quasi's definition p50 answered one by one: {} ms.)\n",
+        ms(definitions.median())
+    );
     Ok(())
 }
 

@@ -3,9 +3,11 @@
 //!
 //! Rows: `Session::eval` in this process (what the kernel does on its session thread); an
 //! `execute_request` to its `execute_reply`, and to its `idle` status (when a notebook
-//! considers the cell done); a `kernel_info_request` (the transport alone, no session). Direct
-//! and kernel runs alternate, so a busy machine slows both alike; "added" is the median of the
-//! per-iteration differences. Times are printed, never asserted.
+//! considers the cell done); a `kernel_info_request` (the transport alone, no session); and a
+//! definition of a fresh function and a call cell, through the kernel (to `idle`) and in process
+//! at the default (tiered) setting, as users meet them (issue 32). Direct and kernel runs
+//! alternate, so a busy machine slows both alike; "added" is the median of the per-iteration
+//! differences. Times are printed, never asserted.
 
 #[path = "../tests/client/mod.rs"]
 mod client;
@@ -26,6 +28,10 @@ struct Samples {
     reply: Vec<Duration>,
     idle: Vec<Duration>,
     info: Vec<Duration>,
+    define_direct: Vec<Duration>,
+    define_idle: Vec<Duration>,
+    call_direct: Vec<Duration>,
+    call_idle: Vec<Duration>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,11 +46,15 @@ fn main() -> anyhow::Result<()> {
     table.set_header(vec!["`(add 1 2)`", "median", "p90", "min", "added (median of differences)"]);
     // Name, samples, and the samples it adds to.
     type Row<'a> = (&'a str, &'a [Duration], Option<&'a [Duration]>);
-    let rows: [Row; 4] = [
+    let rows: [Row; 8] = [
         ("Session::eval, in process", &samples.direct, None),
         ("kernel: execute -> execute_reply", &samples.reply, Some(&samples.direct)),
         ("kernel: execute -> idle", &samples.idle, Some(&samples.direct)),
         ("kernel: kernel_info -> reply", &samples.info, None),
+        ("`(define ((sqN int) (x int)) …)`, N fresh: Session::eval", &samples.define_direct, None),
+        ("the same definition: kernel, execute -> idle", &samples.define_idle, Some(&samples.define_direct)),
+        ("`(call sq0 7)`, call cell: Session::eval", &samples.call_direct, None),
+        ("the same call cell: kernel, execute -> idle", &samples.call_idle, Some(&samples.call_direct)),
     ];
     for (name, times, base) in rows {
         let added = base.map(|base| {
@@ -94,7 +104,31 @@ async fn measure(session: &mut Session, iterations: usize) -> anyhow::Result<Sam
         let info = started.elapsed();
         within("idle after kernel_info", kernel.idle_after(&msg_id)).await?;
 
+        // A definition of a fresh function, and a call cell, each in process and through the
+        // kernel (the two sessions define the same names).
+        let definition = format!("(define ((sq{iteration} int) (x int)) (ret (mul x x)))");
+        let started = Instant::now();
+        anyhow::ensure!(!session.eval(&definition).failed(), "the definition failed in process");
+        let define_direct = started.elapsed();
+        let started = Instant::now();
+        let msg_id = kernel.send(ExecuteRequest::new(definition)).await?;
+        let shown = within("idle after a definition", kernel.idle_after(&msg_id)).await?;
+        let define_idle = started.elapsed();
+        anyhow::ensure!(!shown.iter().any(failed), "the definition failed in the kernel");
+        let started = Instant::now();
+        anyhow::ensure!(!session.eval("(call sq0 7)").failed(), "the call failed in process");
+        let call_direct = started.elapsed();
+        let started = Instant::now();
+        let msg_id = kernel.send(ExecuteRequest::new("(call sq0 7)".to_string())).await?;
+        let shown = within("idle after a call", kernel.idle_after(&msg_id)).await?;
+        let call_idle = started.elapsed();
+        anyhow::ensure!(!shown.iter().any(failed), "the call failed in the kernel");
+
         if iteration >= WARMUP {
+            samples.define_direct.push(define_direct);
+            samples.define_idle.push(define_idle);
+            samples.call_direct.push(call_direct);
+            samples.call_idle.push(call_idle);
             samples.direct.push(direct);
             samples.reply.push(reply);
             samples.idle.push(idle);
@@ -102,6 +136,11 @@ async fn measure(session: &mut Session, iterations: usize) -> anyhow::Result<Sam
         }
     }
     Ok(samples)
+}
+
+/// Whether an iopub message is a cell's error.
+fn failed(message: &jupyter_protocol::JupyterMessage) -> bool {
+    matches!(message.content, jupyter_protocol::JupyterMessageContent::ErrorOutput(_))
 }
 
 /// Every wait has a limit, so a lost message ends the bench with an error instead of a hang.
