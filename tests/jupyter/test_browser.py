@@ -518,7 +518,7 @@ app.shell.currentWidget.sessionContext.ready
 # Run All has finished when its command says so, the kernel is idle and every code cell shows
 # the number of its run: the kernel is idle between two cells too, and a cell not yet sent shows
 # `[ ]:` (tour.ipynb's last two cells were once checked before they ran).
-FINISHED = """
+FINISHED = r"""
 const widget = window.jupyterapp.shell.currentWidget;
 const prompts = [...widget.node.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(node => node.innerText);
 const state = window.quasiRunAll || {};
