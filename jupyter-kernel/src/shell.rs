@@ -287,14 +287,11 @@ impl Shell {
                 // can leave it out: whether a cell shows progress depends on how long it ran.
                 let mut metadata = serde_json::Map::new();
                 metadata.insert("quasi".into(), serde_json::json!({ "progress": true }));
+                let transient = Transient { display_id: Some(id) };
                 if update {
-                    self.publisher.publish(
-                        UpdateDisplayData { data, metadata, transient: Transient { display_id: Some(id) } },
-                        parent,
-                    );
+                    self.publisher.publish(UpdateDisplayData { data, metadata, transient }, parent);
                 } else {
-                    let transient = Some(Transient { display_id: Some(id) });
-                    self.publisher.publish(DisplayData { data, metadata, transient }, parent);
+                    self.publisher.publish(DisplayData { data, metadata, transient: Some(transient) }, parent);
                 }
             }
             Output::Result(data) if !silent => {

@@ -266,6 +266,11 @@ impl Bencher<'_> {
         Ok(harness.samples[..count.min(MAX_SAMPLES)].iter().map(|&nanos| nanos as f64 / evals as f64).collect())
     }
 
+    /// One sample of `evals` runs: a run's time in ns (at least 0.01).
+    fn one_sample(&mut self, harness: &mut Harness, evals: i64, span: Span) -> Result<f64, Vec<Diagnostic>> {
+        Ok(self.run_harness(harness, 1, evals, span)?.first().copied().unwrap_or(0.0).max(0.01))
+    }
+
     /// Times the harness: `(iters N)` runs N runs, each timed on its own; otherwise a sample
     /// times a batch of runs long enough for the clock (calibrated until two estimates of a
     /// run's time agree), and samples are taken in chunks until the wall-clock budget is spent.
@@ -321,7 +326,7 @@ impl Bencher<'_> {
         let start = Instant::now();
         let mut evals: i64 = 1;
         let mut per_run = loop {
-            let per_run = self.run_harness(harness, 1, evals, span)?.first().copied().unwrap_or(1.0).max(0.01);
+            let per_run = self.one_sample(harness, evals, span)?;
             let batch = per_run * evals as f64;
             if batch >= SAMPLE_TARGET_NS || evals >= 1 << 40 {
                 break per_run;
@@ -332,7 +337,7 @@ impl Bencher<'_> {
         };
         let mut estimates = vec![per_run];
         while estimates.len() < 8 && (start.elapsed().as_nanos() as f64) < budget_ns / 10.0 {
-            let estimate = self.run_harness(harness, 1, evals, span)?.first().copied().unwrap_or(per_run).max(0.01);
+            let estimate = self.one_sample(harness, evals, span)?;
             let last = estimates[estimates.len() - 1];
             estimates.push(estimate);
             if (estimate - last).abs() <= 0.1 * estimate.min(last) {

@@ -164,6 +164,9 @@ pub struct BenchReport {
 /// autotuning run to keep its own.
 const SAMPLES_KEPT: usize = 1000;
 
+/// How far the mean may drift above the median before a benchmark says its runs are noisy.
+const NOISY_MEAN: f64 = 1.5;
+
 impl BenchReport {
     /// Statistics over per-run durations in nanoseconds (not empty).
     pub(crate) fn from_samples(mut samples: Vec<f64>, warmup: u64, elapsed: Duration) -> BenchReport {
@@ -189,12 +192,7 @@ impl BenchReport {
             samples: keep_evenly(samples, SAMPLES_KEPT),
         }
     }
-}
 
-/// How far the mean may drift above the median before a benchmark says its runs are noisy.
-const NOISY_MEAN: f64 = 1.5;
-
-impl BenchReport {
     /// A warning when a few slow runs took much of the time, as IPython's `%timeit` warns when
     /// its slowest run is far from the others: the mean at least 1.5× the median. (One slow
     /// sample among many batched ones, a preemption, moves the mean little and is no warning.)

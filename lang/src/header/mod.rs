@@ -179,8 +179,8 @@ pub(crate) fn include(
     let mut translator = Translator::new(&header, request);
     translator.run(defined)?;
     let summary = translator.summary();
-    let skipped = (!translator.skipped.is_empty()).then(|| (request.header_names(), translator.skipped.clone()));
-    let Translator { forms, constants, warnings, names, .. } = translator;
+    let Translator { forms, constants, warnings, names, skipped, .. } = translator;
+    let skipped = (!skipped.is_empty()).then(|| (request.header_names(), skipped));
     Ok(Included { forms, constants, warnings, names, summary, skipped })
 }
 
